@@ -1,0 +1,80 @@
+"""All gateway settings in one place.
+
+Read from environment variables prefixed `RLLINK_` (nested with `__`, e.g.
+`RLLINK_PPO__LEARNING_RATE`) and, when started from the command line, from flags of
+the same name in kebab case (`--http-port`, `--ppo.learning-rate`). Spaces are JSON:
+`RLLINK_ACTION_SPACE='{"type": "box", "shape": [1], "low": -2, "high": 2}'`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, BoxSpace, Space
+
+MiB = 1024 * 1024
+
+
+class PPOConfig(BaseModel):
+    """PPO hyperparameters, named as in the PPO paper and CleanRL's ppo.py."""
+
+    learning_rate: float = Field(3e-4, gt=0, le=1, description="Adam step size.")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
+    ent_coef: float = Field(0.0, ge=0, le=1, description="Entropy bonus coefficient.")
+    vf_coef: float = Field(0.5, ge=0, le=10, description="Value loss coefficient.")
+    max_grad_norm: float = Field(0.5, gt=0, description="Global gradient clipping norm.")
+    update_epochs: int = Field(10, ge=1, le=100, description="Passes over each batch.")
+    minibatch_size: int = Field(256, ge=1, description="Steps per gradient step.")
+    norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
+    target_kl: float | None = Field(None, gt=0, description="Stop the epochs early above this KL.")
+    hidden_sizes: tuple[int, ...] = Field((64, 64), min_length=1, description="MLP layer widths.")
+
+
+class Settings(BaseSettings):
+    """Everything the gateway can be told; defaults train CartPole-v1 on localhost."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RLLINK_",
+        env_nested_delimiter="__",
+        cli_kebab_case=True,
+        cli_implicit_flags=True,
+        cli_prog_name="python -m app",
+        extra="ignore",
+    )
+
+    # Where to listen.
+    host: str = Field("127.0.0.1", description="Interface for HTTP/WebSocket (and TCP unless tcp_host is set).")
+    http_port: int = Field(8000, ge=0, le=65535, description="HTTP and WebSocket port.")
+    tcp_host: str | None = Field(None, description="Interface for the raw TCP bridge; defaults to host.")
+    tcp_port: int = Field(5555, ge=0, le=65535, description="Raw TCP RLlink port; 0 picks a free one.")
+    tcp_enabled: bool = Field(True, description="Run the raw TCP bridge.")
+    log_level: str = Field("info", description="Python logging level.")
+
+    # What the simulators look like.
+    observation_space: BoxSpace = Field(CARTPOLE_OBSERVATION_SPACE, description="Observation space (JSON).")
+    action_space: Space = Field(CARTPOLE_ACTION_SPACE, description="Action space (JSON).")
+
+    # The RLlink contract with clients.
+    env_steps_per_sample: int = Field(500, ge=1, description="Steps a client collects per EPISODES_AND_GET_STATE.")
+    force_on_policy: bool = Field(True, description="Clients wait for SET_STATE before collecting more.")
+    onnx_input_name: str = Field("obs", min_length=1, description="ONNX input name; 'onnx::Gemm_0' suits RLlib's reference client.")
+
+    # Training.
+    train_batch_size: int = Field(2000, ge=1, description="Env steps that trigger a training step.")
+    barrier_timeout_s: float = Field(10.0, gt=0, description="Train on what is there after this long.")
+    max_policy_lag: int = Field(2, ge=0, description="Drop data collected more than this many versions ago.")
+    seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
+    ppo: PPOConfig = Field(default_factory=PPOConfig)
+    checkpoint_dir: Path = Field(Path("checkpoints"), description="Where the policy is saved and restored from.")
+
+    # Limits.
+    max_frame_bytes: int = Field(8 * MiB, ge=64, le=99_999_999, description="Largest frame body accepted.")
+
+    @property
+    def tcp_bind_host(self) -> str:
+        return self.tcp_host or self.host

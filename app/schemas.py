@@ -1,0 +1,243 @@
+"""Pydantic models of every RLlink message, as one union discriminated on `type`.
+
+Requests accept every spelling found in RLlib's docs and code (see RLLINK.md).
+Episode chunks are checked against the configured spaces, which the caller passes
+as validation context: `parse_message(data, spaces=SpacesContext(obs, act))`.
+Validated chunks hold numpy arrays, ready for the learner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Union
+
+import numpy as np
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from app.spaces import BoxSpace, DiscreteSpace, Space
+
+PROTOCOL_VERSION = "rllink-gateway/1"
+
+
+@dataclass(frozen=True)
+class SpacesContext:
+    """The spaces incoming episodes are checked against (pydantic validation context)."""
+
+    observation_space: BoxSpace
+    action_space: BoxSpace | DiscreteSpace
+
+
+def _spaces(info: ValidationInfo) -> SpacesContext | None:
+    context = info.context or {}
+    return context.get("spaces")
+
+
+def _as_array(value: Any, dtype: type, what: str) -> np.ndarray:
+    """Turn nested lists into a numpy array, or explain why they are not numbers."""
+    if isinstance(value, np.ndarray):
+        array = value.astype(dtype, copy=False)
+    elif not isinstance(value, (list, tuple)):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    else:
+        try:
+            array = np.asarray(value, dtype=dtype)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"{what} must be a rectangular list of numbers ({exc})") from None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise ValueError(f"{what} must be finite (found NaN or Infinity)")
+    return array
+
+
+class _Message(BaseModel):
+    # RLlib clients ignore fields they do not know and so do we.
+    model_config = ConfigDict(extra="ignore")
+
+
+class EpisodeChunk(_Message):
+    """A piece of one episode collected with one policy version (T steps)."""
+
+    model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True, populate_by_name=True)
+
+    obs: np.ndarray = Field(description="T+1 observations: the first is the reset (or carried-over) one.")
+    actions: np.ndarray = Field(description="T actions: ints (Discrete) or lists of floats (Box).")
+    rewards: np.ndarray = Field(description="T rewards.")
+    is_terminated: bool = Field(
+        False,
+        validation_alias=AliasChoices("is_terminated", "terminated", "terminateds"),
+        description="The episode ended in a terminal state.",
+    )
+    is_truncated: bool = Field(
+        False,
+        validation_alias=AliasChoices("is_truncated", "truncated", "truncateds"),
+        description="The episode was cut by a time limit.",
+    )
+    action_logp: np.ndarray | None = Field(None, description="T log-probs of the actions under the collecting policy.")
+    action_dist_inputs: np.ndarray | None = Field(None, description="T policy outputs (logits) per step.")
+    episode_id: str | None = Field(
+        None,
+        max_length=256,
+        validation_alias=AliasChoices("episode_id", "id_"),
+        description="Joins the chunks of one episode (gateway extension; RLlib's `id_`).",
+    )
+    weights_seq_no: int | None = Field(None, ge=0, description="Policy version that collected the chunk.")
+
+    @field_validator("obs", mode="before")
+    @classmethod
+    def _obs(cls, value: Any, info: ValidationInfo) -> np.ndarray:
+        array = _as_array(value, np.float32, "obs")
+        spaces = _spaces(info)
+        if spaces is not None and array.shape[1:] != spaces.observation_space.shape:
+            raise ValueError(
+                f"each observation must have shape {list(spaces.observation_space.shape)}, "
+                f"got {list(array.shape[1:])}"
+            )
+        if array.ndim < 2 or len(array) < 2:
+            raise ValueError("obs must hold at least 2 observations (T+1 with T >= 1)")
+        return array
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _actions(cls, value: Any, info: ValidationInfo) -> np.ndarray:
+        spaces = _spaces(info)
+        space = spaces.action_space if spaces else None
+        if isinstance(space, DiscreteSpace):
+            array = _as_array(value, np.float64, "actions")
+            if array.ndim != 1 or not np.all(array == np.floor(array)):
+                raise ValueError("actions must be a list of integers for a Discrete action space")
+            if array.size and (array.min() < 0 or array.max() >= space.n):
+                raise ValueError(f"actions must lie in 0..{space.n - 1}")
+            return array.astype(np.int64)
+        array = _as_array(value, np.float32, "actions")
+        if isinstance(space, BoxSpace) and array.shape[1:] != space.shape:
+            raise ValueError(f"each action must have shape {list(space.shape)}, got {list(array.shape[1:])}")
+        return array
+
+    @field_validator("rewards", "action_logp", mode="before")
+    @classmethod
+    def _per_step_floats(cls, value: Any, info: ValidationInfo) -> np.ndarray | None:
+        if value is None:
+            return None
+        array = _as_array(value, np.float32, info.field_name)
+        if array.ndim != 1:
+            raise ValueError(f"{info.field_name} must be a flat list of numbers")
+        return array
+
+    @field_validator("action_dist_inputs", mode="before")
+    @classmethod
+    def _dist_inputs(cls, value: Any) -> np.ndarray | None:
+        if value is None:
+            return None
+        array = _as_array(value, np.float32, "action_dist_inputs")
+        if array.ndim != 2:
+            raise ValueError("action_dist_inputs must be a list of T vectors")
+        return array
+
+    @model_validator(mode="after")
+    def _lengths(self) -> EpisodeChunk:
+        steps = len(self.actions)
+        if len(self.obs) != steps + 1:
+            raise ValueError(f"obs must hold len(actions) + 1 = {steps + 1} observations, got {len(self.obs)}")
+        for name in ("rewards", "action_logp", "action_dist_inputs"):
+            array = getattr(self, name)
+            if array is not None and len(array) != steps:
+                raise ValueError(f"{name} must hold len(actions) = {steps} entries, got {len(array)}")
+        return self
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.actions)
+
+
+# -- Requests (client -> server) ---------------------------------------------------
+
+
+class Ping(_Message):
+    type: Literal["PING"] = "PING"
+
+
+class GetConfig(_Message):
+    type: Literal["GET_CONFIG"] = "GET_CONFIG"
+
+
+class GetState(_Message):
+    type: Literal["GET_STATE"] = "GET_STATE"
+
+
+class Episodes(_Message):
+    """Finished experience; `EPISODES` gets no reply."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    type: Literal["EPISODES"] = "EPISODES"
+    episodes: list[EpisodeChunk] = Field(min_length=1)
+    env_steps: int | None = Field(
+        None, ge=0, validation_alias=AliasChoices("env_steps", "timesteps"), description="Steps in this message."
+    )
+
+    @property
+    def num_steps(self) -> int:
+        return sum(chunk.num_steps for chunk in self.episodes)
+
+
+class EpisodesAndGetState(Episodes):
+    """Experience, answered with `SET_STATE` once the policy has trained on it."""
+
+    type: Literal["EPISODES_AND_GET_STATE"] = "EPISODES_AND_GET_STATE"  # type: ignore[assignment]
+
+
+# -- Responses (server -> client) --------------------------------------------------
+
+
+class Pong(_Message):
+    type: Literal["PONG"] = "PONG"
+
+
+class SetConfig(_Message):
+    """RLlink's config reply; fields after the first two are gateway extensions."""
+
+    type: Literal["SET_CONFIG"] = "SET_CONFIG"
+    env_steps_per_sample: int
+    force_on_policy: bool
+    observation_space: BoxSpace
+    action_space: Space
+    onnx_input_name: str
+    onnx_output_names: list[str]
+    protocol_version: str = PROTOCOL_VERSION
+
+
+class SetState(_Message):
+    type: Literal["SET_STATE"] = "SET_STATE"
+    onnx_file: str = Field(description="base64 of the gzip-compressed ONNX policy.")
+    weights_seq_no: int = Field(ge=0, description="Version of those weights, strictly increasing.")
+
+
+class Error(_Message):
+    """The gateway's answer to a request it refuses (gateway extension)."""
+
+    type: Literal["ERROR"] = "ERROR"
+    code: str
+    message: str
+    details: Any | None = None
+
+
+Request = Annotated[Union[Ping, GetConfig, GetState, Episodes, EpisodesAndGetState], Field(discriminator="type")]
+Response = Annotated[Union[Pong, SetConfig, SetState, Error], Field(discriminator="type")]
+RLlinkMessage = Annotated[
+    Union[Ping, GetConfig, GetState, Episodes, EpisodesAndGetState, Pong, SetConfig, SetState, Error],
+    Field(discriminator="type"),
+]
+
+REQUEST_TYPES = frozenset({"PING", "GET_CONFIG", "GET_STATE", "EPISODES", "EPISODES_AND_GET_STATE"})
+RESPONSE_TYPES = frozenset({"PONG", "SET_CONFIG", "SET_STATE", "ERROR"})
+
+request_adapter: TypeAdapter[Request] = TypeAdapter(Request)
+message_adapter: TypeAdapter[RLlinkMessage] = TypeAdapter(RLlinkMessage)
