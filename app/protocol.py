@@ -1,0 +1,269 @@
+"""The RLlink protocol without I/O: bytes in, events out; messages in, bytes out.
+
+`FrameDecoder` cuts a byte stream into frame bodies, `decode_body`/`encode_body`
+handle JSON and msgpack, and `Session` ties them to the message schemas for one
+connection. Both transports (TCP bridge, WebSocket) feed the same `Session`.
+
+Error policy: a frame whose header is corrupt or too large closes the connection
+(the stream can no longer be trusted or is not worth reading); a well-framed frame
+that fails to decode or validate gets an `ERROR` reply and the connection stays open.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import msgpack
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, Error, Request, SpacesContext, request_adapter
+
+HEADER_SIZE = 8
+MAX_BODY_SIZE = 10**HEADER_SIZE - 1
+
+
+class ErrorCode(str, enum.Enum):
+    """Stable codes of the `ERROR` message; the README lists what each means."""
+
+    BAD_HEADER = "bad_header"  # fatal: the 8-byte header is not ASCII digits
+    FRAME_TOO_LARGE = "frame_too_large"  # fatal: the header announces more than max_frame_bytes
+    BAD_JSON = "bad_json"  # the body is not a JSON object
+    BAD_MSGPACK = "bad_msgpack"  # the body looks like msgpack but does not decode to a map
+    UNKNOWN_TYPE = "unknown_type"  # missing `type`, or not a request type
+    INVALID_MESSAGE = "invalid_message"  # a known request whose fields are wrong
+    INTERNAL_ERROR = "internal_error"  # the gateway failed; the request was not processed
+
+
+class Encoding(enum.Enum):
+    """How a frame body is encoded; replies use the encoding of the request."""
+
+    JSON = "json"
+    MSGPACK = "msgpack"
+
+
+class ProtocolError(Exception):
+    """A frame the gateway refuses; `fatal` errors close the connection."""
+
+    def __init__(self, code: ErrorCode, message: str, *, fatal: bool = False, details: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+        self.details = details
+
+    def to_message(self) -> Error:
+        return Error(code=self.code.value, message=self.message, details=self.details)
+
+
+# -- Framing -----------------------------------------------------------------------
+
+
+def encode_frame(body: bytes) -> bytes:
+    """Prefix a body with its 8-digit length header."""
+    if len(body) > MAX_BODY_SIZE:
+        raise ValueError(f"body of {len(body)} bytes does not fit an 8-digit header")
+    return b"%08d" % len(body) + body
+
+
+class FrameDecoder:
+    """Incremental frame decoder: feed any slices of the stream, iterate whole bodies out."""
+
+    def __init__(self, max_frame_bytes: int = MAX_BODY_SIZE) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buffer = bytearray()
+        self._pos = 0  # start of the unread part of _buffer
+        self._body_size: int | None = None  # size of the frame being read, once its header is in
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held of a frame not yet complete (0 between frames)."""
+        return len(self._buffer) - self._pos
+
+    def feed(self, data: bytes) -> None:
+        """Append received bytes."""
+        if self._pos:
+            del self._buffer[: self._pos]
+            self._pos = 0
+        self._buffer += data
+
+    def frames(self) -> Iterator[bytes]:
+        """Yield the body of every complete frame fed so far.
+
+        Raises a fatal `ProtocolError` on a bad or oversized header, after yielding the
+        frames before it; the decoder is unusable afterwards, as the stream has lost its
+        frame boundaries.
+        """
+        buffer = self._buffer
+        while True:
+            if self._body_size is None:
+                if len(buffer) - self._pos < HEADER_SIZE:
+                    return
+                self._body_size = self._parse_header(bytes(buffer[self._pos : self._pos + HEADER_SIZE]))
+                self._pos += HEADER_SIZE
+            end = self._pos + self._body_size
+            if len(buffer) < end:
+                return
+            body = bytes(buffer[self._pos : end])
+            self._pos = end
+            self._body_size = None
+            yield body
+
+    def _parse_header(self, header: bytes) -> int:
+        if not (header.isascii() and header.isdigit()):
+            raise ProtocolError(
+                ErrorCode.BAD_HEADER,
+                f"a frame must start with 8 ASCII digits giving the body length, got {header!r}",
+                fatal=True,
+            )
+        size = int(header)
+        if size > self.max_frame_bytes:
+            raise ProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame body of {size} bytes exceeds the limit of {self.max_frame_bytes} bytes",
+                fatal=True,
+                details={"size": size, "max_frame_bytes": self.max_frame_bytes},
+            )
+        return size
+
+
+# -- Bodies ------------------------------------------------------------------------
+
+_MSGPACK_MAP_FIRST_BYTES = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+
+
+def detect_encoding(body: bytes) -> Encoding:
+    """msgpack if the body starts like a msgpack map, JSON otherwise."""
+    return Encoding.MSGPACK if body[:1] and body[0] in _MSGPACK_MAP_FIRST_BYTES else Encoding.JSON
+
+
+def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
+    """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one."""
+    encoding = detect_encoding(body)
+    if encoding is Encoding.MSGPACK:
+        try:
+            data = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise ProtocolError(ErrorCode.BAD_MSGPACK, f"body is not valid msgpack: {exc}") from None
+        if not isinstance(data, dict):  # pragma: no cover - the first byte promised a map
+            raise ProtocolError(ErrorCode.BAD_MSGPACK, "body must be a msgpack map")
+        return data, encoding
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(ErrorCode.BAD_JSON, f"body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(ErrorCode.BAD_JSON, f"body must be a JSON object, got {type(data).__name__}")
+    return data, encoding
+
+
+def encode_body(message: BaseModel, encoding: Encoding) -> bytes:
+    """Serialise a message; JSON is formatted like RLlib's own (`json.dumps` defaults)."""
+    data = message.model_dump(mode="json", exclude_none=True)
+    if encoding is Encoding.MSGPACK:
+        return msgpack.packb(data)
+    return json.dumps(data).encode()
+
+
+def encode_message(message: BaseModel, encoding: Encoding = Encoding.JSON) -> bytes:
+    """A whole frame for a message."""
+    return encode_frame(encode_body(message, encoding))
+
+
+# -- Session -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestReceived:
+    """A valid request, and the encoding its reply must use."""
+
+    request: Request
+    encoding: Encoding
+
+
+@dataclass(frozen=True)
+class FrameRejected:
+    """A frame refused with an error; the reply is `error.to_message()`."""
+
+    error: ProtocolError
+    encoding: Encoding
+
+    @property
+    def fatal(self) -> bool:
+        return self.error.fatal
+
+
+Event = RequestReceived | FrameRejected
+
+
+def _describe_validation_error(message_type: str, exc: ValidationError) -> ProtocolError:
+    """Turn pydantic's errors into one line a person can act on, plus structured details."""
+    problems = []
+    for err in exc.errors(include_url=False, include_input=False, include_context=False):
+        loc = ".".join(str(part) for part in err["loc"][1:])  # drop the union tag
+        problems.append({"field": loc or "(message)", "problem": err["msg"].removeprefix("Value error, ")})
+    summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems[:5])
+    if len(problems) > 5:
+        summary += f"; and {len(problems) - 5} more"
+    return ProtocolError(ErrorCode.INVALID_MESSAGE, f"invalid {message_type}: {summary}", details=problems)
+
+
+class Session:
+    """One connection's protocol state: bytes in -> events; replies -> bytes."""
+
+    def __init__(self, spaces: SpacesContext, max_frame_bytes: int) -> None:
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._context = {"spaces": spaces}
+        self.closed = False  # set after a fatal error: further bytes are ignored
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an unfinished frame."""
+        return self._decoder.buffered
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Feed received bytes; return one event per complete frame (the last may be fatal)."""
+        if self.closed:
+            return []
+        self._decoder.feed(data)
+        events: list[Event] = []
+        try:
+            for body in self._decoder.frames():
+                events.append(self._parse(body))
+        except ProtocolError as exc:
+            self.closed = True
+            events.append(FrameRejected(exc, Encoding.JSON))
+        return events
+
+    def _parse(self, body: bytes) -> Event:
+        encoding = detect_encoding(body)
+        try:
+            data, encoding = decode_body(body)
+            message_type = data.get("type")
+            if message_type not in REQUEST_TYPES:
+                raise self._unknown_type(message_type)
+            try:
+                request = request_adapter.validate_python(data, context=self._context)
+            except ValidationError as exc:
+                raise _describe_validation_error(message_type, exc) from None
+        except ProtocolError as exc:
+            return FrameRejected(exc, encoding)
+        return RequestReceived(request, encoding)
+
+    @staticmethod
+    def _unknown_type(message_type: Any) -> ProtocolError:
+        expected = sorted(REQUEST_TYPES)
+        if message_type is None:
+            text = "message has no 'type' field"
+        elif message_type in RESPONSE_TYPES:
+            text = f"{message_type} is a server message; clients send one of {', '.join(expected)}"
+        else:
+            text = f"unknown message type {message_type!r}; expected one of {', '.join(expected)}"
+        return ProtocolError(ErrorCode.UNKNOWN_TYPE, text, details={"expected": expected})
+
+    def reply(self, message: BaseModel, encoding: Encoding) -> bytes:
+        """The frame that answers a request in the client's encoding."""
+        return encode_message(message, encoding)
