@@ -1,0 +1,113 @@
+"""A small blocking RLlink client over TCP or WebSocket, for scripts, tests and benchmarks.
+
+It speaks exactly what RLlib's reference client speaks (8-digit header + JSON body),
+optionally msgpack, and reuses the gateway's own frame decoder.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import msgpack
+from websockets.sync.client import ClientConnection, connect
+
+from app.protocol import Encoding, FrameDecoder, decode_body, encode_frame
+
+Transport = Literal["tcp", "ws"]
+
+
+class RLlinkClient:
+    """One connection to a gateway; `request` sends a message and returns the reply."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        *,
+        path: str = "/rllink",
+        encoding: Encoding = Encoding.JSON,
+        binary: bool = False,
+        timeout: float = 60.0,
+    ) -> None:
+        self.transport = transport
+        self.encoding = encoding
+        self.binary = binary  # WebSocket only: send binary messages instead of text
+        self._decoder = FrameDecoder()
+        self._pending: list[bytes] = []
+        self._sock: socket.socket | None = None
+        self._ws: ClientConnection | None = None
+        if transport == "tcp":
+            self._sock = socket.create_connection((host, port or 5555), timeout=timeout)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        elif transport == "ws":
+            self._ws = connect(f"ws://{host}:{port or 8000}{path}", open_timeout=timeout, max_size=None)
+            self._timeout = timeout
+        else:
+            raise ValueError(f"transport must be 'tcp' or 'ws', got {transport!r}")
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> RLlinkClient:
+        """`tcp://host:port` or `ws://host:port/path`."""
+        parts = urlsplit(url)
+        if parts.scheme == "tcp":
+            return cls("tcp", parts.hostname or "127.0.0.1", parts.port, **kwargs)
+        if parts.scheme == "ws":
+            return cls("ws", parts.hostname or "127.0.0.1", parts.port, path=parts.path or "/rllink", **kwargs)
+        raise ValueError(f"URL must start with tcp:// or ws://, got {url!r}")
+
+    def encode(self, message: dict[str, Any]) -> bytes:
+        if self.encoding is Encoding.MSGPACK:
+            return encode_frame(msgpack.packb(message))
+        return encode_frame(json.dumps(message).encode())
+
+    def send_raw(self, data: bytes) -> None:
+        """Send bytes as they are (one WebSocket message, or written to the socket)."""
+        if self._sock is not None:
+            self._sock.sendall(data)
+        elif self.binary:
+            self._ws.send(data)
+        else:
+            self._ws.send(data.decode("utf-8", errors="surrogateescape"))
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.send_raw(self.encode(message))
+
+    def receive(self) -> dict[str, Any]:
+        """The next message from the gateway (blocks); raises ConnectionError at EOF."""
+        while not self._pending:
+            self._decoder.feed(self._read())
+            self._pending.extend(self._decoder.frames())
+        data, _ = decode_body(self._pending.pop(0))
+        return data
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.send(message)
+        return self.receive()
+
+    def _read(self) -> bytes:
+        if self._sock is not None:
+            data = self._sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("the gateway closed the connection")
+            return data
+        try:
+            message = self._ws.recv(timeout=self._timeout)
+        except Exception as exc:  # websockets' ConnectionClosed* and TimeoutError
+            raise ConnectionError(f"the gateway closed the connection: {exc}") from exc
+        return message if isinstance(message, bytes) else message.encode("utf-8", errors="surrogateescape")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        if self._ws is not None:
+            self._ws.close()
+
+    def __enter__(self) -> RLlinkClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

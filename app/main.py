@@ -1,0 +1,53 @@
+"""Wiring: the FastAPI app, its routers, and the lifespan that runs the shared service.
+
+`create_app(settings)` builds one gateway: a training service shared by the
+WebSocket endpoint and the TCP bridge, both started and stopped with the app.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import ws_rllink
+from app.config import Settings
+from app.tcp_bridge import TcpBridge
+from app.traffic import TrafficStats
+from app.training.service import TrainingService
+
+log = logging.getLogger("app.main")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A gateway app; nothing listens or trains until its lifespan starts."""
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        service = TrainingService(settings)
+        traffic = TrafficStats()
+        app.state.settings, app.state.service, app.state.traffic = settings, service, traffic
+        await service.start()
+        bridge = TcpBridge(settings, service, traffic) if settings.tcp_enabled else None
+        if bridge is not None:
+            await bridge.start()
+        app.state.tcp_bridge = bridge
+        try:
+            yield
+        finally:
+            if bridge is not None:
+                await bridge.stop()
+            await service.stop()
+            log.info("gateway stopped")
+
+    app = FastAPI(
+        title="RLlink gateway",
+        summary="Train one PPO policy from many external simulators over RLlink (TCP and WebSocket).",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.include_router(ws_rllink.router)
+    return app

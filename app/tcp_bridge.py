@@ -1,0 +1,84 @@
+"""The raw TCP transport: RLlink frames on a socket, as RLlib's own clients speak them.
+
+A thin adapter: bytes read from the socket go to a `Connection`, reply bytes are
+written back. Many clients at once, each served by its own task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.config import Settings
+from app.connection import Connection, serve
+from app.traffic import TrafficStats
+from app.training.service import TrainingService
+
+log = logging.getLogger("app.tcp_bridge")
+
+READ_SIZE = 256 * 1024
+
+
+class TcpBridge:
+    """An asyncio TCP server feeding every connection into one training service."""
+
+    def __init__(self, settings: Settings, service: TrainingService, traffic: TrafficStats) -> None:
+        self._settings = settings
+        self._service = service
+        self._traffic = traffic
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task] = set()
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful when configured as 0)."""
+        assert self._server is not None, "the bridge is not started"
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, self._settings.tcp_bind_host, self._settings.tcp_port, limit=READ_SIZE
+        )
+        log.info("RLlink TCP bridge listening on %s:%d", self._settings.tcp_bind_host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._handlers.add(task := asyncio.current_task())
+        host, port = writer.get_extra_info("peername")[:2]
+
+        async def send(data: bytes, _tag: None) -> None:
+            writer.write(data)
+            await writer.drain()
+
+        async def receive() -> tuple[bytes, None] | None:
+            data = await reader.read(READ_SIZE)
+            return (data, None) if data else None
+
+        async def close() -> None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, OSError):
+                pass
+
+        try:
+            connection = Connection(
+                settings=self._settings,
+                service=self._service,
+                transport="tcp",
+                peer=f"{host}:{port}",
+                traffic=self._traffic,
+                send=send,
+            )
+            await serve(connection, receive, close)
+        finally:
+            self._handlers.discard(task)
