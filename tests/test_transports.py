@@ -1,0 +1,231 @@
+"""RLlink over real sockets: a running uvicorn server and the TCP bridge, both transports."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import socket
+import threading
+import time
+
+import msgpack
+import onnx
+import pytest
+from websockets.sync.client import connect
+
+from app.clients.rllink_client import RLlinkClient
+from app.protocol import Encoding, FrameDecoder, encode_frame
+
+from .conftest import gateway_settings, running_gateway
+
+PING = b'00000016{"type": "PING"}'
+PONG = b'00000016{"type": "PONG"}'
+TRANSPORTS = ["tcp", "ws"]
+
+
+def tcp_socket(gateway) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", gateway.tcp_port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {size} bytes")
+        data += chunk
+    return data
+
+
+def recv_frames(sock: socket.socket, count: int) -> list[dict]:
+    decoder, frames = FrameDecoder(), []
+    while len(frames) < count:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        decoder.feed(chunk)
+        frames += [json.loads(body) for body in decoder.frames()]
+    return frames
+
+
+def assert_closed(sock: socket.socket) -> None:
+    sock.settimeout(10)
+    assert sock.recv(1) == b"", "the gateway should have closed the connection"
+
+
+def episode(steps: int, terminated: bool = True) -> dict:
+    return {
+        "obs": [[0.01 * i, 0.0, 0.0, 0.0] for i in range(steps + 1)],
+        "actions": [i % 2 for i in range(steps)],
+        "rewards": [1.0] * steps,
+        "is_terminated": terminated,
+        "is_truncated": False,
+    }
+
+
+# -- The documented frames -------------------------------------------------------
+
+
+def test_docs_ping_frame_over_tcp_gets_the_docs_pong_frame(gateway):
+    with tcp_socket(gateway) as sock:
+        sock.sendall(PING)
+        assert recv_exactly(sock, len(PONG)) == PONG
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_docs_ping_over_websocket_is_answered_in_the_same_opcode(gateway, binary):
+    with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+        ws.send(PING if binary else PING.decode())
+        reply = ws.recv(timeout=10)
+        assert reply == (PONG if binary else PONG.decode())
+
+
+def test_tcp_frames_split_byte_by_byte_and_coalesced(gateway):
+    with tcp_socket(gateway) as sock:
+        for byte in PING:
+            sock.send(bytes([byte]))
+            time.sleep(0.001)
+        assert recv_exactly(sock, len(PONG)) == PONG
+        sock.sendall(PING * 3 + b'00000022{"type": "GET_CONFIG"}' + PING[:5])
+        frames = recv_frames(sock, 4)
+        assert [f["type"] for f in frames] == ["PONG", "PONG", "PONG", "SET_CONFIG"]
+        sock.sendall(PING[5:])
+        assert recv_exactly(sock, len(PONG)) == PONG
+
+
+def test_websocket_frames_split_across_messages_and_coalesced(gateway):
+    with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+        for i in range(len(PING)):
+            ws.send(PING[i : i + 1])
+        assert ws.recv(timeout=10) == PONG
+        ws.send((PING * 3).decode())
+        assert [ws.recv(timeout=10) for _ in range(3)] == [PONG.decode()] * 3
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("encoding", list(Encoding), ids=lambda e: e.value)
+def test_every_message_type_in_both_encodings(gateway, transport, encoding):
+    with gateway.client(transport, encoding=encoding, binary=True) as client:
+        assert client.request({"type": "PING"}) == {"type": "PONG"}
+
+        config = client.request({"type": "GET_CONFIG"})
+        assert config["type"] == "SET_CONFIG"
+        assert config["env_steps_per_sample"] == gateway.settings.env_steps_per_sample
+        assert config["force_on_policy"] is True
+        assert config["observation_space"] == {"type": "box", "shape": [4]}
+        assert config["action_space"] == {"type": "discrete", "n": 2}
+        assert config["onnx_input_name"] == "obs"
+
+        state = client.request({"type": "GET_STATE"})
+        assert state["type"] == "SET_STATE"
+        model = onnx.load_from_string(gzip.decompress(base64.b64decode(state["onnx_file"])))
+        assert [i.name for i in model.graph.input] == ["obs"]
+        first_version = state["weights_seq_no"]
+
+        client.send({"type": "EPISODES", "episodes": [episode(5)], "env_steps": 5})
+        assert client.request({"type": "PING"}) == {"type": "PONG"}, "EPISODES must get no reply"
+
+        trained = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(8)], "timesteps": 8})
+        assert trained["type"] == "SET_STATE"
+        assert trained["weights_seq_no"] == first_version + 1
+
+
+# -- Errors ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (b"not json", "bad_json"),
+        (b"\x81\xa4type", "bad_msgpack"),
+        (b'{"episodes": []}', "unknown_type"),
+        (b'{"type": "SET_STATE", "onnx_file": "", "weights_seq_no": 1}', "unknown_type"),
+        (b'{"type": "EPISODES", "episodes": [{"obs": [[0, 0, 0, 0]], "actions": [0], "rewards": [1]}]}',
+         "invalid_message"),
+    ],
+)
+def test_invalid_frames_get_an_error_and_the_connection_stays_open(gateway, transport, body, code):
+    with gateway.client(transport, binary=True) as client:
+        client.send_raw(encode_frame(body))
+        error = client.receive()
+        assert error["type"] == "ERROR" and error["code"] == code and error["message"]
+        assert client.request({"type": "PING"}) == {"type": "PONG"}
+
+
+@pytest.mark.parametrize(("header", "code"), [(b"12ab5678", "bad_header"), (b"99999999", "frame_too_large")])
+def test_corrupt_or_oversized_header_gets_an_error_then_tcp_closes(gateway, header, code):
+    with tcp_socket(gateway) as sock:
+        sock.sendall(PING + header + b"{}")
+        frames = recv_frames(sock, 2)
+        assert frames[0] == {"type": "PONG"}
+        assert frames[1]["type"] == "ERROR" and frames[1]["code"] == code
+        assert_closed(sock)
+
+
+def test_corrupt_header_over_websocket_gets_an_error_then_closes(gateway):
+    with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+        ws.send(b"xxxxxxxx")
+        error = json.loads(ws.recv(timeout=10)[8:])
+        assert error["code"] == "bad_header"
+        with pytest.raises(Exception):
+            ws.recv(timeout=10)
+
+
+def test_a_stalled_half_frame_blocks_no_one_else(gateway):
+    with tcp_socket(gateway) as stalled, gateway.client("ws") as other:
+        stalled.sendall(PING[:11])
+        assert other.request({"type": "PING"}) == {"type": "PONG"}
+        stalled.sendall(PING[11:])
+        assert recv_exactly(stalled, len(PONG)) == PONG
+
+
+# -- Many clients ----------------------------------------------------------------
+
+
+def test_fifty_clients_across_both_transports_train_one_policy(tmp_path):
+    settings = gateway_settings(tmp_path, train_batch_size=50 * 10, barrier_timeout_s=30)
+    with running_gateway(settings) as gateway:
+        results: dict[int, list] = {}
+        errors: list[BaseException] = []
+        ready = threading.Barrier(50)
+
+        def run(index: int) -> None:
+            try:
+                with gateway.client(TRANSPORTS[index % 2], timeout=60) as client:
+                    # A reply proves the gateway has registered this client.
+                    assert client.request({"type": "PING"}) == {"type": "PONG"}
+                    ready.wait(timeout=30)
+                    first = client.request({"type": "GET_STATE"})["weights_seq_no"]
+                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
+                    results[index] = [first, reply["weights_seq_no"]]
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(50)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not errors, errors[:3]
+        assert len(results) == 50
+        # All 500 steps fill exactly one train batch: everyone gets the same new version.
+        assert {tuple(v) for v in results.values()} == {(0, 1)}
+        clients = gateway.app.state.traffic.connections_total
+        assert clients["tcp"] == 25 and clients["ws"] == 25
+
+
+def test_a_client_leaving_while_waiting_for_state_harms_nobody(tmp_path):
+    settings = gateway_settings(tmp_path, train_batch_size=100_000, barrier_timeout_s=60)
+    with running_gateway(settings) as gateway:
+        leaver = gateway.client("tcp")
+        stayer = gateway.client("ws")
+        leaver.send({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
+        time.sleep(0.3)  # the leaver now waits: the barrier needs the stayer too
+        leaver.close()
+        reply = stayer.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
+        assert reply["type"] == "SET_STATE" and reply["weights_seq_no"] == 1
+        stayer.close()
