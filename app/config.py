@@ -27,6 +27,7 @@ class PPOConfig(BaseModel):
     clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
     ent_coef: float = Field(0.0, ge=0, le=1, description="Entropy bonus coefficient.")
     vf_coef: float = Field(0.5, ge=0, le=10, description="Value loss coefficient.")
+    clip_vloss: bool = Field(False, description="Clip the value loss around the old values by clip_coef.")
     max_grad_norm: float = Field(0.5, gt=0, description="Global gradient clipping norm.")
     update_epochs: int = Field(10, ge=1, le=100, description="Passes over each batch.")
     minibatch_size: int = Field(256, ge=1, description="Steps per gradient step.")
