@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+from contextlib import ExitStack
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
@@ -40,11 +41,13 @@ class RLlinkClient:
         self._pending: list[bytes] = []
         self._sock: socket.socket | None = None
         self._ws: ClientConnection | None = None
+        self._exit_stack = ExitStack()
         if transport == "tcp":
             self._sock = socket.create_connection((host, port or 5555), timeout=timeout)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         elif transport == "ws":
-            self._ws = connect(f"ws://{host}:{port or 8000}{path}", open_timeout=timeout, max_size=None)
+            url = f"ws://{host}:{port or 8000}{path}"
+            self._ws = self._exit_stack.enter_context(connect(url, open_timeout=timeout, max_size=None))
             self._timeout = timeout
         else:
             raise ValueError(f"transport must be 'tcp' or 'ws', got {transport!r}")
@@ -103,8 +106,7 @@ class RLlinkClient:
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
-        if self._ws is not None:
-            self._ws.close()
+        self._exit_stack.close()
 
     def __enter__(self) -> RLlinkClient:
         return self

@@ -1,0 +1,53 @@
+"""`python -m app.clients.cartpole`: train CartPole-v1 through a running gateway.
+
+    python -m app.clients.cartpole --transport tcp --port 5555 --target-return 450
+    python -m app.clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from app.clients.gym_client import run
+from app.clients.rllink_client import RLlinkClient
+
+DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m app.clients.cartpole", description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")
+    parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id matching the gateway's spaces")
+    parser.add_argument("--target-return", type=float, default=450.0, help="stop at this mean return of 20 episodes")
+    parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
+    parser.add_argument("--max-seconds", type=float, help="stop after this long")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--plain", action="store_true", help="send only the fields RLlib's reference client sends")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    port = args.port or DEFAULT_PORTS[args.transport]
+    with RLlinkClient(args.transport, args.host, port) as client:
+        result = run(
+            client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
+            max_seconds=args.max_seconds, seed=args.seed, plain=args.plain,
+        )
+    summary = {
+        "reached_target": result.reached_target, "env_steps": result.env_steps, "episodes": result.episodes,
+        "seconds": round(result.seconds, 2), "mean_return_last_20": round(result.mean_return, 1),
+        "weights_seq_no": result.weights_seq_no,
+    }
+    print(json.dumps(summary))
+    return 0 if result.reached_target or args.target_return is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

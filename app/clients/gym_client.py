@@ -1,0 +1,149 @@
+"""A reference external simulator: a gymnasium env that acts with the gateway's ONNX policy.
+
+It does over the wire what RLlib's reference client does: GET_CONFIG, GET_STATE, then
+collect `env_steps_per_sample` steps with the downloaded policy, send them with
+EPISODES_AND_GET_STATE, load the new policy from SET_STATE, repeat. It adds the
+gateway's optional `episode_id`/`weights_seq_no` fields unless `plain` is set.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import logging
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import onnxruntime as ort
+
+from app.clients.rllink_client import RLlinkClient
+
+log = logging.getLogger("app.clients")
+
+RLLIB_REFERENCE_INPUT_NAME = "onnx::Gemm_0"  # what RLlib's client feeds when the config names nothing
+
+
+@dataclass
+class RunResult:
+    """What a run achieved, for callers (tests, benchmarks) and the final log line."""
+
+    env_steps: int = 0
+    episodes: int = 0
+    seconds: float = 0.0
+    weights_seq_no: int = 0
+    recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=20))
+    reached_target: bool = False
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
+
+
+class OnnxPolicy:
+    """The policy from a SET_STATE message, sampling actions like RLlib's client."""
+
+    def __init__(self, set_state: dict[str, Any], input_name: str, action_space: dict, rng: np.random.Generator):
+        model = gzip.decompress(base64.b64decode(set_state["onnx_file"]))
+        self.session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        self.weights_seq_no = int(set_state["weights_seq_no"])
+        self.input_name = input_name
+        self.action_space = action_space
+        self.rng = rng
+
+    def act(self, obs: np.ndarray) -> tuple[Any, float, list[float]]:
+        """Sample one action; return it, its log-prob and the raw policy outputs."""
+        (dist_inputs,) = self.session.run(None, {self.input_name: obs[None].astype(np.float32)})[:1]
+        dist_inputs = dist_inputs[0].astype(np.float64)
+        if self.action_space["type"] == "discrete":
+            logp_all = dist_inputs - np.logaddexp.reduce(dist_inputs)
+            action = int(self.rng.choice(len(logp_all), p=np.exp(logp_all)))
+            return action, float(logp_all[action]), dist_inputs.tolist()
+        mean, log_std = np.split(dist_inputs, 2)
+        std = np.exp(log_std)
+        action = mean + std * self.rng.standard_normal(mean.shape)
+        logp = float(np.sum(-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi)))
+        return action.tolist(), logp, dist_inputs.tolist()
+
+
+def _env_action(action: Any, space: dict) -> Any:
+    if space["type"] == "box":  # the policy's sample is unbounded; the env wants it in range
+        return np.clip(np.asarray(action, dtype=np.float32), space.get("low"), space.get("high"))
+    return action
+
+
+def run(
+    client: RLlinkClient,
+    env_id: str = "CartPole-v1",
+    *,
+    target_return: float | None = 450.0,
+    max_env_steps: int | None = None,
+    max_seconds: float | None = None,
+    seed: int = 0,
+    plain: bool = False,
+) -> RunResult:
+    """Train through the gateway until the target mean return (last 20 episodes) or a limit."""
+    result, started = RunResult(), time.monotonic()
+    rng = np.random.default_rng(seed)
+    config = client.request({"type": "GET_CONFIG"})
+    steps_per_sample = int(config["env_steps_per_sample"])
+    input_name = config.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME)
+    action_space = config.get("action_space", {"type": "discrete"})
+    policy = OnnxPolicy(client.request({"type": "GET_STATE"}), input_name, action_space, rng)
+
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    episode_id, episode_return = uuid.uuid4().hex, 0.0
+    while True:
+        chunks, chunk = [], _new_chunk(obs)
+        for _ in range(steps_per_sample):
+            action, logp, _dist = policy.act(np.asarray(obs))
+            obs, reward, terminated, truncated, _ = env.step(_env_action(action, action_space))
+            chunk["actions"].append(action)
+            chunk["rewards"].append(float(reward))
+            chunk["action_logp"].append(logp)
+            chunk["obs"].append(np.asarray(obs).tolist())
+            episode_return += float(reward)
+            if terminated or truncated:
+                chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
+                chunks.append(_finish(chunk, episode_id, policy, plain))
+                result.episodes += 1
+                result.recent_returns.append(episode_return)
+                obs, _ = env.reset()
+                episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs)
+        if chunk["actions"]:
+            chunks.append(_finish(chunk, episode_id, policy, plain))  # the episode goes on
+        result.env_steps += steps_per_sample
+
+        reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps_per_sample})
+        if reply.get("type") != "SET_STATE":
+            raise RuntimeError(f"the gateway answered {reply}")
+        policy = OnnxPolicy(reply, input_name, action_space, rng)
+        result.weights_seq_no = policy.weights_seq_no
+        result.seconds = time.monotonic() - started
+        log.info(
+            "v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs",
+            policy.weights_seq_no, result.env_steps, result.episodes, len(result.recent_returns),
+            result.mean_return, result.seconds,
+        )
+        full_window = len(result.recent_returns) == result.recent_returns.maxlen
+        if target_return is not None and full_window and result.mean_return >= target_return:
+            result.reached_target = True
+            return result
+        if (max_env_steps and result.env_steps >= max_env_steps) or (max_seconds and result.seconds >= max_seconds):
+            return result
+
+
+def _new_chunk(obs: Any) -> dict[str, Any]:
+    return {"obs": [np.asarray(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
+            "is_terminated": False, "is_truncated": False}
+
+
+def _finish(chunk: dict[str, Any], episode_id: str, policy: OnnxPolicy, plain: bool) -> dict[str, Any]:
+    if not plain:
+        chunk.update(episode_id=episode_id, weights_seq_no=policy.weights_seq_no)
+    return chunk
