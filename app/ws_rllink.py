@@ -62,7 +62,7 @@ async def rllink_websocket(
         if websocket.application_state == WebSocketState.CONNECTED:
             try:
                 await websocket.close()
-            except RuntimeError:
+            except (WebSocketDisconnect, RuntimeError):  # the client left first
                 pass
 
     connection = Connection(
