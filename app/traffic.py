@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -15,3 +16,4 @@ class TrafficStats:
     bytes_received: int = 0
     bytes_sent: int = 0
     connections_total: Counter[str] = field(default_factory=Counter)
+    started_at: float = field(default_factory=time.monotonic)

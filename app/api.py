@@ -1,0 +1,141 @@
+"""REST routes: health, metrics (JSON and Prometheus), config, clients, the ONNX model."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from app.config import Settings
+from app.dependencies import get_service, get_settings, get_traffic
+from app.prometheus import render_prometheus
+from app.rest_models import Client, ConfigPatch, GatewayConfig, Health, Metrics
+from app.traffic import TrafficStats
+from app.training.service import TrainingService
+
+router = APIRouter(prefix="/api", tags=["gateway"])
+metrics_router = APIRouter(tags=["gateway"])
+
+ONNX_MEDIA_TYPE = "application/octet-stream"
+
+
+def collect_metrics(service: TrainingService, traffic: TrafficStats) -> Metrics:
+    """One consistent snapshot of training progress and traffic."""
+    snapshot = service.metrics.snapshot()
+    clients: dict[str, int] = {"tcp": 0, "ws": 0}
+    for client in service.clients:
+        clients[client.transport] = clients.get(client.transport, 0) + 1
+    return Metrics(
+        **snapshot,
+        env_steps_per_s=service.metrics.env_steps_per_s(),
+        pending_env_steps=service.pending_env_steps,
+        training_in_progress=service.training_in_progress,
+        clients=clients,
+        connections_total=dict(traffic.connections_total),
+        frames_received=dict(traffic.frames_received),
+        errors=dict(traffic.errors),
+        bytes_received=traffic.bytes_received,
+        bytes_sent=traffic.bytes_sent,
+        uptime_s=time.monotonic() - traffic.started_at,
+    )
+
+
+@router.get("/health", response_model=Health, summary="Liveness and the current policy version")
+def health(
+    service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
+) -> Health:
+    return Health(
+        status="ok",
+        weights_seq_no=service.current_state().weights_seq_no,
+        uptime_s=time.monotonic() - traffic.started_at,
+    )
+
+
+@router.get("/metrics", response_model=Metrics, summary="Training progress, learner stats and traffic")
+def metrics(
+    service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
+) -> Metrics:
+    return collect_metrics(service, traffic)
+
+
+@metrics_router.get(
+    "/metrics",
+    response_class=Response,
+    summary="The same metrics in Prometheus text format",
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus exposition format."}},
+)
+def prometheus_metrics(
+    service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
+) -> Response:
+    return Response(render_prometheus(collect_metrics(service, traffic)), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/clients", response_model=list[Client], summary="Connected simulators")
+def clients(service: TrainingService = Depends(get_service)) -> list[Client]:
+    return [Client.model_validate(client, from_attributes=True) for client in service.clients]
+
+
+def current_config(settings: Settings, service: TrainingService) -> GatewayConfig:
+    return GatewayConfig(
+        **settings.model_dump(include=set(GatewayConfig.model_fields) - {"onnx_output_names", "ppo"}),
+        onnx_output_names=service.onnx_output_names,
+        ppo=service.ppo_config,
+    )
+
+
+@router.get("/config", response_model=GatewayConfig, summary="The current gateway and training configuration")
+def get_config(
+    settings: Settings = Depends(get_settings), service: TrainingService = Depends(get_service)
+) -> GatewayConfig:
+    return current_config(settings, service)
+
+
+@router.patch(
+    "/config",
+    response_model=GatewayConfig,
+    summary="Change PPO hyperparameters while training",
+    description="Takes effect from the next training step. Invalid values are refused with 422.",
+)
+def patch_config(
+    patch: ConfigPatch,
+    settings: Settings = Depends(get_settings),
+    service: TrainingService = Depends(get_service),
+) -> GatewayConfig:
+    changes = patch.ppo.model_dump(exclude_unset=True)
+    try:
+        service.update_ppo_config(changes)
+    except ValueError as exc:
+        raise HTTPException(status_code=422, detail=str(exc)) from None
+    return current_config(settings, service)
+
+
+@router.get(
+    "/model.onnx",
+    response_class=Response,
+    summary="The policy as a plain ONNX file",
+    description=(
+        "The current policy, or the kept version given by `?version=`. `ETag` is the weights version; "
+        "send it back in `If-None-Match` to get 304 when nothing changed."
+    ),
+    responses={
+        200: {"content": {ONNX_MEDIA_TYPE: {}}, "description": "The ONNX model."},
+        304: {"description": "The client's copy (If-None-Match) is current."},
+        404: {"description": "That version is not kept."},
+    },
+)
+def model_onnx(
+    version: int | None = Query(None, ge=0, description="A kept older version; default the current one."),
+    if_none_match: str | None = Header(None),
+    service: TrainingService = Depends(get_service),
+) -> Response:
+    state = service.current_state() if version is None else service.kept_state(version)
+    if state is None:
+        kept = ", ".join(str(v) for v in service.kept_versions)
+        raise HTTPException(status_code=404, detail=f"version {version} is not kept; kept versions: {kept}")
+    etag = f'"{state.weights_seq_no}"'
+    headers = {"ETag": etag, "X-Weights-Seq-No": str(state.weights_seq_no), "Cache-Control": "no-cache"}
+    if if_none_match is not None and etag in {tag.strip() for tag in if_none_match.split(",")}:
+        return Response(status_code=304, headers=headers)
+    headers["Content-Disposition"] = f'attachment; filename="policy-v{state.weights_seq_no}.onnx"'
+    return Response(state.onnx_bytes, media_type=ONNX_MEDIA_TYPE, headers=headers)

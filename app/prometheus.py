@@ -1,0 +1,69 @@
+"""The `/metrics` page: a `Metrics` snapshot in Prometheus text format (prometheus-client)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from app.rest_models import Metrics
+
+PREFIX = "rllink_"
+
+# (field of Metrics, Prometheus type, help); counters get `_total` appended by the library.
+SCALARS = [
+    ("weights_seq_no", "gauge", "Version of the current policy."),
+    ("num_training_steps", "counter", "Training steps done."),
+    ("num_env_steps_sampled_lifetime", "counter", "Env steps received from clients."),
+    ("num_env_steps_trained_lifetime", "counter", "Env steps trained on."),
+    ("num_episodes_lifetime", "counter", "Whole episodes received."),
+    ("episode_return_mean", "gauge", "Mean return of the recent whole episodes."),
+    ("episode_return_min", "gauge", "Lowest return of the recent whole episodes."),
+    ("episode_return_max", "gauge", "Highest return of the recent whole episodes."),
+    ("episode_len_mean", "gauge", "Mean length of the recent whole episodes."),
+    ("env_steps_per_s", "gauge", "Env steps received per second."),
+    ("pending_env_steps", "gauge", "Env steps waiting for the next training step."),
+    ("last_training_step_s", "gauge", "Wall seconds of the latest training step."),
+    ("bytes_received", "counter", "Bytes received on RLlink connections."),
+    ("bytes_sent", "counter", "Bytes sent on RLlink connections."),
+    ("uptime_s", "gauge", "Seconds since the gateway started."),
+]
+
+# (field of Metrics holding a dict, label name, Prometheus type, help)
+LABELLED = [
+    ("clients", "transport", "gauge", "Connected clients."),
+    ("connections_total", "transport", "counter", "Connections accepted."),
+    ("frames_received", "type", "counter", "Valid requests received."),
+    ("errors", "code", "counter", "ERROR frames sent."),
+    ("dropped_env_steps", "reason", "counter", "Env steps not trained on."),
+]
+
+FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        for name, kind, help_text in SCALARS:
+            value = getattr(self.metrics, name)
+            if value is not None:
+                yield FAMILIES[kind](PREFIX + name.removesuffix("_total"), help_text, value=value)
+        for name, label, kind, help_text in LABELLED:
+            family = FAMILIES[kind](PREFIX + name.removesuffix("_total"), help_text, labels=[label])
+            for key, value in sorted(getattr(self.metrics, name).items()):
+                family.add_metric([key], value)
+            yield family
+        learner = GaugeMetricFamily(PREFIX + "learner_stat", "Latest PPO update statistics.", labels=["stat"])
+        for key, value in self.metrics.learner.model_dump(exclude_none=True).items():
+            learner.add_metric([key], value)
+        yield learner
+
+
+def render_prometheus(metrics: Metrics) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_SnapshotCollector(metrics))
+    return generate_latest(registry)

@@ -1,0 +1,110 @@
+"""Response and request bodies of the REST API, so the OpenAPI docs are exact."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.config import PPOConfig
+from app.spaces import BoxSpace, Space
+
+
+class Health(BaseModel):
+    status: str = Field(description="`ok` while the gateway serves.")
+    weights_seq_no: int
+    uptime_s: float
+
+
+class LearnerStats(BaseModel):
+    """The latest PPO update's statistics (absent before the first training step)."""
+
+    policy_loss: float | None = None
+    vf_loss: float | None = None
+    entropy: float | None = None
+    approx_kl: float | None = None
+    clip_frac: float | None = None
+    explained_var: float | None = None
+
+
+class Metrics(BaseModel):
+    """Training progress and traffic; names follow RLlib's where RLlib has one."""
+
+    weights_seq_no: int
+    num_training_steps: int
+    num_env_steps_sampled_lifetime: int
+    num_env_steps_trained_lifetime: int
+    num_episodes_lifetime: int
+    episodes_in_window: int = Field(description="Whole episodes the episode_* statistics cover (the most recent).")
+    episode_return_mean: float | None
+    episode_return_min: float | None
+    episode_return_max: float | None
+    episode_len_mean: float | None
+    episode_len_min: float | None
+    episode_len_max: float | None
+    learner: LearnerStats
+    last_training_step_s: float | None = Field(description="Wall time of the latest training step.")
+    env_steps_per_s: float = Field(description="Env steps received per second, over the last few seconds.")
+    pending_env_steps: int = Field(description="Env steps waiting for the next training step.")
+    training_in_progress: bool
+    dropped_env_steps: dict[str, int] = Field(description="Env steps not trained on, by reason.")
+    clients: dict[str, int] = Field(description="Connected clients per transport (`tcp`, `ws`).")
+    connections_total: dict[str, int] = Field(description="Connections accepted since start, per transport.")
+    frames_received: dict[str, int] = Field(description="Valid requests received, by message type.")
+    errors: dict[str, int] = Field(description="ERROR frames sent, by code.")
+    bytes_received: int
+    bytes_sent: int
+    uptime_s: float
+
+
+class Client(BaseModel):
+    """One connected simulator."""
+
+    id: int
+    transport: str
+    peer: str
+    connected_at: float = Field(description="Unix time of the connection.")
+    env_steps_sent: int
+    waiting: bool = Field(description="Waiting for SET_STATE after EPISODES_AND_GET_STATE.")
+    last_weights_seq_no_sent: int | None
+
+
+class GatewayConfig(BaseModel):
+    """The gateway's current configuration (secrets are never shown)."""
+
+    observation_space: BoxSpace
+    action_space: Space
+    env_steps_per_sample: int
+    force_on_policy: bool
+    onnx_input_name: str
+    onnx_output_names: list[str]
+    train_batch_size: int
+    barrier_timeout_s: float
+    max_policy_lag: int
+    ppo: PPOConfig
+    max_frame_bytes: int
+    tcp_enabled: bool
+    checkpoint_dir: str
+
+
+class PPOConfigPatch(BaseModel):
+    """PPO hyperparameters that are safe to change while training; omit what stays."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float | None = Field(None, gt=0, le=1)
+    ent_coef: float | None = Field(None, ge=0, le=1)
+    clip_coef: float | None = Field(None, gt=0, le=1)
+    vf_coef: float | None = Field(None, ge=0, le=10)
+    max_grad_norm: float | None = Field(None, gt=0)
+    update_epochs: int | None = Field(None, ge=1, le=100)
+    minibatch_size: int | None = Field(None, ge=1)
+    gamma: float | None = Field(None, gt=0, le=1)
+    gae_lambda: float | None = Field(None, ge=0, le=1)
+    target_kl: float | None = Field(None, gt=0)
+
+
+class ConfigPatch(BaseModel):
+    """Body of `PATCH /api/config`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ppo: PPOConfigPatch
