@@ -243,7 +243,7 @@ class Session:
         try:
             data, encoding = decode_body(body)
             message_type = data.get("type")
-            if message_type not in REQUEST_TYPES:
+            if not isinstance(message_type, str) or message_type not in REQUEST_TYPES:
                 raise self._unknown_type(message_type)
             try:
                 request = request_adapter.validate_python(data, context=self._context)

@@ -49,12 +49,21 @@ def _as_array(value: Any, dtype: type, what: str) -> np.ndarray:
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
     else:
         try:
-            array = np.asarray(value, dtype=dtype)
+            array = np.asarray(value)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{what} must be a rectangular list of numbers ({exc})") from None
+        if array.dtype.kind not in "iuf" and array.size:  # strings, bools, nulls, objects
+            raise ValueError(f"{what} must be a rectangular list of numbers (found {_kind_name(array)})")
+        array = array.astype(dtype, copy=False)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise ValueError(f"{what} must be finite (found NaN or Infinity)")
     return array
+
+
+def _kind_name(array: np.ndarray) -> str:
+    if array.dtype.kind == "O":
+        return "null or a nested object"
+    return {"U": "strings", "b": "booleans"}.get(array.dtype.kind, str(array.dtype))
 
 
 class _Message(BaseModel):
