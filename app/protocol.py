@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -21,6 +22,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, Error, Request, SpacesContext, request_adapter
+
+log = logging.getLogger("app.protocol")
 
 HEADER_SIZE = 8
 MAX_BODY_SIZE = 10**HEADER_SIZE - 1
@@ -251,6 +254,10 @@ class Session:
                 raise _describe_validation_error(message_type, exc) from None
         except ProtocolError as exc:
             return FrameRejected(exc, encoding)
+        except Exception as exc:  # a bug of ours must cost the client one reply, not its connection
+            log.exception("failed to parse a frame")
+            error = ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to read this frame ({type(exc).__name__})")
+            return FrameRejected(error, encoding)
         return RequestReceived(request, encoding)
 
     @staticmethod
@@ -258,7 +265,7 @@ class Session:
         expected = sorted(REQUEST_TYPES)
         if message_type is None:
             text = "message has no 'type' field"
-        elif message_type in RESPONSE_TYPES:
+        elif isinstance(message_type, str) and message_type in RESPONSE_TYPES:
             text = f"{message_type} is a server message; clients send one of {', '.join(expected)}"
         else:
             text = f"unknown message type {message_type!r}; expected one of {', '.join(expected)}"
