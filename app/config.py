@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, BoxSpace, Space
@@ -75,6 +75,33 @@ class Settings(BaseSettings):
 
     # Limits.
     max_frame_bytes: int = Field(8 * MiB, ge=64, le=99_999_999, description="Largest frame body accepted.")
+    max_connections: int = Field(3000, ge=1, description="Open RLlink connections, both transports together.")
+    max_tcp_connections: int = Field(1000, ge=1, description="Open connections on the TCP bridge.")
+    max_ws_connections: int = Field(2000, ge=1, description="Open RLlink WebSocket connections.")
+    max_episodes_per_message: int = Field(10_000, ge=1, description="Episode chunks in one message.")
+    max_steps_per_message: int = Field(1_000_000, ge=1, description="Env steps in one message.")
+    idle_timeout_s: float = Field(600.0, gt=0, description="Close a connection that sends nothing and awaits nothing this long.")
+    frame_timeout_s: float = Field(30.0, gt=0, description="Close a connection that takes longer to finish a started frame.")
+
+    # Security: all off by default (the gateway binds to 127.0.0.1).
+    auth_token: SecretStr | None = Field(
+        None, description="Shared secret clients must present; unset means no auth. Never shown or logged."
+    )
+    tls_certfile: Path | None = Field(None, description="PEM certificate: serve HTTPS/WSS and TLS on the TCP bridge.")
+    tls_keyfile: Path | None = Field(None, description="PEM private key of tls_certfile.")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="Browser origins allowed to call the REST API (CORS); empty: same origin only."
+    )
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile must be set together")
+        return self
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_certfile is not None
 
     @property
     def tcp_bind_host(self) -> str:

@@ -1,7 +1,8 @@
 """One client connection, whatever its transport: protocol session + training service.
 
-A transport adapter (TCP bridge, WebSocket route) calls `data_received` with what it
-reads and supplies `send`/`close` callables; this class answers requests strictly in
+A transport adapter (TCP bridge, WebSocket route) calls `serve` with three callables,
+`receive`, `send` and `close`; everything else happens here, identically for both:
+admission (connection limits), auth, timeouts, and answering requests strictly in
 the order they arrived. Reading and answering run apart, so a client that waits for
 `SET_STATE` is still seen when it disconnects, and one slow client blocks nobody else.
 """
@@ -13,8 +14,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from app.auth import token_matches, unauthorized
 from app.config import Settings
-from app.protocol import ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session
+from app.protocol import Encoding, ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
 from app.schemas import (
     Episodes,
     EpisodesAndGetState,
@@ -48,17 +50,26 @@ class Connection(Generic[Tag]):
         *,
         settings: Settings,
         service: TrainingService,
+        traffic: TrafficStats,
         transport: str,
         peer: str,
-        traffic: TrafficStats,
         send: Callable[[bytes, Tag], Awaitable[None]],
+        authenticated: bool,
     ) -> None:
         self._settings = settings
         self._service = service
         self._traffic = traffic
         self._send = send
-        self._session = Session(spaces_context(settings), settings.max_frame_bytes)
+        self._session = Session(
+            spaces_context(settings),
+            settings.max_frame_bytes,
+            settings.max_episodes_per_message,
+            settings.max_steps_per_message,
+        )
         self._queue: asyncio.Queue[tuple[Event, Tag] | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
+        self._rejected = False  # a fatal error is queued: read nothing more
+        self._busy = False  # the responder is working on a request (e.g. waiting for SET_STATE)
+        self.authenticated = authenticated
         self.client = service.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
         traffic.connections_total[transport] += 1
@@ -68,13 +79,27 @@ class Connection(Generic[Tag]):
     @property
     def closing(self) -> bool:
         """True once the connection must stop reading (fatal error or responder gone)."""
-        return self._session.closed or self._responder.done()
+        return self._rejected or self._session.closed or self._responder.done()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing half-received, queued or being answered."""
+        return not self._busy and self._queue.empty() and self._session.buffered == 0
+
+    @property
+    def mid_frame(self) -> bool:
+        return self._session.buffered > 0
 
     async def data_received(self, data: bytes, tag: Tag) -> None:
         """Feed bytes from the client; waits while too many requests are pending."""
         self._traffic.bytes_received += len(data)
         for event in self._session.receive_data(data):
             await self._queue.put((event, tag))
+
+    async def reject(self, error: ProtocolError, tag: Tag) -> None:
+        """Queue a fatal error: it is sent after the replies already due, then we close."""
+        self._rejected = True
+        await self._queue.put((FrameRejected(error, Encoding.JSON), tag))
 
     async def finish(self) -> None:
         """Answer every request received, then stop (after a fatal error)."""
@@ -95,7 +120,7 @@ class Connection(Generic[Tag]):
             log.debug("%s: reply failed: %r", self.name, exc)
         while not self._queue.empty():
             item = self._queue.get_nowait()
-            if item is not None and isinstance(item[0], RequestReceived):
+            if item is not None and isinstance(item[0], RequestReceived) and self.authenticated:
                 if isinstance(request := item[0].request, Episodes):
                     self._service.ingest(self.client, request.episodes)
         self._service.disconnect(self.client)
@@ -104,12 +129,28 @@ class Connection(Generic[Tag]):
     async def _answer_requests(self) -> None:
         while (item := await self._queue.get()) is not None:
             event, tag = item
+            self._busy = True
+            event = self._authenticate(event)
             reply = await self._reply_to(event)
             if reply is not None:
                 self._traffic.bytes_sent += len(reply)
                 await self._send(reply, tag)
+            self._busy = False
             if isinstance(event, FrameRejected) and event.fatal:
                 return
+
+    def _authenticate(self, event: Event) -> Event:
+        """Before auth, only a PING with the right token passes; anything else is fatal."""
+        if self.authenticated:
+            return event
+        if isinstance(event, RequestReceived) and isinstance(event.request, Ping):
+            token = event.request.token
+            if token_matches(self._settings, token.get_secret_value() if token else None):
+                self.authenticated = True
+                return event
+        self._rejected = True
+        error = unauthorized("auth is on: the first message must be a PING with the gateway's token in 'token'")
+        return FrameRejected(error, event.encoding)
 
     async def _reply_to(self, event: Event) -> bytes | None:
         if isinstance(event, FrameRejected):
@@ -160,23 +201,61 @@ class Connection(Generic[Tag]):
         return SetState(onnx_file=state.onnx_gzip_b64, weights_seq_no=state.weights_seq_no)
 
 
+def admission_error(settings: Settings, service: TrainingService, transport: str) -> ProtocolError | None:
+    """Why a new connection on `transport` is refused, or None if there is room."""
+    per_transport = {"tcp": settings.max_tcp_connections, "ws": settings.max_ws_connections}[transport]
+    open_here = sum(1 for client in service.clients if client.transport == transport)
+    if open_here >= per_transport:
+        limit = f"{per_transport} {transport} connections (max_{transport}_connections)"
+    elif len(service.clients) >= settings.max_connections:
+        limit = f"{settings.max_connections} connections (max_connections)"
+    else:
+        return None
+    return ProtocolError(ErrorCode.TOO_MANY_CONNECTIONS, f"the gateway is at its limit of {limit}; retry later", fatal=True)
+
+
 async def serve(
-    connection: Connection[Tag],
+    *,
+    settings: Settings,
+    service: TrainingService,
+    traffic: TrafficStats,
+    transport: str,
+    peer: str,
     receive: Callable[[], Awaitable[tuple[bytes, Tag] | None]],
+    send: Callable[[bytes, Tag], Awaitable[None]],
     close: Callable[[], Awaitable[None]],
+    default_tag: Tag,
+    authenticated: bool,
 ) -> None:
-    """Run a connection until the client leaves or a fatal error; used by both transports.
+    """Serve one client until it leaves, idles out or hits a fatal error; both transports use it.
 
     `receive` returns the next bytes read (with their tag) or None at end of stream.
+    `authenticated` is False when the client must still present the token in a PING.
     """
+    if (error := admission_error(settings, service, transport)) is not None:
+        log.warning("%s:%s refused: %s", transport, peer, error.message)
+        traffic.errors[error.code.value] += 1
+        try:
+            await send(encode_message(error.to_message()), default_tag)
+        finally:
+            await close()
+        return
+
+    connection: Connection[Tag] = Connection(
+        settings=settings, service=service, traffic=traffic, transport=transport, peer=peer,
+        send=send, authenticated=authenticated,
+    )
     reason = "closed by client"
     try:
         while not connection.closing:
-            received = await receive()
+            received = await _receive_within_limits(connection, receive, settings)
+            if isinstance(received, ProtocolError):
+                await connection.reject(received, default_tag)
+                break
             if received is None:
                 break
             await connection.data_received(*received)
-        else:
+        if connection.closing:
             reason = "protocol error"
             await connection.finish()  # the ERROR frame goes out before the socket closes
     except (ConnectionError, asyncio.IncompleteReadError) as exc:
@@ -184,3 +263,31 @@ async def serve(
     finally:
         await connection.close(reason)
         await close()
+
+
+async def _receive_within_limits(
+    connection: Connection[Tag],
+    receive: Callable[[], Awaitable[tuple[bytes, Tag] | None]],
+    settings: Settings,
+) -> tuple[bytes, Tag] | None | ProtocolError:
+    """The next read, or the timeout error that ends the connection.
+
+    A started frame must finish within `frame_timeout_s`; between frames, a client may
+    stay silent for `idle_timeout_s`, or as long as it likes while it awaits a reply.
+    """
+    while True:
+        mid_frame = connection.mid_frame
+        timeout = settings.frame_timeout_s if mid_frame else settings.idle_timeout_s
+        try:
+            return await asyncio.wait_for(receive(), timeout)
+        except TimeoutError:
+            if mid_frame:
+                return ProtocolError(
+                    ErrorCode.FRAME_TIMEOUT,
+                    f"a frame was started but not finished within {settings.frame_timeout_s:g} s",
+                    fatal=True,
+                )
+            if connection.idle:
+                return ProtocolError(
+                    ErrorCode.IDLE_TIMEOUT, f"nothing received for {settings.idle_timeout_s:g} s", fatal=True
+                )

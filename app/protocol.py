@@ -21,7 +21,7 @@ import msgpack
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, Error, Request, SpacesContext, request_adapter
+from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, Episodes, Error, Request, SpacesContext, request_adapter
 
 log = logging.getLogger("app.protocol")
 
@@ -37,8 +37,13 @@ class ErrorCode(str, enum.Enum):
     BAD_JSON = "bad_json"  # the body is not a JSON object
     BAD_MSGPACK = "bad_msgpack"  # the body looks like msgpack but does not decode to a map
     UNKNOWN_TYPE = "unknown_type"  # missing `type`, or not a request type
-    INVALID_MESSAGE = "invalid_message"  # a known request whose fields are wrong
+    INVALID_MESSAGE = "invalid_message"  # a known request whose fields are wrong, or over a limit
     INTERNAL_ERROR = "internal_error"  # the gateway failed; the request was not processed
+    # Raised by the connection layer, not the session; all fatal.
+    UNAUTHORIZED = "unauthorized"  # auth is on and the client did not present the token
+    TOO_MANY_CONNECTIONS = "too_many_connections"  # a connection limit is reached
+    FRAME_TIMEOUT = "frame_timeout"  # a started frame was not finished within frame_timeout_s
+    IDLE_TIMEOUT = "idle_timeout"  # nothing sent nor awaited for idle_timeout_s
 
 
 class Encoding(enum.Enum):
@@ -217,9 +222,17 @@ def _describe_validation_error(message_type: str, exc: ValidationError) -> Proto
 class Session:
     """One connection's protocol state: bytes in -> events; replies -> bytes."""
 
-    def __init__(self, spaces: SpacesContext, max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        spaces: SpacesContext,
+        max_frame_bytes: int,
+        max_episodes_per_message: int | None = None,
+        max_steps_per_message: int | None = None,
+    ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
         self._context = {"spaces": spaces}
+        self._max_episodes = max_episodes_per_message
+        self._max_steps = max_steps_per_message
         self.closed = False  # set after a fatal error: further bytes are ignored
 
     @property
@@ -252,6 +265,8 @@ class Session:
                 request = request_adapter.validate_python(data, context=self._context)
             except ValidationError as exc:
                 raise _describe_validation_error(message_type, exc) from None
+            if isinstance(request, Episodes):
+                self._check_size(request)
         except ProtocolError as exc:
             return FrameRejected(exc, encoding)
         except Exception as exc:  # a bug of ours must cost the client one reply, not its connection
@@ -259,6 +274,20 @@ class Session:
             error = ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to read this frame ({type(exc).__name__})")
             return FrameRejected(error, encoding)
         return RequestReceived(request, encoding)
+
+    def _check_size(self, request: Episodes) -> None:
+        if self._max_episodes is not None and len(request.episodes) > self._max_episodes:
+            raise ProtocolError(
+                ErrorCode.INVALID_MESSAGE,
+                f"{request.type} holds {len(request.episodes)} episode chunks; "
+                f"the limit is {self._max_episodes} (max_episodes_per_message)",
+            )
+        if self._max_steps is not None and request.num_steps > self._max_steps:
+            raise ProtocolError(
+                ErrorCode.INVALID_MESSAGE,
+                f"{request.type} holds {request.num_steps} env steps; "
+                f"the limit is {self._max_steps} (max_steps_per_message)",
+            )
 
     @staticmethod
     def _unknown_type(message_type: Any) -> ProtocolError:

@@ -8,7 +8,9 @@ Validated chunks hold numpy arrays, ready for the learner.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+from itertools import chain
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
@@ -17,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     TypeAdapter,
     ValidationInfo,
     field_validator,
@@ -41,9 +44,48 @@ def _spaces(info: ValidationInfo) -> SpacesContext | None:
     return context.get("spaces")
 
 
-def _as_array(value: Any, dtype: type, what: str) -> np.ndarray:
-    """Turn nested lists into a numpy array, or explain why they are not numbers."""
-    if isinstance(value, np.ndarray):
+_STRUCT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d", np.dtype(np.int64): "q"}
+_PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
+
+
+def _pack_list(value: list, dtype: type, row_size: int | None = None) -> np.ndarray | None:
+    """The hot path of `_as_array` for what decoded JSON/msgpack holds: a list of numbers,
+    or (with `row_size`) a list of equal rows of `row_size` numbers.
+
+    `struct` writes the Python numbers straight into the array's memory, about 3x faster
+    than `np.asarray`'s nested-sequence discovery, and casts as C does, like numpy (a
+    float beyond float32's range becomes inf, which the finiteness check then refuses).
+    Returns None when the fast path does not apply (an empty list, ragged or nested rows,
+    strings, None, out-of-range ints, floats for ints): the caller then takes numpy's
+    general path, whose result or error message is the reference.
+    """
+    rows = len(value)
+    if not rows:
+        return None
+    code = _STRUCT_CODES[np.dtype(dtype)]
+    try:
+        if row_size is None:
+            array = np.empty(rows, dtype)
+            struct.pack_into(f"{rows}{code}", array, 0, *value)
+        else:
+            if list(map(len, value)) != [row_size] * rows:
+                return None
+            array = np.empty((rows, row_size), dtype)
+            struct.pack_into(f"{rows * row_size}{code}", array, 0, *chain.from_iterable(value))
+    except _PACK_ERRORS:
+        return None
+    return array
+
+
+def _as_array(value: Any, dtype: type, what: str, row_size: int | None = None) -> np.ndarray:
+    """Turn nested lists into a numpy array, or explain why they are not numbers.
+
+    `row_size` announces rows of that many numbers, for the fast path only: the result
+    is the same with or without it (the caller checks the shape).
+    """
+    if type(value) is list and (array := _pack_list(value, dtype, row_size)) is not None:
+        pass
+    elif isinstance(value, np.ndarray):
         array = value.astype(dtype, copy=False)
     elif not isinstance(value, (list, tuple)):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
@@ -102,8 +144,9 @@ class EpisodeChunk(_Message):
     @field_validator("obs", mode="before")
     @classmethod
     def _obs(cls, value: Any, info: ValidationInfo) -> np.ndarray:
-        array = _as_array(value, np.float32, "obs")
         spaces = _spaces(info)
+        shape = spaces.observation_space.shape if spaces is not None else ()
+        array = _as_array(value, np.float32, "obs", shape[0] if len(shape) == 1 else None)
         if spaces is not None and array.shape[1:] != spaces.observation_space.shape:
             raise ValueError(
                 f"each observation must have shape {list(spaces.observation_space.shape)}, "
@@ -119,6 +162,10 @@ class EpisodeChunk(_Message):
         spaces = _spaces(info)
         space = spaces.action_space if spaces else None
         if isinstance(space, DiscreteSpace):
+            if type(value) is list and (ints := _pack_list(value, np.int64)) is not None:
+                if ints.min() < 0 or ints.max() >= space.n:
+                    raise ValueError(f"actions must lie in 0..{space.n - 1}")
+                return ints
             array = _as_array(value, np.float64, "actions")
             if array.ndim != 1 or not np.all(array == np.floor(array)):
                 raise ValueError("actions must be a list of integers for a Discrete action space")
@@ -171,6 +218,9 @@ class EpisodeChunk(_Message):
 
 class Ping(_Message):
     type: Literal["PING"] = "PING"
+    token: SecretStr | None = Field(
+        None, description="Gateway extension: the shared secret, in a client's first PING when auth is on."
+    )
 
 
 class GetConfig(_Message):

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 
 from app.config import Settings
-from app.connection import Connection, serve
+from app.connection import serve
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
 
@@ -37,9 +38,23 @@ class TcpBridge:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._handle, self._settings.tcp_bind_host, self._settings.tcp_port, limit=READ_SIZE
+            self._handle,
+            self._settings.tcp_bind_host,
+            self._settings.tcp_port,
+            limit=READ_SIZE,
+            ssl=self._tls_context(),
         )
-        log.info("RLlink TCP bridge listening on %s:%d", self._settings.tcp_bind_host, self.port)
+        log.info(
+            "RLlink TCP bridge listening on %s:%d%s",
+            self._settings.tcp_bind_host, self.port, " (TLS)" if self._settings.tls_enabled else "",
+        )
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if not self._settings.tls_enabled:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self._settings.tls_certfile, self._settings.tls_keyfile)
+        return context
 
     async def stop(self) -> None:
         if self._server is None:
@@ -71,14 +86,17 @@ class TcpBridge:
                 pass
 
         try:
-            connection = Connection(
+            await serve(
                 settings=self._settings,
                 service=self._service,
+                traffic=self._traffic,
                 transport="tcp",
                 peer=f"{host}:{port}",
-                traffic=self._traffic,
+                receive=receive,
                 send=send,
+                close=close,
+                default_tag=None,
+                authenticated=self._settings.auth_token is None,  # else: token in the first PING
             )
-            await serve(connection, receive, close)
         finally:
             self._handlers.discard(task)

@@ -14,7 +14,9 @@ from fastapi import APIRouter, Depends, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from app.config import Settings
-from app.connection import Connection, serve
+from app.auth import bearer_token, token_matches, unauthorized
+from app.connection import serve
+from app.protocol import ErrorCode, encode_message
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
 from app.dependencies import get_service, get_settings, get_traffic
@@ -33,10 +35,15 @@ async def rllink_websocket(
     service: TrainingService = Depends(get_service),
     traffic: TrafficStats = Depends(get_traffic),
 ) -> None:
-    """RLlink over WebSocket: text or binary messages carrying length-prefixed frames."""
+    """RLlink over WebSocket: text or binary messages carrying length-prefixed frames.
+
+    With auth on, the token comes as `Authorization: Bearer <token>`, as a `token` query
+    parameter (browsers cannot set headers), or in the first PING as on TCP.
+    """
     await websocket.accept()
     client = websocket.client
     peer = f"{client.host}:{client.port}" if client else "unknown"
+    presented = bearer_token(websocket.headers.get("authorization")) or websocket.query_params.get("token")
 
     async def send(data: bytes, opcode: Opcode) -> None:
         if opcode == "text":
@@ -65,12 +72,21 @@ async def rllink_websocket(
             except (WebSocketDisconnect, RuntimeError):  # the client left first
                 pass
 
-    connection = Connection(
+    if presented is not None and not token_matches(settings, presented):
+        # A wrong token is refused at once; no token at all may still come in a PING.
+        await send(encode_message(unauthorized("the token presented is not the gateway's").to_message()), "text")
+        traffic.errors[ErrorCode.UNAUTHORIZED.value] += 1
+        await close()
+        return
+    await serve(
         settings=settings,
         service=service,
+        traffic=traffic,
         transport="ws",
         peer=peer,
-        traffic=traffic,
+        receive=receive,
         send=send,
+        close=close,
+        default_tag="text",
+        authenticated=settings.auth_token is None or presented is not None,
     )
-    await serve(connection, receive, close)
