@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app import ws_rllink
+from app import web, ws_rllink
 from app.config import Settings
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
@@ -50,4 +50,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.include_router(ws_rllink.router)
+    app.include_router(web.router)  # dashboard, demo, vendor files (app/web.py)
     return app
