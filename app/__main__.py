@@ -12,6 +12,14 @@ from app.main import create_app
 WS_HEADER_ROOM = 1024  # a WebSocket message holds a frame header besides the body
 
 
+def uvicorn_options(settings: Settings) -> dict:
+    """What uvicorn must know of the settings besides where to listen."""
+    options = {"ws_max_size": settings.max_frame_bytes + WS_HEADER_ROOM}
+    if settings.tls_enabled:
+        options.update(ssl_certfile=str(settings.tls_certfile), ssl_keyfile=str(settings.tls_keyfile))
+    return options
+
+
 def main() -> None:
     settings = Settings(_cli_parse_args=True)
     logging.basicConfig(
@@ -21,8 +29,8 @@ def main() -> None:
         create_app(settings),
         host=settings.host,
         port=settings.http_port,
-        ws_max_size=settings.max_frame_bytes + WS_HEADER_ROOM,
         log_level=settings.log_level.lower(),
+        **uvicorn_options(settings),
     )
 
 

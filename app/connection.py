@@ -73,13 +73,13 @@ class Connection(Generic[Tag]):
         self.client = service.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
         traffic.connections_total[transport] += 1
-        self._responder = asyncio.create_task(self._answer_requests(), name=f"responder {self.name}")
+        self.responder = asyncio.create_task(self._answer_requests(), name=f"responder {self.name}")
         log.info("%s connected", self.name)
 
     @property
     def closing(self) -> bool:
         """True once the connection must stop reading (fatal error or responder gone)."""
-        return self._rejected or self._session.closed or self._responder.done()
+        return self._rejected or self._session.closed or self.responder.done()
 
     @property
     def idle(self) -> bool:
@@ -103,9 +103,9 @@ class Connection(Generic[Tag]):
 
     async def finish(self) -> None:
         """Answer every request received, then stop (after a fatal error)."""
-        if not self._responder.done():
+        if not self.responder.done():
             await self._queue.put(None)
-        await asyncio.wait([self._responder])
+        await asyncio.wait([self.responder])
 
     async def close(self, reason: str) -> None:
         """The client is gone or done: stop answering, keep the experience it sent.
@@ -114,9 +114,9 @@ class Connection(Generic[Tag]):
         received is lost); a pending `SET_STATE` wait is cancelled, which the training
         service treats as the client leaving.
         """
-        self._responder.cancel()
-        await asyncio.wait([self._responder])
-        if not self._responder.cancelled() and (exc := self._responder.exception()) is not None:
+        self.responder.cancel()
+        await asyncio.wait([self.responder])
+        if not self.responder.cancelled() and (exc := self.responder.exception()) is not None:
             log.debug("%s: reply failed: %r", self.name, exc)
         while not self._queue.empty():
             item = self._queue.get_nowait()
@@ -270,7 +270,8 @@ async def _receive_within_limits(
     receive: Callable[[], Awaitable[tuple[bytes, Tag] | None]],
     settings: Settings,
 ) -> tuple[bytes, Tag] | None | ProtocolError:
-    """The next read, or the timeout error that ends the connection.
+    """The next read; None at end of stream or once the connection must close; or the
+    timeout error that ends the connection.
 
     A started frame must finish within `frame_timeout_s`; between frames, a client may
     stay silent for `idle_timeout_s`, or as long as it likes while it awaits a reply.
@@ -278,16 +279,21 @@ async def _receive_within_limits(
     while True:
         mid_frame = connection.mid_frame
         timeout = settings.frame_timeout_s if mid_frame else settings.idle_timeout_s
-        try:
-            return await asyncio.wait_for(receive(), timeout)
-        except TimeoutError:
-            if mid_frame:
-                return ProtocolError(
-                    ErrorCode.FRAME_TIMEOUT,
-                    f"a frame was started but not finished within {settings.frame_timeout_s:g} s",
-                    fatal=True,
-                )
-            if connection.idle:
-                return ProtocolError(
-                    ErrorCode.IDLE_TIMEOUT, f"nothing received for {settings.idle_timeout_s:g} s", fatal=True
-                )
+        read = asyncio.ensure_future(receive())
+        await asyncio.wait({read, connection.responder}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        if read.done():
+            return read.result()
+        read.cancel()
+        await asyncio.wait([read])
+        if connection.closing:  # the responder sent a fatal error (e.g. unauthorized)
+            return None
+        if mid_frame:
+            return ProtocolError(
+                ErrorCode.FRAME_TIMEOUT,
+                f"a frame was started but not finished within {settings.frame_timeout_s:g} s",
+                fatal=True,
+            )
+        if connection.idle:
+            return ProtocolError(
+                ErrorCode.IDLE_TIMEOUT, f"nothing received for {settings.idle_timeout_s:g} s", fatal=True
+            )

@@ -13,7 +13,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from app.__main__ import WS_HEADER_ROOM
+from app.__main__ import uvicorn_options
 from app.clients.rllink_client import RLlinkClient
 from app.config import Settings
 from app.main import create_app
@@ -43,9 +43,9 @@ def running_gateway(settings: Settings) -> Iterator[RunningGateway]:
         app,
         host=settings.host,
         port=settings.http_port,
-        ws_max_size=settings.max_frame_bytes + WS_HEADER_ROOM,
         log_level="warning",
         lifespan="on",
+        **uvicorn_options(settings),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="gateway", daemon=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 from contextlib import ExitStack
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ class RLlinkClient:
         encoding: Encoding = Encoding.JSON,
         binary: bool = False,
         timeout: float = 60.0,
+        tls_cafile: str | None = None,
     ) -> None:
         self.transport = transport
         self.encoding = encoding
@@ -42,12 +44,15 @@ class RLlinkClient:
         self._sock: socket.socket | None = None
         self._ws: ClientConnection | None = None
         self._exit_stack = ExitStack()
+        # TLS when given the CA (or self-signed certificate) that signed the gateway's certificate.
+        tls = ssl.create_default_context(cafile=tls_cafile) if tls_cafile else None
         if transport == "tcp":
-            self._sock = socket.create_connection((host, port or 5555), timeout=timeout)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = socket.create_connection((host, port or 5555), timeout=timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sock = tls.wrap_socket(sock, server_hostname=host) if tls else sock
         elif transport == "ws":
-            url = f"ws://{host}:{port or 8000}{path}"
-            self._ws = self._exit_stack.enter_context(connect(url, open_timeout=timeout, max_size=None))
+            url = f"{'wss' if tls else 'ws'}://{host}:{port or 8000}{path}"
+            self._ws = self._exit_stack.enter_context(connect(url, open_timeout=timeout, max_size=None, ssl=tls))
             self._timeout = timeout
         else:
             raise ValueError(f"transport must be 'tcp' or 'ws', got {transport!r}")
