@@ -1,0 +1,267 @@
+/**
+ * cartpole.js — the CartPole demo page: simulate, act, and train through the gateway.
+ *
+ * Reads URL options (see cartpole.html), runs the RLlink loop from rllink.js with a
+ * Sampler over CartPole and the OnnxPolicy from each SET_STATE, draws the cart, and
+ * charts the episode returns.
+ *
+ * For tests and scripts the page reports in the DOM:
+ *   #status  (always)        JSON: phase, weights_seq_no, env_steps, episodes,
+ *                            first_mean_return, recent_mean_return, best_return, seconds, ...
+ *   #result  (once, at end)  JSON: the final status plus `reason` ('target', 'max_env_steps',
+ *                            'max_seconds', 'stopped') and `reached_target`
+ *   #error   (once, on failure) the error's message
+ */
+
+import { Sampler } from './sampler.js';
+import { CartPole } from './cartpole_env.js';
+import { drawCartPole } from './cartpole_view.js';
+import { LineChart, loadUPlot } from './charts.js';
+import { formatNumber, renderStats } from './format.js';
+import { OnnxPolicy, loadOrt } from './onnx_policy.js';
+import { createRandom } from './random.js';
+import { RLlinkClient, decodeOnnxFile, defaultUrl, runTrainingLoop } from './rllink.js';
+
+const STEP_SECONDS = 0.02; // CartPole's tau: real time is 50 steps per second
+const YIELD_EVERY_STEPS = 100; // let the page draw while training at full speed
+
+function readOptions(search) {
+  const params = new URLSearchParams(search);
+  const number = (name, fallback) => (params.get(name) ? Number(params.get(name)) : fallback);
+  return {
+    url: params.get('url') || defaultUrl(),
+    seed: number('seed', undefined),
+    target: number('target', 450), // mean return of the last `window` episodes that ends the run
+    window: number('window', 20),
+    maxEnvSteps: number('max_env_steps', Infinity),
+    maxSeconds: number('max_seconds', Infinity),
+    realtime: params.get('realtime') === '1',
+  };
+}
+
+const mean = (values) => (values.length ? values.reduce((a, b) => a + b, 0) / values.length : null);
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Everything the page knows about the run, as shown in #status. */
+class Progress {
+  constructor(options) {
+    this.options = options;
+    this.startedAt = performance.now();
+    this.returns = []; // every finished episode's return, in order
+    this.status = {
+      phase: 'starting',
+      url: options.url,
+      target: options.target,
+      window: options.window,
+      weights_seq_no: null,
+      env_steps_per_sample: null,
+      env_steps: 0,
+      episodes: 0,
+      first_mean_return: null, // of the first `window` episodes
+      recent_mean_return: null, // of the last `window` episodes
+      best_return: null,
+      seconds: 0,
+    };
+  }
+
+  episodeEnded(episodeReturn) {
+    const { status, options } = this;
+    this.returns.push(episodeReturn);
+    status.episodes = this.returns.length;
+    status.best_return = Math.max(status.best_return ?? -Infinity, episodeReturn);
+    status.recent_mean_return = mean(this.returns.slice(-options.window));
+    if (this.returns.length === options.window) status.first_mean_return = status.recent_mean_return;
+  }
+
+  /** Why the run should end now, or null. */
+  finishReason() {
+    const { status, options } = this;
+    if (this.returns.length >= options.window && status.recent_mean_return >= options.target) return 'target';
+    if (status.env_steps >= options.maxEnvSteps) return 'max_env_steps';
+    if (status.seconds >= options.maxSeconds) return 'max_seconds';
+    return null;
+  }
+
+  tick() {
+    this.status.seconds = Math.round(performance.now() - this.startedAt) / 1000;
+  }
+}
+
+class DemoPage {
+  constructor(options) {
+    this.options = options;
+    this.progress = new Progress(options);
+    this.random = createRandom(options.seed);
+    this.env = new CartPole(this.random);
+    this.policy = null;
+    this.chart = null;
+    this.stopper = new AbortController();
+    this.stopReason = null;
+    this.stepsSinceYield = 0;
+    this.el = Object.fromEntries(
+      ['banner', 'status', 'stats', 'cart', 'returns-chart', 'realtime', 'stop'].map((id) => [id, document.getElementById(id)]),
+    );
+    this.el.realtime.checked = options.realtime;
+    this.el.stop.addEventListener('click', () => this.stop('stopped'));
+  }
+
+  async run() {
+    try {
+      this.showBanner('info', 'Loading onnxruntime-web…');
+      await loadOrt();
+      await this.loadChart();
+      this.setPhase('connecting');
+      const client = await RLlinkClient.connect(this.options.url);
+      this.client = client;
+      this.setPhase('training');
+      this.showBanner('info', `Connected to ${this.options.url}`);
+      this.drawLoop();
+      const sampler = new Sampler(this.env, {
+        onStep: () => this.pace(),
+        onEpisodeEnd: ({ episodeReturn }) => this.episodeEnded(episodeReturn),
+      });
+      await runTrainingLoop(client, {
+        signal: this.stopper.signal,
+        onState: (state, config) => this.loadPolicy(state, config),
+        collect: async (numSteps) => {
+          const chunks = await sampler.collect(this.policy, numSteps);
+          this.progress.status.env_steps += numSteps;
+          return chunks;
+        },
+      });
+      client.close();
+      this.finish();
+    } catch (error) {
+      this.fail(error);
+    }
+  }
+
+  async loadChart() {
+    try {
+      const uPlot = await loadUPlot();
+      this.chart = new LineChart(uPlot, this.el['returns-chart'], {
+        title: 'Episode return',
+        xLabel: 'episode',
+        series: ['return', `mean of last ${this.options.window}`],
+        height: 240,
+      });
+    } catch (error) {
+      this.el['returns-chart'].textContent = error.message; // the demo trains without its chart
+    }
+  }
+
+  async loadPolicy(state, config) {
+    const onnxBytes = await decodeOnnxFile(state.onnx_file);
+    const policy = await OnnxPolicy.create(onnxBytes, {
+      inputName: config.onnx_input_name ?? 'onnx::Gemm_0', // RLlib's name when the config gives none
+      actionSpace: config.action_space ?? { type: 'discrete' },
+      weightsSeqNo: state.weights_seq_no,
+      random: this.random,
+    });
+    this.policy?.release();
+    this.policy = policy;
+    const { status } = this.progress;
+    status.weights_seq_no = state.weights_seq_no;
+    status.env_steps_per_sample = config.env_steps_per_sample;
+    this.progress.tick();
+    console.log(
+      `weights_seq_no ${state.weights_seq_no}: ${status.env_steps} env steps, ${status.episodes} episodes, ` +
+        `recent mean return ${formatNumber(status.recent_mean_return, 1)}, ${status.seconds}s`,
+    );
+    this.render();
+    const reason = this.progress.finishReason();
+    if (reason) this.stop(reason);
+  }
+
+  episodeEnded(episodeReturn) {
+    this.progress.episodeEnded(episodeReturn);
+    const returns = this.progress.returns;
+    const window = this.options.window;
+    if (this.chart) {
+      const xs = returns.map((_, i) => i + 1);
+      const means = returns.map((_, i) => mean(returns.slice(Math.max(0, i + 1 - window), i + 1)));
+      this.chart.setData([xs, returns, means]);
+    }
+    this.render();
+  }
+
+  /** Between steps: wait in real-time mode; otherwise yield now and then so the page stays live. */
+  async pace() {
+    if (this.el.realtime.checked) {
+      await sleep(STEP_SECONDS * 1000);
+    } else if (++this.stepsSinceYield >= YIELD_EVERY_STEPS) {
+      this.stepsSinceYield = 0;
+      await sleep(0);
+    }
+  }
+
+  drawLoop() {
+    const frame = () => {
+      drawCartPole(this.el.cart, this.env.state);
+      if (!this.stopper.signal.aborted) requestAnimationFrame(frame);
+    };
+    requestAnimationFrame(frame);
+  }
+
+  stop(reason) {
+    if (this.stopper.signal.aborted) return;
+    this.stopReason = reason;
+    this.stopper.abort();
+  }
+
+  setPhase(phase) {
+    this.progress.status.phase = phase;
+    this.render();
+  }
+
+  render() {
+    const { status } = this.progress;
+    this.progress.tick();
+    this.el.status.textContent = JSON.stringify(status, null, 1);
+    renderStats(this.el.stats, [
+      ['weights_seq_no', formatNumber(status.weights_seq_no)],
+      ['env steps', formatNumber(status.env_steps)],
+      ['episodes', formatNumber(status.episodes)],
+      [`mean return (last ${this.options.window})`, formatNumber(status.recent_mean_return, 1)],
+      [`mean return (first ${this.options.window})`, formatNumber(status.first_mean_return, 1)],
+      ['best return', formatNumber(status.best_return)],
+      ['seconds', formatNumber(status.seconds, 1)],
+    ]);
+  }
+
+  showBanner(kind, text) {
+    this.el.banner.className = `banner ${kind}`;
+    this.el.banner.textContent = text;
+  }
+
+  /** Write #result: the run ended by a target, a bound or the Stop button. */
+  finish() {
+    const reason = this.stopReason ?? 'stopped';
+    this.setPhase('done');
+    const result = { ...this.progress.status, reason, reached_target: reason === 'target' };
+    this.showBanner('ok', `Done (${reason}): mean return ${formatNumber(result.recent_mean_return, 1)} after ${result.episodes} episodes`);
+    appendPre('result', JSON.stringify(result));
+    console.log(`result ${JSON.stringify(result)}`);
+  }
+
+  /** Write #error: the run could not go on. */
+  fail(error) {
+    this.stopper.abort();
+    this.client?.close();
+    this.setPhase('failed');
+    this.progress.status.error = error.message;
+    this.render();
+    this.showBanner('error', error.message);
+    appendPre('error', error.message);
+    console.error(error);
+  }
+}
+
+function appendPre(id, text) {
+  const pre = document.createElement('pre');
+  pre.id = id;
+  pre.textContent = text;
+  document.body.append(pre);
+}
+
+new DemoPage(readOptions(location.search)).run();

@@ -1,0 +1,65 @@
+/**
+ * charts.js — line charts for the dashboard and the demo, drawn with uPlot.
+ *
+ * uPlot comes from this gateway (/vendor/uplot/, installed by `npm ci`). Charts take
+ * columns as uPlot does: [xs, ys1, ys2, ...], with null for a missing value (a gap).
+ */
+
+export const UPLOT_BASE = '/vendor/uplot/';
+const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2'];
+let uPlotModule = null;
+
+/** Import uPlot and its stylesheet once; resolve with the uPlot constructor. */
+export function loadUPlot(base = UPLOT_BASE) {
+  uPlotModule ??= import(`${base}uPlot.esm.js`).then(
+    (module) => {
+      const link = document.createElement('link');
+      link.rel = 'stylesheet';
+      link.href = `${base}uPlot.min.css`;
+      document.head.append(link);
+      return module.default;
+    },
+    (err) => {
+      uPlotModule = null;
+      throw new Error(`uPlot could not be loaded from ${base} (${err.message}); run \`npm ci\` on the gateway`);
+    },
+  );
+  return uPlotModule;
+}
+
+/** One chart in `container`, as wide as the container, redrawn by setData. */
+export class LineChart {
+  /**
+   * @param {Function} uPlot  from loadUPlot()
+   * @param {HTMLElement} container
+   * @param {object} options  title, xLabel, series (labels of the y columns), height,
+   *                          points (draw a dot per value, for sparse series)
+   */
+  constructor(uPlot, container, { title, xLabel, series, height = 220, points = false }) {
+    const options = {
+      title,
+      width: Math.max(container.clientWidth, 200),
+      height,
+      scales: { x: { time: false } },
+      axes: [{ label: xLabel }, {}],
+      series: [
+        { label: xLabel },
+        ...series.map((label, i) => ({
+          label,
+          stroke: COLORS[i % COLORS.length],
+          width: 1.5,
+          spanGaps: true,
+          points: { show: points },
+        })),
+      ],
+    };
+    this.plot = new uPlot(options, [[], ...series.map(() => [])], container);
+    new ResizeObserver(() => this.plot.setSize({ width: Math.max(container.clientWidth, 200), height })).observe(
+      container,
+    );
+  }
+
+  setData(columns) {
+    this.plot.setData(columns);
+  }
+}

@@ -1,0 +1,75 @@
+/**
+ * sampler.js — runs a simulator with a policy and packs what happened as RLlink episode chunks.
+ *
+ * Works with any env that has reset() -> obs and step(action) -> {obs, reward,
+ * terminated, truncated}, and any policy with act(obs) -> {action, logp} and a
+ * weightsSeqNo. An episode that is still running when `numSteps` is reached goes on in
+ * the next call, as a new chunk with the same episode_id (which lets the gateway join
+ * the pieces). Each chunk records the weights_seq_no of the policy that collected it.
+ */
+
+export class Sampler {
+  /**
+   * @param {object} env
+   * @param {object} [options]
+   * @param {string} [options.idPrefix]  makes episode ids unique across pages
+   * @param {(env: object) => Promise<void>|void} [options.onStep]  after every step (render, pace)
+   * @param {(episode: {episodeReturn: number, length: number}) => void} [options.onEpisodeEnd]
+   */
+  constructor(env, { idPrefix = Math.random().toString(36).slice(2, 10), onStep = null, onEpisodeEnd = null } = {}) {
+    this.env = env;
+    this.idPrefix = idPrefix;
+    this.onStep = onStep;
+    this.onEpisodeEnd = onEpisodeEnd;
+    this.episodeCount = 0;
+    this._startEpisode();
+  }
+
+  _startEpisode() {
+    this.obs = this.env.reset();
+    this.episodeId = `${this.idPrefix}-${this.episodeCount++}`;
+    this.episodeReturn = 0;
+    this.episodeLength = 0;
+  }
+
+  _newChunk(policy) {
+    return {
+      episode_id: this.episodeId,
+      weights_seq_no: policy.weightsSeqNo,
+      obs: [this.obs],
+      actions: [],
+      rewards: [],
+      action_logp: [],
+      is_terminated: false,
+      is_truncated: false,
+    };
+  }
+
+  /** Run `numSteps` steps with `policy`; resolve with the chunks (the last may be unfinished). */
+  async collect(policy, numSteps) {
+    const chunks = [];
+    let chunk = this._newChunk(policy);
+    for (let t = 0; t < numSteps; t++) {
+      const { action, logp } = await policy.act(this.obs);
+      const { obs, reward, terminated, truncated } = this.env.step(action);
+      chunk.actions.push(action);
+      chunk.rewards.push(reward);
+      chunk.action_logp.push(logp);
+      chunk.obs.push(obs);
+      this.obs = obs;
+      this.episodeReturn += reward;
+      this.episodeLength += 1;
+      if (this.onStep) await this.onStep(this.env);
+      if (terminated || truncated) {
+        chunk.is_terminated = terminated;
+        chunk.is_truncated = truncated;
+        chunks.push(chunk);
+        this.onEpisodeEnd?.({ episodeReturn: this.episodeReturn, length: this.episodeLength });
+        this._startEpisode();
+        chunk = this._newChunk(policy);
+      }
+    }
+    if (chunk.actions.length > 0) chunks.push(chunk); // cut by numSteps: the episode goes on
+    return chunks;
+  }
+}
