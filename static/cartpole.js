@@ -17,10 +17,10 @@ import { Sampler } from './sampler.js';
 import { CartPole } from './cartpole_env.js';
 import { drawCartPole } from './cartpole_view.js';
 import { LineChart, loadUPlot } from './charts.js';
-import { formatNumber, renderStats } from './format.js';
+import { formatNumber, renderStats } from './widgets.js';
 import { OnnxPolicy, loadOrt } from './onnx_policy.js';
 import { createRandom } from './random.js';
-import { RLlinkClient, decodeOnnxFile, defaultUrl, runTrainingLoop } from './rllink.js';
+import { RLlinkClient, decodeOnnxFile, defaultUrl, runTrainingLoop, tokenFromPage } from './rllink.js';
 
 const STEP_SECONDS = 0.02; // CartPole's tau: real time is 50 steps per second
 const YIELD_EVERY_STEPS = 100; // let the page draw while training at full speed
@@ -30,6 +30,7 @@ function readOptions(search) {
   const number = (name, fallback) => (params.get(name) ? Number(params.get(name)) : fallback);
   return {
     url: params.get('url') || defaultUrl(),
+    token: tokenFromPage(), // #token=... when the gateway's auth is on
     seed: number('seed', undefined),
     target: number('target', 450), // mean return of the last `window` episodes that ends the run
     window: number('window', 20),
@@ -111,7 +112,7 @@ class DemoPage {
       await loadOrt();
       await this.loadChart();
       this.setPhase('connecting');
-      const client = await RLlinkClient.connect(this.options.url);
+      const client = await RLlinkClient.connect(this.options.url, { token: this.options.token });
       this.client = client;
       this.setPhase('training');
       this.showBanner('info', `Connected to ${this.options.url}`);

@@ -6,6 +6,7 @@
  */
 
 export const UPLOT_BASE = '/vendor/uplot/';
+const Y_AXIS_PX = 64; // room for tick labels like -0.0125 (uPlot's default of 50 cuts them)
 const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2'];
 let uPlotModule = null;
 
@@ -32,20 +33,27 @@ export class LineChart {
   /**
    * @param {Function} uPlot  from loadUPlot()
    * @param {HTMLElement} container
-   * @param {object} options  title, xLabel, series (labels of the y columns), height,
-   *                          points (draw a dot per value, for sparse series)
+   * @param {object} options  title, xLabel, height, points (a dot per value, for sparse
+   *   series), series: labels of the y columns; a label listed in `rightAxis` gets its
+   *   own scale on the right (for a series of another magnitude, e.g. vf_loss beside policy_loss)
    */
-  constructor(uPlot, container, { title, xLabel, series, height = 220, points = false }) {
+  constructor(uPlot, container, { title, xLabel, series, rightAxis = [], height = 220, points = false }) {
+    const hasRight = series.some((label) => rightAxis.includes(label));
     const options = {
       title,
       width: Math.max(container.clientWidth, 200),
       height,
       scales: { x: { time: false } },
-      axes: [{ label: xLabel }, {}],
+      axes: [
+        { label: xLabel },
+        { scale: 'y', size: Y_AXIS_PX },
+        ...(hasRight ? [{ scale: 'right', side: 1, size: Y_AXIS_PX, grid: { show: false } }] : []),
+      ],
       series: [
         { label: xLabel },
         ...series.map((label, i) => ({
-          label,
+          label: rightAxis.includes(label) ? `${label} (right)` : label,
+          scale: rightAxis.includes(label) ? 'right' : 'y',
           stroke: COLORS[i % COLORS.length],
           width: 1.5,
           spanGaps: true,

@@ -138,6 +138,14 @@ export function defaultUrl(location = globalThis.location) {
 }
 
 /**
+ * The gateway token given in the page's URL fragment (`page.html#token=...`), or null.
+ * A fragment never leaves the browser, so the token stays out of server logs.
+ */
+export function tokenFromPage(location = globalThis.location) {
+  return new URLSearchParams(location.hash.slice(1)).get('token');
+}
+
+/**
  * SET_STATE's `onnx_file` (base64 of the gzip-compressed ONNX model) as the ONNX bytes,
  * unpacked with the browser's own DecompressionStream.
  */
@@ -154,8 +162,11 @@ export class RLlinkClient {
   /**
    * Open a WebSocket to the gateway and resolve once it is open.
    * @param {string} [url]  ws(s)://host:port/rllink; defaults to the page's own gateway
+   * @param {object} [options]
+   * @param {string} [options.token]  the gateway's shared token when its auth is on; it
+   *                                  goes in the handshake's PING, not in the URL (URLs get logged)
    */
-  static connect(url = defaultUrl()) {
+  static connect(url = defaultUrl(), { token = null } = {}) {
     return new Promise((resolve, reject) => {
       const socket = new WebSocket(url);
       socket.binaryType = 'arraybuffer';
@@ -165,7 +176,7 @@ export class RLlinkClient {
         'open',
         () => {
           socket.removeEventListener('error', failed);
-          resolve(new RLlinkClient(socket));
+          resolve(new RLlinkClient(socket, { token }));
         },
         { once: true },
       );
@@ -173,12 +184,13 @@ export class RLlinkClient {
   }
 
   /** Wrap a WebSocket that is already open (use `connect` to open one). */
-  constructor(socket) {
+  constructor(socket, { token = null } = {}) {
     this.socket = socket;
+    this.token = token;
     this.closed = false;
     this.onclose = null; // optional callback(RLlinkError) when the connection ends
     this._decoder = new FrameDecoder();
-    this._pending = []; // requests awaiting replies, oldest first: {type, resolve, reject, error?}
+    this._pending = []; // requests awaiting replies, oldest first: {type, resolve, reject, error}
     socket.addEventListener('message', (event) => this._received(event.data));
     socket.addEventListener('close', (event) =>
       this._fail(
@@ -195,9 +207,9 @@ export class RLlinkClient {
     return this._send([message], message.type);
   }
 
-  /** PING -> PONG. */
+  /** PING -> PONG; carries the token, if any (the gateway's auth wants it in the first message). */
   ping() {
-    return this.request({ type: 'PING' });
+    return this.request(this.token ? { type: 'PING', token: this.token } : { type: 'PING' });
   }
 
   /** GET_CONFIG -> SET_CONFIG: env_steps_per_sample, force_on_policy, spaces, ONNX names. */

@@ -1,5 +1,7 @@
 /**
- * format.js — numbers for people, and "—" for a value that is missing.
+ * widgets.js — numbers for people ("—" for a missing one), stat tiles and tables.
+ *
+ * Everything is set with textContent: values from the API never become markup.
  */
 
 export const MISSING = '—';
@@ -25,4 +27,26 @@ export function renderStats(container, pairs) {
     }
     tile.querySelector('.value').textContent = text;
   }
+}
+
+/**
+ * Replace the contents of `container` with a table.
+ * @param {string[]} columns  header labels
+ * @param {Array<Array<string|number|null>>} rows  cells; numbers are formatted, null is "—"
+ * @param {string} [empty]  shown instead of a table without rows
+ */
+export function renderTable(container, columns, rows, empty = 'none') {
+  if (rows.length === 0) {
+    container.textContent = empty;
+    return;
+  }
+  const table = document.createElement('table');
+  const head = table.createTHead().insertRow();
+  for (const label of columns) head.append(Object.assign(document.createElement('th'), { textContent: label }));
+  const body = table.createTBody();
+  for (const row of rows) {
+    const tr = body.insertRow();
+    for (const cell of row) tr.insertCell().textContent = typeof cell === 'string' ? cell : formatNumber(cell);
+  }
+  container.replaceChildren(table);
 }
