@@ -7,15 +7,18 @@ import time
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from app.auth import require_token
 from app.config import Settings
 from app.dependencies import get_service, get_settings, get_traffic
 from app.prometheus import render_prometheus
-from app.rest_models import Client, ConfigPatch, GatewayConfig, Health, Metrics
+from app.rest_models import Client, ConfigPatch, GatewayConfig, Health, Limits, Metrics
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
 
-router = APIRouter(prefix="/api", tags=["gateway"])
-metrics_router = APIRouter(tags=["gateway"])
+# Health stays open for liveness probes; everything else needs the token when auth is on.
+health_router = APIRouter(prefix="/api", tags=["gateway"])
+router = APIRouter(prefix="/api", tags=["gateway"], dependencies=[Depends(require_token)])
+metrics_router = APIRouter(tags=["gateway"], dependencies=[Depends(require_token)])
 
 ONNX_MEDIA_TYPE = "application/octet-stream"
 
@@ -41,7 +44,7 @@ def collect_metrics(service: TrainingService, traffic: TrafficStats) -> Metrics:
     )
 
 
-@router.get("/health", response_model=Health, summary="Liveness and the current policy version")
+@health_router.get("/health", response_model=Health, summary="Liveness and the current policy version")
 def health(
     service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
 ) -> Health:
@@ -77,10 +80,14 @@ def clients(service: TrainingService = Depends(get_service)) -> list[Client]:
 
 
 def current_config(settings: Settings, service: TrainingService) -> GatewayConfig:
+    derived = {"onnx_output_names", "ppo", "limits", "auth_enabled", "tls_enabled"}
     return GatewayConfig(
-        **settings.model_dump(include=set(GatewayConfig.model_fields) - {"onnx_output_names", "ppo"}),
+        **settings.model_dump(include=set(GatewayConfig.model_fields) - derived),
         onnx_output_names=service.onnx_output_names,
         ppo=service.ppo_config,
+        limits=Limits(**settings.model_dump(include=set(Limits.model_fields))),
+        auth_enabled=settings.auth_token is not None,
+        tls_enabled=settings.tls_enabled,
     )
 
 

@@ -67,6 +67,19 @@ class Client(BaseModel):
     last_weights_seq_no_sent: int | None
 
 
+class Limits(BaseModel):
+    """What one client may send and how many may connect."""
+
+    max_frame_bytes: int
+    max_connections: int
+    max_tcp_connections: int
+    max_ws_connections: int
+    max_episodes_per_message: int
+    max_steps_per_message: int
+    idle_timeout_s: float
+    frame_timeout_s: float
+
+
 class GatewayConfig(BaseModel):
     """The gateway's current configuration (secrets are never shown)."""
 
@@ -80,9 +93,12 @@ class GatewayConfig(BaseModel):
     barrier_timeout_s: float
     max_policy_lag: int
     ppo: PPOConfig
-    max_frame_bytes: int
+    limits: Limits
     tcp_enabled: bool
     checkpoint_dir: str
+    auth_enabled: bool = Field(description="Whether clients must present the shared token (never shown).")
+    tls_enabled: bool
+    cors_origins: list[str]
 
 
 class PPOConfigPatch(BaseModel):

@@ -1,0 +1,172 @@
+"""The REST API with httpx against a running gateway, while real clients use RLlink."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime as ort
+import httpx
+import numpy as np
+import pytest
+
+from .conftest import gateway_settings, running_gateway
+
+
+def episode(steps: int, reward: float = 1.0, **extra) -> dict:
+    return {
+        "obs": [[0.01 * i, 0.0, 0.0, 0.0] for i in range(steps + 1)],
+        "actions": [i % 2 for i in range(steps)],
+        "rewards": [reward] * steps,
+        "is_terminated": True,
+        **extra,
+    }
+
+
+@pytest.fixture
+def http(gateway):
+    with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
+        yield client
+
+
+def train_once(gateway, transport: str = "tcp", steps: int = 10) -> dict:
+    with gateway.client(transport) as client:
+        return client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(steps, reward=2.0)]})
+
+
+def test_health(http):
+    body = http.get("/api/health").json()
+    assert body["status"] == "ok" and body["weights_seq_no"] == 0 and body["uptime_s"] >= 0
+
+
+def test_metrics_follow_training_and_traffic(gateway, http):
+    before = http.get("/api/metrics").json()
+    assert before["num_training_steps"] == 0 and before["episode_return_mean"] is None
+    with gateway.client("ws") as watcher:  # stays connected while we look
+        assert watcher.request({"type": "PING"}) == {"type": "PONG"}
+        train_once(gateway, steps=10)
+        watcher.send_raw(b"00000002[]")
+        assert watcher.receive()["code"] == "bad_json"
+        after = http.get("/api/metrics").json()
+    assert after["num_training_steps"] == 1 and after["weights_seq_no"] == 1
+    assert after["num_env_steps_sampled_lifetime"] == 10 and after["num_episodes_lifetime"] == 1
+    assert after["episode_return_mean"] == after["episode_return_min"] == after["episode_return_max"] == 20.0
+    assert after["episode_len_mean"] == 10
+    assert after["learner"]["entropy"] > 0 and after["learner"]["policy_loss"] is not None
+    assert after["clients"] == {"tcp": 0, "ws": 1}
+    assert after["errors"] == {"bad_json": 1}
+    assert after["frames_received"]["EPISODES_AND_GET_STATE"] == 1
+    assert after["env_steps_per_s"] > 0
+
+
+def test_prometheus_metrics(gateway, http):
+    train_once(gateway)
+    response = http.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    assert "rllink_num_training_steps_total 1.0" in text
+    assert "rllink_weights_seq_no 1.0" in text
+    assert 'rllink_frames_received_total{type="EPISODES_AND_GET_STATE"} 1.0' in text
+    assert 'rllink_learner_stat{stat="entropy"}' in text
+
+
+def test_clients_lists_connected_sessions(gateway, http):
+    with gateway.client("tcp") as tcp, gateway.client("ws") as ws:
+        tcp.send({"type": "EPISODES", "episodes": [episode(7)]})
+        assert tcp.request({"type": "PING"}) == {"type": "PONG"}
+        assert ws.request({"type": "PING"}) == {"type": "PONG"}
+        clients = http.get("/api/clients").json()
+    assert sorted(c["transport"] for c in clients) == ["tcp", "ws"]
+    tcp_client = next(c for c in clients if c["transport"] == "tcp")
+    assert tcp_client["env_steps_sent"] == 7 and tcp_client["waiting"] is False
+    assert tcp_client["peer"].startswith("127.0.0.1:")
+
+
+def test_config_shows_settings_but_never_the_token(tmp_path):
+    with running_gateway(gateway_settings(tmp_path, auth_token="hunter2")) as gateway:
+        headers = {"Authorization": "Bearer hunter2"}
+        body = httpx.get(gateway.base_url + "/api/config", headers=headers).json()
+    assert body["observation_space"] == {"type": "box", "shape": [4], "low": None, "high": None}
+    assert body["action_space"] == {"type": "discrete", "n": 2}
+    assert body["ppo"]["learning_rate"] > 0
+    assert body["limits"]["max_frame_bytes"] == gateway.settings.max_frame_bytes
+    assert body["auth_enabled"] is True
+    assert "hunter2" not in str(body)
+
+
+def test_patch_config_changes_hyperparameters_live(gateway, http):
+    response = http.patch("/api/config", json={"ppo": {"learning_rate": 0.0123, "ent_coef": 0.02}})
+    assert response.status_code == 200, response.text
+    assert response.json()["ppo"]["learning_rate"] == 0.0123
+    assert http.get("/api/config").json()["ppo"]["ent_coef"] == 0.02
+    train_once(gateway)  # the next training step uses them
+    assert gateway.app.state.service.ppo_config.learning_rate == 0.0123
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"ppo": {"learning_rate": -1}},
+        {"ppo": {"learning_rate": "fast"}},
+        {"ppo": {"hidden_sizes": [8]}},  # not safe to change live
+        {"ppo": {"gamma": 2}},
+        {"train_batch_size": 10},
+        {},
+    ],
+)
+def test_patch_config_refuses_bad_bodies_with_422(http, body):
+    response = http.patch("/api/config", json=body)
+    assert response.status_code == 422
+    assert response.json()["detail"]
+    assert http.get("/api/config").json()["ppo"]["learning_rate"] != -1
+
+
+def test_model_download_with_etag_and_304(gateway, http):
+    first = http.get("/api/model.onnx")
+    assert first.status_code == 200 and first.headers["x-weights-seq-no"] == "0"
+    assert first.headers["etag"] == '"0"'
+    model = onnx.load_from_string(first.content)
+    assert model.graph.input[0].name == "obs"
+    assert http.get("/api/model.onnx", headers={"If-None-Match": '"0"'}).status_code == 304
+
+    train_once(gateway)
+    second = http.get("/api/model.onnx", headers={"If-None-Match": '"0"'})
+    assert second.status_code == 200 and second.headers["etag"] == '"1"'
+    assert http.get("/api/model.onnx?version=0").content == first.content
+    missing = http.get("/api/model.onnx?version=99")
+    assert missing.status_code == 404 and "kept versions" in missing.json()["detail"]
+    assert http.get("/api/model.onnx?version=-1").status_code == 422
+
+    session = ort.InferenceSession(second.content, providers=["CPUExecutionProvider"])
+    (logits,) = session.run(None, {"obs": np.zeros((3, 4), np.float32)})
+    assert logits.shape == (3, 2)
+
+
+def test_rest_needs_the_token_when_auth_is_on(tmp_path):
+    with running_gateway(gateway_settings(tmp_path, auth_token="hunter2")) as gateway:
+        base = gateway.base_url
+        denied = httpx.get(base + "/api/metrics")
+        assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
+        assert httpx.get(base + "/api/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert httpx.get(base + "/api/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
+        assert httpx.get(base + "/api/model.onnx?token=hunter2").status_code == 200
+        assert httpx.get(base + "/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
+        assert httpx.get(base + "/metrics").status_code == 401
+        assert httpx.get(base + "/api/health").status_code == 200  # liveness stays open
+
+
+def test_cors_is_explicit(tmp_path):
+    origin = "http://game.example"
+    with running_gateway(gateway_settings(tmp_path, cors_origins=[origin])) as gateway:
+        allowed = httpx.get(gateway.base_url + "/api/metrics", headers={"Origin": origin})
+        other = httpx.get(gateway.base_url + "/api/metrics", headers={"Origin": "http://evil.example"})
+    assert allowed.headers["access-control-allow-origin"] == origin
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_openapi_describes_every_route(http):
+    spec = http.get("/openapi.json").json()
+    paths = spec["paths"]
+    for path in ["/api/health", "/api/metrics", "/api/config", "/api/clients", "/api/model.onnx", "/metrics"]:
+        assert path in paths, path
+    assert "patch" in paths["/api/config"]
+    metrics_schema = paths["/api/metrics"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert metrics_schema["$ref"].endswith("/Metrics")
