@@ -9,8 +9,8 @@ Validated chunks hold numpy arrays, ready for the learner.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from dataclasses import dataclass
-from itertools import chain
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
@@ -44,37 +44,71 @@ def _spaces(info: ValidationInfo) -> SpacesContext | None:
     return context.get("spaces")
 
 
-_STRUCT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d", np.dtype(np.int64): "q"}
+# -- Lists of numbers to arrays -----------------------------------------------------
+#
+# Episode chunks are most of what the gateway reads, and turning their decoded lists
+# into arrays is most of the cost of validating them. `np.asarray` on a list of lists
+# spends most of its time discovering the nesting and the dtype; the fast paths below
+# have `struct` write the numbers straight into the array's memory instead, three times
+# faster, converting them as numpy does (C casts). They decline (None) whatever numpy's
+# general path might treat otherwise; that path, with its results and error messages,
+# stays the reference, and a declined list simply takes it:
+# - struct refuses strings, nulls, lists, dicts, bytes: numpy would refuse them too;
+# - struct takes booleans as 0 and 1, as numpy does in a list that also holds numbers,
+#   but numpy refuses a list of booleans only: a list whose first number is a boolean
+#   is declined;
+# - magnitudes of 2**53 and more (where ints round differently), NaN and infinities
+#   (including float32 overflow) are declined.
+
+_EXACT_LIMIT = 2.0**53
+_FLOAT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
 
-def _pack_list(value: list, dtype: type, row_size: int | None = None) -> np.ndarray | None:
-    """The hot path of `_as_array` for what decoded JSON/msgpack holds: a list of numbers,
-    or (with `row_size`) a list of equal rows of `row_size` numbers.
-
-    `struct` writes the Python numbers straight into the array's memory, about 3x faster
-    than `np.asarray`'s nested-sequence discovery, and casts as C does, like numpy (a
-    float beyond float32's range becomes inf, which the finiteness check then refuses).
-    Returns None when the fast path does not apply (an empty list, ragged or nested rows,
-    strings, None, out-of-range ints, floats for ints): the caller then takes numpy's
-    general path, whose result or error message is the reference.
-    """
+def _fast_floats(value: list, dtype: type, row_size: int | None) -> np.ndarray | None:
+    """A finite float array from a list of numbers, or (with `row_size`) of lists of
+    `row_size` numbers; None where the general path must decide."""
     rows = len(value)
-    if not rows:
+    if not rows or row_size == 0:
         return None
-    code = _STRUCT_CODES[np.dtype(dtype)]
+    code = _FLOAT_CODES[np.dtype(dtype)]
     try:
         if row_size is None:
+            flat = value
             array = np.empty(rows, dtype)
-            struct.pack_into(f"{rows}{code}", array, 0, *value)
         else:
-            if list(map(len, value)) != [row_size] * rows:
+            if list(map(len, value)) != [row_size] * rows or list(map(type, value)) != [list] * rows:
                 return None
+            flat = []
+            deque(map(flat.extend, value), 0)  # 2.5x faster than itertools.chain
             array = np.empty((rows, row_size), dtype)
-            struct.pack_into(f"{rows * row_size}{code}", array, 0, *chain.from_iterable(value))
+        struct.pack_into(f"{len(flat)}{code}", array, 0, *flat)
     except _PACK_ERRORS:
         return None
+    if type(flat[0]) is bool or not np.abs(array).max() < _EXACT_LIMIT:  # False for NaN
+        return None
     return array
+
+
+def _fast_indices(value: list, n: int) -> np.ndarray | None:
+    """An int64 array from a list of ints in 0..n-1; None where the general path must
+    decide (floats, booleans first, ints out of range: it words the error)."""
+    rows = len(value)
+    if not rows or type(value[0]) is bool:
+        return None
+    array = np.empty(rows, np.int64)
+    try:
+        struct.pack_into(f"{rows}q", array, 0, *value)  # refuses floats and ints beyond int64
+    except _PACK_ERRORS:
+        return None
+    if array.view(np.uint64).max() >= n:  # negatives wrap around to huge
+        return None
+    return array
+
+
+def _row_size(value: Any) -> int | None:
+    """The length of the first row of a list of lists, as the fast path's guess."""
+    return len(value[0]) if type(value) is list and value and type(value[0]) is list else None
 
 
 def _as_array(value: Any, dtype: type, what: str, row_size: int | None = None) -> np.ndarray:
@@ -83,9 +117,9 @@ def _as_array(value: Any, dtype: type, what: str, row_size: int | None = None) -
     `row_size` announces rows of that many numbers, for the fast path only: the result
     is the same with or without it (the caller checks the shape).
     """
-    if type(value) is list and (array := _pack_list(value, dtype, row_size)) is not None:
-        pass
-    elif isinstance(value, np.ndarray):
+    if type(value) is list and (array := _fast_floats(value, dtype, row_size)) is not None:
+        return array
+    if isinstance(value, np.ndarray):
         array = value.astype(dtype, copy=False)
     elif not isinstance(value, (list, tuple)):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
@@ -162,9 +196,7 @@ class EpisodeChunk(_Message):
         spaces = _spaces(info)
         space = spaces.action_space if spaces else None
         if isinstance(space, DiscreteSpace):
-            if type(value) is list and (ints := _pack_list(value, np.int64)) is not None:
-                if ints.min() < 0 or ints.max() >= space.n:
-                    raise ValueError(f"actions must lie in 0..{space.n - 1}")
+            if type(value) is list and (ints := _fast_indices(value, space.n)) is not None:
                 return ints
             array = _as_array(value, np.float64, "actions")
             if array.ndim != 1 or not np.all(array == np.floor(array)):
@@ -172,7 +204,7 @@ class EpisodeChunk(_Message):
             if array.size and (array.min() < 0 or array.max() >= space.n):
                 raise ValueError(f"actions must lie in 0..{space.n - 1}")
             return array.astype(np.int64)
-        array = _as_array(value, np.float32, "actions")
+        array = _as_array(value, np.float32, "actions", _row_size(value))
         if isinstance(space, BoxSpace) and array.shape[1:] != space.shape:
             raise ValueError(f"each action must have shape {list(space.shape)}, got {list(array.shape[1:])}")
         return array
@@ -192,7 +224,7 @@ class EpisodeChunk(_Message):
     def _dist_inputs(cls, value: Any) -> np.ndarray | None:
         if value is None:
             return None
-        array = _as_array(value, np.float32, "action_dist_inputs")
+        array = _as_array(value, np.float32, "action_dist_inputs", _row_size(value))
         if array.ndim != 2:
             raise ValueError("action_dist_inputs must be a list of T vectors")
         return array
