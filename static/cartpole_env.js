@@ -3,7 +3,8 @@
  *
  * The same constants, Euler integration, termination thresholds and reward (1 per
  * step, the terminal step included) as gymnasium.envs.classic_control.CartPoleEnv,
- * and CartPole-v1's TimeLimit of 500 steps. The state is kept in float64 like
+ * and CartPole-v1's TimeLimit of 500 steps. Products are grouped as gymnasium groups
+ * them (np.square(v) is (v * v)): a different rounding grows over a 500-step episode. The state is kept in float64 like
  * gymnasium's; observations are rounded to float32 like the np.float32 array it returns.
  * tests/test_browser_demo.py checks trajectories against gymnasium's.
  */
@@ -47,9 +48,9 @@ export class CartPole {
     const force = action === 1 ? FORCE_MAG : -FORCE_MAG;
     const cosTheta = Math.cos(theta);
     const sinTheta = Math.sin(theta);
-    const temp = (force + POLE_MASS_LENGTH * thetaDot * thetaDot * sinTheta) / TOTAL_MASS;
+    const temp = (force + POLE_MASS_LENGTH * (thetaDot * thetaDot) * sinTheta) / TOTAL_MASS;
     const thetaAcc =
-      (GRAVITY * sinTheta - cosTheta * temp) / (LENGTH * (4.0 / 3.0 - (MASS_POLE * cosTheta * cosTheta) / TOTAL_MASS));
+      (GRAVITY * sinTheta - cosTheta * temp) / (LENGTH * (4.0 / 3.0 - (MASS_POLE * (cosTheta * cosTheta)) / TOTAL_MASS));
     const xAcc = temp - (POLE_MASS_LENGTH * thetaAcc * cosTheta) / TOTAL_MASS;
     x += TAU * xDot;
     xDot += TAU * xAcc;

@@ -1,0 +1,280 @@
+"""The browser side in a real browser (Debian's Chromium, driven by Playwright) against a real gateway.
+
+- The CartPole demo page connects over WebSocket, runs the policy from SET_STATE with
+  onnxruntime-web, trains through the gateway, and its episode returns rise.
+- cartpole_env.js steps exactly like gymnasium's CartPole-v1.
+- rllink.js frames and unframes like the gateway, turns ERROR frames into rejected
+  Promises while the connection stays usable, and unpacks SET_STATE's model byte for byte.
+- The policy run by onnxruntime-web in the page computes what onnxruntime computes in Python.
+
+Skipped when Chromium (/usr/bin/chromium) or the npm packages (`npm ci`) are missing.
+Playwright drives the system Chromium; `playwright install` is never needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import onnxruntime as ort
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from app.config import PPOConfig
+from app.web import MISSING_VENDOR_HINT, missing_vendor_dirs
+from .conftest import RunningGateway, gateway_settings, running_gateway
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [  # see shared/BROWSER.md; --no-sandbox because tests run as root
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [
+    pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}: apt-get install -y chromium"),
+    pytest.mark.skipif(bool(missing_vendor_dirs()), reason=MISSING_VENDOR_HINT),
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@dataclass
+class BrowserPage:
+    """A page and everything it logged, so a failure can show what the page said."""
+
+    page: Page
+    console: list[str] = field(default_factory=list)
+
+    def wait_for(self, selector: str, timeout_s: float) -> None:
+        try:
+            self.page.wait_for_selector(selector, state="attached", timeout=timeout_s * 1000)
+        except PlaywrightTimeout:
+            pytest.fail(f"{selector} did not appear within {timeout_s} s; the page's console:\n{self.console_text()}")
+
+    def console_text(self) -> str:
+        return "\n".join(self.console) or "(nothing)"
+
+
+@contextmanager
+def open_page(browser: Browser, url: str) -> Iterator[BrowserPage]:
+    """Open `url` in a fresh page that records its console and uncaught errors; close it on exit."""
+    page = browser.new_page()
+    opened = BrowserPage(page)
+    page.on("console", lambda message: opened.console.append(_describe(message)))
+    page.on("pageerror", lambda error: opened.console.append(f"uncaught: {error}"))
+    try:
+        page.goto(url)
+        yield opened
+    finally:
+        page.close()
+
+
+def _describe(message: ConsoleMessage) -> str:
+    location = message.location.get("url", "") if message.location else ""
+    return f"{message.type}: {message.text}" + (f" ({location})" if message.type == "error" and location else "")
+
+
+def module_page(browser: Browser, gateway: RunningGateway):
+    """A page at the gateway's origin, for importing static/ modules in page.evaluate."""
+    return open_page(browser, f"{gateway.base_url}/static/rllink.js")
+
+
+# -- The demo ------------------------------------------------------------------------
+
+
+def test_demo_page_trains_cartpole_through_the_gateway_and_returns_rise(browser, tmp_path):
+    # A higher learning rate than the default makes the rise quick: the page reaches a
+    # mean return of 150 over 20 episodes in about 10 s here (a random policy gets ~22).
+    settings = gateway_settings(tmp_path, ppo=PPOConfig(learning_rate=1e-3))
+    query = "seed=1&target=150&window=20&max_seconds=150"
+    with running_gateway(settings) as gateway:
+        with open_page(browser, f"{gateway.base_url}/static/cartpole.html?{query}") as demo:
+            demo.wait_for("#result, #error", timeout_s=200)
+            if demo.page.query_selector("#error"):
+                pytest.fail(f"the demo failed: {demo.page.inner_text('#error')}\n{demo.console_text()}")
+            result = json.loads(demo.page.inner_text("#result"))
+            status = json.loads(demo.page.inner_text("#status"))
+            errors = [line for line in demo.console if line.startswith(("error", "uncaught"))]
+        metrics = gateway.app.state.service.metrics
+
+    print(f"demo result: {result}")
+    assert result["reached_target"], f"returns did not rise to 150: {result}\n{demo.console_text()}"
+    assert result["first_mean_return"] < 60 <= 150 <= result["recent_mean_return"]
+    assert result["weights_seq_no"] >= 1 and status["phase"] == "done"
+    # The gateway saw every step and joined the chunks into the same episodes the page counted.
+    assert metrics.num_env_steps_sampled_lifetime == result["env_steps"]
+    assert metrics.num_episodes_lifetime == result["episodes"]
+    assert not errors, "\n".join(errors)
+
+
+# -- The environment -----------------------------------------------------------------
+
+
+def _balancing_action(obs: np.ndarray) -> int:
+    """A hand-made controller that keeps the pole up for the whole 500 steps."""
+    return int(obs[2] + 0.3 * obs[3] + 0.01 * obs[0] + 0.1 * obs[1] > 0)
+
+
+def _gymnasium_episode(seed: int, balance: bool) -> dict:
+    """One CartPole-v1 episode: its start state, the actions taken, what gymnasium returned."""
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    episode = {"start": env.unwrapped.state.tolist(), "actions": [], "obs": [], "terminated": [], "truncated": []}
+    while True:
+        action = _balancing_action(obs) if balance else int(rng.integers(2))
+        obs, reward, terminated, truncated, _ = env.step(action)
+        assert reward == 1.0
+        episode["actions"].append(action)
+        episode["obs"].append(obs.tolist())
+        episode["terminated"].append(terminated)
+        episode["truncated"].append(truncated)
+        if terminated or truncated:
+            return episode
+
+
+REPLAY_IN_JS = """async (episodes) => {
+  const { CartPole } = await import('/static/cartpole_env.js');
+  const env = new CartPole();
+  return episodes.map(({ start, actions }) => {
+    env.reset(start);
+    const steps = actions.map((action) => env.step(action));
+    return {
+      obs: steps.map((s) => s.obs),
+      terminated: steps.map((s) => s.terminated),
+      truncated: steps.map((s) => s.truncated),
+      rewards: steps.map((s) => s.reward),
+    };
+  });
+}"""
+
+
+def test_cartpole_in_javascript_steps_like_gymnasium(browser, tmp_path):
+    episodes = [_gymnasium_episode(seed, balance=seed == 0) for seed in range(6)]
+    assert episodes[0]["truncated"][-1] and len(episodes[0]["actions"]) == 500  # the time limit is covered
+    assert all(e["terminated"][-1] for e in episodes[1:])  # and falling over
+    with running_gateway(gateway_settings(tmp_path)) as gateway, module_page(browser, gateway) as page:
+        replayed = page.page.evaluate(REPLAY_IN_JS, episodes)
+    for expected, got in zip(episodes, replayed, strict=True):
+        assert got["terminated"] == expected["terminated"] and got["truncated"] == expected["truncated"]
+        assert set(got["rewards"]) == {1.0}
+        np.testing.assert_allclose(got["obs"], expected["obs"], rtol=1e-6, atol=1e-6)
+
+
+# -- The RLlink client -----------------------------------------------------------------
+
+FRAMING_IN_JS = """async () => {
+  const { FrameDecoder, encodeFrame } = await import('/static/rllink.js');
+  const stream = new TextEncoder().encode(encodeFrame({ type: 'PING' }) + encodeFrame({ type: 'X', text: 'é→' }));
+  const byteByByte = new FrameDecoder();
+  const split = [];
+  for (const byte of stream) split.push(...byteByByte.push(new Uint8Array([byte])));
+  const coalesced = new FrameDecoder().push(stream.buffer);
+  let badHeader = null;
+  try { new FrameDecoder().push('0000001x{}'); } catch (e) { badHeader = { name: e.name, code: e.code }; }
+  return { header: encodeFrame({ type: 'PING' }), split, coalesced, left: byteByByte.buffered, badHeader };
+}"""
+
+
+def test_rllink_js_frames_like_the_protocol_and_decodes_split_and_coalesced_frames(browser, tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway, module_page(browser, gateway) as page:
+        result = page.page.evaluate(FRAMING_IN_JS)
+    expected = [{"type": "PING"}, {"type": "X", "text": "é→"}]
+    assert result["header"] == '00000015{"type":"PING"}'
+    assert result["split"] == expected and result["coalesced"] == expected and result["left"] == 0
+    assert result["badHeader"] == {"name": "RLlinkError", "code": "bad_frame"}
+
+
+CLIENT_IN_JS = """async () => {
+  const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
+  const failure = (promise) => promise.then(
+    (reply) => ({ resolved: reply.type }),
+    (e) => ({ name: e.name, code: e.code, request: e.request, message: e.message }));
+  const chunk = (action) => ({ obs: [[0, 0, 0, 0], [0, 0, 0, 0]], actions: [action], rewards: [1],
+                               is_terminated: true, is_truncated: false });
+  const client = await RLlinkClient.connect();
+  const config = await client.handshake();
+  const refusedTrade = await failure(client.episodesAndGetState([chunk(7)]));
+  const refusedEpisodes = await failure(client.sendEpisodes([chunk(7)]));
+  const acceptedEpisodes = await failure(client.sendEpisodes([chunk(1)]));
+  const [state, pong] = await Promise.all([client.getState(), client.ping()]);  // pipelined, in order
+  const onnx = await decodeOnnxFile(state.onnx_file);
+  const sha256 = Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', onnx)),
+                            (b) => b.toString(16).padStart(2, '0')).join('');
+  client.close();
+  return { config, refusedTrade, refusedEpisodes, acceptedEpisodes, pong: pong.type,
+           weights_seq_no: state.weights_seq_no, sha256 };
+}"""
+
+
+def test_rllink_js_rejects_on_error_frames_keeps_the_connection_and_unpacks_the_model(browser, tmp_path):
+    settings = gateway_settings(tmp_path, train_batch_size=100_000, barrier_timeout_s=60)  # no training here
+    with running_gateway(settings) as gateway, module_page(browser, gateway) as page:
+        result = page.page.evaluate(CLIENT_IN_JS)
+        state = gateway.app.state.service.current_state()
+
+    assert result["config"]["type"] == "SET_CONFIG"
+    assert result["config"]["env_steps_per_sample"] == settings.env_steps_per_sample
+    for key, request in (("refusedTrade", "EPISODES_AND_GET_STATE"), ("refusedEpisodes", "EPISODES")):
+        refused = result[key]
+        assert refused["name"] == "RLlinkError" and refused["code"] == "invalid_message", refused
+        assert refused["request"] == request and "actions" in refused["message"], refused
+    assert result["acceptedEpisodes"] == {"resolved": "PONG"} and result["pong"] == "PONG"
+    assert result["weights_seq_no"] == state.weights_seq_no
+    assert result["sha256"] == hashlib.sha256(state.onnx_bytes).hexdigest()
+
+
+# -- The policy in the page --------------------------------------------------------------
+
+POLICY_IN_JS = """async (observations) => {
+  const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
+  const { OnnxPolicy } = await import('/static/onnx_policy.js');
+  const { createRandom } = await import('/static/random.js');
+  const client = await RLlinkClient.connect();
+  const config = await client.handshake();
+  const state = await client.getState();
+  client.close();
+  const policy = await OnnxPolicy.create(await decodeOnnxFile(state.onnx_file), {
+    inputName: config.onnx_input_name, actionSpace: config.action_space,
+    weightsSeqNo: state.weights_seq_no, random: createRandom(0) });
+  const steps = [];
+  for (const obs of observations) steps.push(await policy.act(obs));
+  return { weights_seq_no: state.weights_seq_no, steps };
+}"""
+
+
+def test_policy_in_the_browser_matches_onnxruntime_in_python(browser, tmp_path):
+    observations = np.random.default_rng(0).uniform(-2, 2, size=(32, 4)).astype(np.float32)
+    with running_gateway(gateway_settings(tmp_path)) as gateway, module_page(browser, gateway) as page:
+        result = page.page.evaluate(POLICY_IN_JS, observations.tolist())
+        state = gateway.app.state.service.current_state()
+        input_name = gateway.settings.onnx_input_name
+
+    assert result["weights_seq_no"] == state.weights_seq_no
+    session = ort.InferenceSession(state.onnx_bytes, providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {input_name: observations})[:1]
+    got = np.array([step["distInputs"] for step in result["steps"]])
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    log_probs = expected - np.logaddexp.reduce(expected, axis=1, keepdims=True)
+    for step, row in zip(result["steps"], log_probs, strict=True):
+        assert step["action"] in (0, 1)
+        assert step["logp"] == pytest.approx(row[step["action"]], abs=1e-5)
