@@ -50,7 +50,7 @@ MISSING_VENDOR_HINT = "front-end packages are not installed: run `npm ci` in the
 
 def missing_vendor_dirs() -> list[str]:
     """The vendor folders that are absent (all of them before `npm ci`)."""
-    return [str(path.relative_to(ROOT)) for path in VENDOR_DIRS.values() if not path.is_dir()]
+    return [str(path) for path in VENDOR_DIRS.values() if not path.is_dir()]
 
 
 @asynccontextmanager

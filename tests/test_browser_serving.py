@@ -1,0 +1,82 @@
+"""How the gateway serves the browser side (app/web.py), over real HTTP; no browser needed.
+
+The media types are what browsers insist on (an ES module must come as JavaScript, a
+wasm module as application/wasm), nothing outside static/ and the vendor folders can
+be reached, and without node_modules the gateway still starts, warns, and says why.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+
+import httpx
+import pytest
+
+from app import web
+
+from .conftest import gateway_settings, running_gateway
+
+VENDOR_FILES = {  # what the pages load, with the type each must have
+    "/vendor/ort/ort.wasm.min.mjs": "text/javascript",
+    "/vendor/ort/ort-wasm-simd-threaded.mjs": "text/javascript",
+    "/vendor/ort/ort-wasm-simd-threaded.wasm": "application/wasm",
+    "/vendor/uplot/uPlot.esm.js": "text/javascript",
+    "/vendor/uplot/uPlot.min.css": "text/css",
+}
+STATIC_FILES = {
+    "/": "text/html",
+    "/static/cartpole.html": "text/html",
+    "/static/rllink.js": "text/javascript",
+    "/static/style.css": "text/css",
+}
+
+
+def _get_raw(port: int, path: str) -> int:
+    """GET a path exactly as written (httpx would normalise the dots away)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_pages_and_vendor_files_are_served_with_the_types_browsers_require(tmp_path):
+    if web.missing_vendor_dirs():
+        pytest.skip(web.MISSING_VENDOR_HINT)
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        for path, media_type in {**STATIC_FILES, **VENDOR_FILES}.items():
+            response = httpx.get(gateway.base_url + path)
+            assert response.status_code == 200, path
+            assert response.headers["content-type"].split(";")[0] == media_type, path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../app/web.py",
+        "/static/%2e%2e/app/web.py",
+        "/static/..%2fapp%2fweb.py",
+        "/vendor/ort/../../../package.json",
+        "/vendor/ort/%2e%2e%2f%2e%2e%2f%2e%2e%2fpackage.json",
+        "/vendor/nope/x.js",
+        "/static/",
+        "/static/missing.js",
+    ],
+)
+def test_nothing_outside_the_served_folders_can_be_reached(tmp_path, path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        assert _get_raw(gateway.http_port, path) == 404
+
+
+def test_without_node_modules_the_gateway_starts_warns_and_explains(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(web, "VENDOR_DIRS", {name: tmp_path / "node_modules" / name for name in web.VENDOR_DIRS})
+    with caplog.at_level(logging.WARNING, logger="app.web"):
+        with running_gateway(gateway_settings(tmp_path)) as gateway:
+            vendor = httpx.get(gateway.base_url + "/vendor/ort/ort.wasm.min.mjs")
+            page = httpx.get(gateway.base_url + "/static/cartpole.html")
+    assert vendor.status_code == 404 and "npm ci" in vendor.json()["detail"]
+    assert page.status_code == 200
+    warnings = [r.getMessage() for r in caplog.records if r.name == "app.web" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "npm ci" in warnings[0]
