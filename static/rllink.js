@@ -17,9 +17,23 @@
  * or step by step: `await client.handshake()` (PING, then GET_CONFIG -> SET_CONFIG),
  * `await client.getState()`, `await client.episodesAndGetState(chunks)`.
  *
- * From a Unity WebGL .jslib, import the module once (`import('/static/rllink.js')`),
- * keep the client on `window`, and call `client.request(...)` from the bridge
- * functions; every method returns a Promise.
+ * From a Unity WebGL .jslib, import the module once, keep the client on `window`, and
+ * pass messages as JSON strings; replies go back to C# with SendMessage:
+ *
+ *   mergeInto(LibraryManager.library, {
+ *     RLlinkConnect: function (url) {
+ *       import('/static/rllink.js')
+ *         .then((rllink) => rllink.RLlinkClient.connect(UTF8ToString(url)))
+ *         .then((client) => { window.rllinkClient = client; SendMessage('RLlink', 'OnConnected', ''); });
+ *     },
+ *     RLlinkRequest: function (json) {   // e.g. '{"type":"GET_CONFIG"}'
+ *       window.rllinkClient.request(JSON.parse(UTF8ToString(json))).then(
+ *         (reply) => SendMessage('RLlink', 'OnReply', JSON.stringify(reply)),
+ *         (error) => SendMessage('RLlink', 'OnError', JSON.stringify({ code: error.code, message: error.message })));
+ *     },
+ *   });
+ *
+ * (onnxruntime-web runs the policy on the same page: see onnx_policy.js.)
  *
  * Requests are answered strictly in the order they were sent, and only requests get
  * answers, so replies are matched to a FIFO of pending requests. The gateway answers a
