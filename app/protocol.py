@@ -115,7 +115,8 @@ class FrameDecoder:
             end = self._pos + self._body_size
             if len(buffer) < end:
                 return
-            body = bytes(buffer[self._pos : end])
+            with memoryview(buffer) as view:  # one copy, not two as bytes(buffer[a:b])
+                body = view[self._pos : end].tobytes()
             self._pos = end
             self._body_size = None
             yield body

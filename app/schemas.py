@@ -60,7 +60,7 @@ def _spaces(info: ValidationInfo) -> SpacesContext | None:
 # - magnitudes of 2**53 and more (where ints round differently), NaN and infinities
 #   (including float32 overflow) are declined.
 
-_EXACT_LIMIT = 2.0**53
+_EXACT_LIMIT_SQUARED = 2.0**106  # magnitudes of 2**53 and more are declined
 _FLOAT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
@@ -85,7 +85,9 @@ def _fast_floats(value: list, dtype: type, row_size: int | None) -> np.ndarray |
         struct.pack_into(f"{len(flat)}{code}", array, 0, *flat)
     except _PACK_ERRORS:
         return None
-    if type(flat[0]) is bool or not np.abs(array).max() < _EXACT_LIMIT:  # False for NaN
+    # vdot is one BLAS call: NaN, inf, float32 overflow or any |x| >= 2**53 make it fail
+    # the test (so may a few values just below, which merely take the general path).
+    if type(flat[0]) is bool or not np.vdot(array, array) < _EXACT_LIMIT_SQUARED:
         return None
     return array
 
