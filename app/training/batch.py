@@ -1,0 +1,87 @@
+"""Turn episode chunks into one flat training batch with GAE advantages and returns.
+
+Each chunk is bootstrapped from V(its last observation) unless it ended in a
+terminal state; a chunk cut by the client or by a time limit goes on past its end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from app.schemas import EpisodeChunk
+from app.training.policy import ActorCritic
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Flat per-step tensors of N steps, in chunk order."""
+
+    obs: torch.Tensor  # [N, *obs_shape]
+    actions: torch.Tensor  # [N] int64 (Discrete) or [N, *act_shape] float32 (Box)
+    logp: torch.Tensor  # [N] log-prob of each action under the policy that chose it
+    values: torch.Tensor  # [N] V(s_t) under the current policy
+    advantages: torch.Tensor  # [N] GAE(gamma, lambda)
+    returns: torch.Tensor  # [N] advantages + values: the value target
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.logp)
+
+
+def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
+    """Log-probs of the chunk's actions under the policy that chose them: the client's
+    `action_logp`, else from its `action_dist_inputs`, else from the current policy."""
+    if chunk.action_logp is not None:
+        return torch.from_numpy(chunk.action_logp)
+    actions = torch.from_numpy(chunk.actions)
+    dist_inputs = chunk.action_dist_inputs
+    if dist_inputs is None or dist_inputs.shape[1] != policy.num_dist_inputs:
+        return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1])), actions)
+    return policy.log_prob(torch.from_numpy(dist_inputs), actions)
+
+
+@torch.no_grad()
+def build_batch(chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, gae_lambda: float) -> Batch:
+    """Concatenate the chunks' steps and compute their advantages with GAE."""
+    # V(s) of every observation, the last one of each chunk included, in one pass.
+    all_obs = torch.from_numpy(np.concatenate([chunk.obs for chunk in chunks]))
+    all_values = policy.value(all_obs).numpy()
+
+    rewards, values, next_values, next_nonterminal, chunk_end = [], [], [], [], []
+    start = 0
+    for chunk in chunks:
+        steps = chunk.num_steps
+        chunk_values = all_values[start : start + steps + 1]
+        start += steps + 1
+        rewards.append(chunk.rewards)
+        values.append(chunk_values[:-1])
+        next_values.append(chunk_values[1:])
+        nonterminal = np.ones(steps, np.float32)
+        nonterminal[-1] = 0.0 if chunk.is_terminated else 1.0
+        next_nonterminal.append(nonterminal)
+        end = np.zeros(steps, np.float32)
+        end[-1] = 1.0
+        chunk_end.append(end)
+    rewards, values, next_values, next_nonterminal, chunk_end = (
+        np.concatenate(x) for x in (rewards, values, next_values, next_nonterminal, chunk_end)
+    )
+
+    # delta_t = r_t + gamma * V(s_{t+1}) - V(s_t); A_t = delta_t + gamma * lambda * A_{t+1}
+    deltas = rewards + gamma * next_nonterminal * next_values - values
+    advantages = np.zeros_like(deltas)
+    last_advantage = 0.0
+    for t in reversed(range(len(deltas))):
+        last_advantage = deltas[t] + gamma * gae_lambda * (1.0 - chunk_end[t]) * last_advantage
+        advantages[t] = last_advantage
+
+    return Batch(
+        obs=torch.from_numpy(np.concatenate([chunk.obs[:-1] for chunk in chunks])),
+        actions=torch.from_numpy(np.concatenate([chunk.actions for chunk in chunks])),
+        logp=torch.cat([behaviour_logp(chunk, policy) for chunk in chunks]).float(),
+        values=torch.from_numpy(values),
+        advantages=torch.from_numpy(advantages),
+        returns=torch.from_numpy(advantages + values),
+    )

@@ -1,0 +1,92 @@
+"""One PPO update on a batch (Schulman et al. 2017), written after CleanRL's ppo.py.
+
+Clipped surrogate objective, (optionally clipped) value loss, entropy bonus, several
+epochs of shuffled minibatches, per-minibatch advantage normalisation, global
+gradient clipping and an optional early stop when the policy moved too far (KL).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from app.config import PPOConfig
+from app.training.batch import Batch
+from app.training.policy import ActorCritic
+
+
+def ppo_update(
+    policy: ActorCritic,
+    optimizer: torch.optim.Optimizer,
+    batch: Batch,
+    cfg: PPOConfig,
+    generator: torch.Generator,
+) -> dict[str, float]:
+    """Train `policy` on `batch`; returns the learner stats averaged over minibatches."""
+    sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
+    num_minibatches = 0
+    for epoch in range(cfg.update_epochs):
+        b_inds = torch.randperm(batch.num_steps, generator=generator)
+        for start in range(0, batch.num_steps, cfg.minibatch_size):
+            mb_inds = b_inds[start : start + cfg.minibatch_size]
+
+            newlogprob, entropy = policy.log_prob_and_entropy(batch.obs[mb_inds], batch.actions[mb_inds])
+            newvalue = policy.value(batch.obs[mb_inds])
+            logratio = newlogprob - batch.logp[mb_inds]
+            ratio = logratio.exp()
+            with torch.no_grad():
+                approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
+                clip_frac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
+
+            mb_advantages = batch.advantages[mb_inds]
+            if cfg.norm_adv and len(mb_inds) > 1:
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+            # Policy loss: the clipped surrogate objective, negated.
+            pg_loss1 = -mb_advantages * ratio
+            pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+            pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+            # Value loss, optionally clipped around the values the batch was built with.
+            mb_returns = batch.returns[mb_inds]
+            v_loss_unclipped = (newvalue - mb_returns) ** 2
+            if cfg.clip_vloss:
+                mb_values = batch.values[mb_inds]
+                v_clipped = mb_values + torch.clamp(newvalue - mb_values, -cfg.clip_coef, cfg.clip_coef)
+                v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
+            else:
+                v_loss = 0.5 * v_loss_unclipped.mean()
+
+            entropy_loss = entropy.mean()
+            loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+
+            for name, value in (
+                ("policy_loss", pg_loss),
+                ("vf_loss", v_loss),
+                ("entropy", entropy_loss),
+                ("approx_kl", approx_kl),
+                ("clip_frac", clip_frac),
+            ):
+                sums[name] += value.item()
+            num_minibatches += 1
+
+        if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+            break
+
+    stats = {name: total / num_minibatches for name, total in sums.items()}
+    stats["explained_var"] = explained_variance(batch.values, batch.returns)
+    stats["epochs"] = float(epoch + 1)
+    return stats
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """1 - Var[returns - values] / Var[returns]: 1 is a perfect critic, 0 no better than a constant."""
+    y_pred, y_true = values.numpy(), returns.numpy()
+    var_y = np.var(y_true)
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
