@@ -1,0 +1,349 @@
+"""What the benchmarks share: a gateway in a subprocess, CartPole-sized messages,
+raw clients, percentiles, /proc readings and the output format.
+
+Every benchmark prints a human summary and, last, one line of JSON. Only loopback
+traffic; every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+# The checkout whose gateway is measured: this one, or another (an older commit, to
+# compare before/after) named by BENCH_GATEWAY_ROOT.
+ROOT = Path(os.environ.get("BENCH_GATEWAY_ROOT") or Path(__file__).resolve().parent.parent).resolve()
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from app.protocol import FrameDecoder, encode_frame  # noqa: E402
+
+HOST = "127.0.0.1"
+PING_BODY = b'{"type": "PING"}'
+PONG_BODY = b'{"type": "PONG"}'
+PING_FRAME = encode_frame(PING_BODY)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+# -- Messages ------------------------------------------------------------------------
+
+
+def cartpole_chunk(rng: random.Random, steps: int = 500, *, terminated: bool = True) -> dict[str, Any]:
+    """One episode chunk shaped like CartPole-v1's, as the reference gym client sends it:
+    T+1 observations of 4 float32 values, T discrete actions, T rewards of 1.0, T
+    log-probs, the done flags, an episode id and the policy version."""
+
+    def f32(x: float) -> float:  # CartPole observations are float32 values, widened
+        import struct
+
+        return struct.unpack("f", struct.pack("f", x))[0]
+
+    obs = [[f32(rng.gauss(0, 0.05 * (i + 1))) for i in range(4)] for _ in range(steps + 1)]
+    return {
+        "obs": obs,
+        "actions": [rng.randrange(2) for _ in range(steps)],
+        "rewards": [1.0] * steps,
+        "action_logp": [rng.uniform(-0.9, -0.5) for _ in range(steps)],
+        "is_terminated": terminated,
+        "is_truncated": False,
+        "episode_id": "%032x" % rng.getrandbits(128),
+        "weights_seq_no": 0,
+    }
+
+
+def episodes_body(rng: random.Random, steps: int = 500, *, message_type: str = "EPISODES") -> bytes:
+    """An EPISODES body with one chunk, JSON-encoded as RLlib's client does (json.dumps)."""
+    message = {"type": message_type, "episodes": [cartpole_chunk(rng, steps)], "timesteps": steps}
+    return json.dumps(message).encode()
+
+
+def episodes_bodies(count: int, steps: int = 500, *, seed: int = 0, message_type: str = "EPISODES") -> list[bytes]:
+    """`count` different bodies (so nothing downstream can win by caching one)."""
+    rng = random.Random(seed)
+    return [episodes_body(rng, steps, message_type=message_type) for _ in range(count)]
+
+
+# -- Measuring -----------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest-rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def best_rate(fn, units_per_call: float, *, seconds: float = 1.0, rounds: int = 5) -> float:
+    """Best of `rounds` runs of `fn` in a loop, each about seconds/rounds long: units/s."""
+    best = 0.0
+    per_round = seconds / rounds
+    for _ in range(rounds):
+        calls, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < per_round and calls < 10_000_000:
+            fn()
+            calls += 1
+        best = max(best, calls * units_per_call / elapsed)
+    return best
+
+
+def proc_rss_bytes(pid: int) -> int:
+    """Resident set size of a process, from /proc/PID/statm."""
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * PAGE_SIZE
+
+
+def proc_peak_rss_bytes(pid: int) -> int:
+    """Peak resident set size (VmHWM) of a process."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def raise_fd_limit(wanted: int) -> int:
+    """Raise this process's open-file limit towards `wanted` (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def emit(name: str, lines: list[str], result: dict[str, Any]) -> None:
+    """The human summary, then the one JSON line."""
+    print()
+    print(f"== {name} ==")
+    for line in lines:
+        print(line)
+    print(json.dumps({"benchmark": name, **result}, sort_keys=True, default=str))
+
+
+def rounded(value: float, digits: int = 3) -> float | None:
+    return None if value != value else round(value, digits)  # NaN -> null
+
+
+# -- The gateway under test ------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class Gateway:
+    """`python -m app` in a subprocess, on free ports, with a private checkpoint dir."""
+
+    def __init__(self, proc: subprocess.Popen, http_port: int, tcp_port: int, log_path: Path) -> None:
+        self.proc = proc
+        self.http_port = http_port
+        self.tcp_port = tcp_port
+        self.log_path = log_path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{HOST}:{self.http_port}/rllink"
+
+    def rss(self) -> int:
+        return proc_rss_bytes(self.pid)
+
+    def peak_rss(self) -> int:
+        return proc_peak_rss_bytes(self.pid)
+
+    def cpu_seconds(self) -> float:
+        return proc_cpu_seconds(self.pid)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@contextmanager
+def running_gateway(
+    *args: str, log_level: str = "warning", startup_s: float = 90.0, prelude: str | None = None
+) -> Iterator[Gateway]:
+    """Start a gateway with these extra command-line flags; stop it (SIGINT, then kill) on exit.
+
+    `prelude` is Python run in the gateway process before the app (for experiments, e.g.
+    `import sys; sys.setswitchinterval(0.001)`); the gateway itself is `python -m app`.
+    """
+    with tempfile.TemporaryDirectory(prefix="rllink-bench-") as tmp:
+        http_port, tcp_port = free_port(), free_port()
+        log_path = Path(tmp) / "gateway.log"
+        if prelude:
+            launcher = ["-c", f"{prelude}\nimport runpy\nrunpy.run_module('app', run_name='__main__', alter_sys=True)"]
+        else:
+            launcher = ["-m", "app"]
+        cmd = [
+            sys.executable, *launcher,
+            "--http-port", str(http_port), "--tcp-port", str(tcp_port),
+            "--checkpoint-dir", str(Path(tmp) / "checkpoints"),
+            "--log-level", log_level,
+            *args,
+        ]
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        gateway = Gateway(proc, http_port, tcp_port, log_path)
+        try:
+            _wait_until_ready(gateway, startup_s)
+            yield gateway
+        finally:
+            _stop(proc)
+
+
+def _wait_until_ready(gateway: Gateway, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if gateway.proc.poll() is not None:
+            raise RuntimeError(f"the gateway exited with {gateway.proc.returncode}:\n{gateway.log_tail()}")
+        try:
+            with socket.create_connection((HOST, gateway.tcp_port), timeout=2) as sock:
+                sock.sendall(PING_FRAME)
+                if read_frames(sock, 1, deadline=time.monotonic() + 5) == [PONG_BODY]:
+                    with socket.create_connection((HOST, gateway.http_port), timeout=2):
+                        return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the gateway did not start within {timeout_s:g} s:\n{gateway.log_tail()}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+# -- Raw clients -------------------------------------------------------------------------
+
+
+def read_frames(sock: socket.socket, count: int, *, deadline: float, decoder: FrameDecoder | None = None) -> list[bytes]:
+    """Read exactly `count` frame bodies from a TCP socket (bounded by `deadline`)."""
+    decoder = decoder or FrameDecoder()
+    bodies: list[bytes] = []
+    while len(bodies) < count:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"got {len(bodies)} of {count} replies in time")
+        sock.settimeout(remaining)
+        data = sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("the gateway closed the connection")
+        decoder.feed(data)
+        bodies.extend(decoder.frames())
+    return bodies
+
+
+def tcp_connect(port: int, timeout: float = 10.0) -> socket.socket:
+    sock = socket.create_connection((HOST, port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def ws_connect(url: str, *, deflate: bool = False, timeout: float = 10.0):
+    """A websockets sync client (use it with `with`); permessage-deflate only if asked
+    (browsers ask for it)."""
+    from websockets.sync.client import connect
+
+    return connect(url, open_timeout=timeout, max_size=None, compression="deflate" if deflate else None)
+
+
+def ws_payload(message: str | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.encode()
+
+
+class BlockingWs:
+    """A WebSocket client on a blocking socket, driven by websockets' sans-I/O protocol:
+    no background thread, so a round trip costs what the network and server cost."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.uri import parse_uri
+
+        uri = parse_uri(url)
+        self.sock = socket.create_connection((uri.host, uri.port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.protocol = ClientProtocol(uri, max_size=None)
+        self.protocol.send_request(self.protocol.connect())
+        self._flush()
+        deadline = time.monotonic() + timeout
+        while self.protocol.handshake_exc is None and self.protocol.state.name == "CONNECTING":
+            self._receive(deadline)
+        if self.protocol.handshake_exc is not None:
+            raise self.protocol.handshake_exc
+        self._messages: list[bytes] = []
+
+    def send(self, payload: bytes, *, text: bool = False) -> None:
+        if text:
+            self.protocol.send_text(payload)
+        else:
+            self.protocol.send_binary(payload)
+        self._flush()
+
+    def recv(self, deadline: float) -> bytes:
+        """The payload of the next data message."""
+        while not self._messages:
+            self._receive(deadline)
+        return self._messages.pop(0)
+
+    def _receive(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no WebSocket message in time")
+        self.sock.settimeout(remaining)
+        data = self.sock.recv(1 << 16)
+        if data:
+            self.protocol.receive_data(data)
+        else:
+            self.protocol.receive_eof()
+        for event in self.protocol.events_received():
+            if getattr(event, "opcode", None) is not None and event.opcode.name in ("TEXT", "BINARY"):
+                self._messages.append(bytes(event.data))
+        self._flush()  # pongs, close frames
+        if not data:
+            raise ConnectionError("the server closed the connection")
+
+    def _flush(self) -> None:
+        for chunk in self.protocol.data_to_send():
+            if chunk:
+                self.sock.sendall(chunk)
+
+    def close(self) -> None:
+        try:
+            self.protocol.send_close()
+            self._flush()
+        except Exception:
+            pass
+        self.sock.close()
