@@ -193,6 +193,9 @@ def measure_during_training(gateway, pingers: dict, train_steps: int, seconds: f
     chunks = max(1, train_steps // STEPS_PER_CHUNK)
     rng_bodies = episodes_bodies(1, STEPS_PER_CHUNK, seed=7, message_type="EPISODES_AND_GET_STATE")
     message = json.loads(rng_bodies[0])
+    # No weights_seq_no: the gateway dates the data by the last SET_STATE it sent, so it
+    # stays fresh (max_policy_lag) and every request trains.
+    del message["episodes"][0]["weights_seq_no"]
     message["episodes"] = message["episodes"] * chunks
     message["timesteps"] = chunks * STEPS_PER_CHUNK
     body = json.dumps(message).encode()
