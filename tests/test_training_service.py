@@ -1,0 +1,275 @@
+"""The shared TrainingService: versions, the barrier, stale data, metrics, checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from app.config import PPOConfig, Settings
+from app.schemas import EpisodeChunk, SpacesContext
+from app.training import TrainingService
+from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
+from app.training.onnx_export import load_payload
+
+WAIT_S = 20  # generous bound on anything that should happen "now"
+
+
+def make_settings(tmp_path: Path, **overrides) -> Settings:
+    """Only the barrier trains unless a test says otherwise."""
+    values = dict(checkpoint_dir=tmp_path / "checkpoints", train_batch_size=100_000, barrier_timeout_s=60.0)
+    values.update(overrides)
+    return Settings(**values)
+
+
+@asynccontextmanager
+async def running(settings: Settings):
+    service = TrainingService(settings)
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+def chunk(steps: int = 10, reward: float = 1.0, **fields) -> EpisodeChunk:
+    rng = np.random.default_rng(steps)
+    data = {
+        "obs": rng.uniform(-0.05, 0.05, (steps + 1, 4)),
+        "actions": rng.integers(0, 2, steps),
+        "rewards": [reward] * steps,
+        "is_terminated": True,
+        **fields,
+    }
+    return EpisodeChunk.model_validate(data, context={"spaces": SpacesContext(Settings().observation_space, Settings().action_space)})
+
+
+async def send_and_wait(service: TrainingService, client, chunks: list[EpisodeChunk]):
+    """What a connection does for EPISODES_AND_GET_STATE."""
+    service.ingest(client, chunks)
+    state = await asyncio.wait_for(service.wait_for_training(client), WAIT_S)
+    service.note_state_sent(client, state)
+    return state
+
+
+async def settle() -> None:
+    """Let every ready task run (a training step started now would be under way)."""
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+
+
+async def until(condition) -> None:
+    """Yield to other tasks until `condition()` holds (without giving a training step
+    time to finish: it can only end on the event loop, which we check between yields)."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+async def test_one_client_alone_never_deadlocks(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        client = service.connect("tcp", "127.0.0.1:1")
+        assert service.current_state().weights_seq_no == 0
+        state = await send_and_wait(service, client, [chunk()])
+        assert state.weights_seq_no == 1 and client.last_weights_seq_no_sent == 1
+        assert client.env_steps_sent == 10 and client.waiting is False
+
+
+async def test_each_training_step_increases_weights_seq_no_by_exactly_one(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        client = service.connect("ws", "browser")
+        versions = [(await send_and_wait(service, client, [chunk()])).weights_seq_no for _ in range(4)]
+        assert versions == [1, 2, 3, 4]
+        assert service.metrics.num_training_steps == 4 and service.metrics.weights_seq_no == 4
+        assert service.kept_versions == [0, 1, 2, 3, 4]
+        assert load_payload(service.kept_state(2).onnx_gzip_b64).metadata_props[0].value == "2"
+        assert service.kept_state(99) is None
+
+
+async def test_nothing_ingested_means_no_wait(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        client = service.connect("tcp", "a")
+        state = await asyncio.wait_for(service.wait_for_training(client), 1)
+        assert state.weights_seq_no == 0 and service.metrics.num_training_steps == 0
+
+
+async def test_barrier_trains_once_every_connected_client_waits(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        a, b = service.connect("tcp", "a"), service.connect("ws", "b")
+        a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
+        await settle()
+        assert a.waiting and not a_waits.done() and not service.training_in_progress
+        assert service.pending_env_steps == 10
+        b_state = await send_and_wait(service, b, [chunk(7)])
+        a_state = await a_waits
+        assert a_state.weights_seq_no == b_state.weights_seq_no == 1  # one step, on both clients' data
+        assert service.metrics.num_env_steps_trained_lifetime == 17
+
+
+async def test_a_client_leaving_while_waiting_harms_nobody(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        a, b, idle = service.connect("tcp", "a"), service.connect("tcp", "b"), service.connect("ws", "idle")
+        a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
+        b_waits = asyncio.create_task(send_and_wait(service, b, [chunk(5)]))
+        await settle()
+        assert a.waiting and b.waiting and not service.training_in_progress  # `idle` holds the barrier
+
+        b_waits.cancel()  # b's connection drops: its task is cancelled, then it disconnects
+        await asyncio.gather(b_waits, return_exceptions=True)
+        service.disconnect(b)
+        assert b.waiting is False and not a_waits.done()
+
+        service.disconnect(idle)  # now everyone left is waiting
+        state = await a_waits
+        assert state.weights_seq_no == 1
+        assert service.metrics.num_env_steps_trained_lifetime == 15  # b's data was still used
+        assert [c.id for c in service.clients] == [a.id]
+        assert (await send_and_wait(service, a, [chunk(3)])).weights_seq_no == 2  # and a goes on alone
+
+
+async def test_a_client_leaving_during_training_harms_nobody(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        a, b = service.connect("tcp", "a"), service.connect("tcp", "b")
+        a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(50)]))
+        b_waits = asyncio.create_task(send_and_wait(service, b, [chunk(50)]))
+        await until(lambda: service.training_in_progress)
+        b_waits.cancel()
+        service.disconnect(b)
+        assert (await a_waits).weights_seq_no == 1
+        assert (await send_and_wait(service, a, [chunk(3)])).weights_seq_no == 2
+
+
+async def test_a_full_batch_trains_and_data_during_training_goes_into_the_next(tmp_path):
+    async with running(make_settings(tmp_path, train_batch_size=20)) as service:
+        a, b = service.connect("tcp", "a"), service.connect("tcp", "b")  # b never waits
+        service.ingest(a, [chunk(25)])
+        assert service.training_in_progress and service.pending_env_steps == 0
+        service.ingest(a, [chunk(5)])  # arrives while the first step trains ...
+        service.ingest(b, [chunk(20)])  # ... and fills the next batch
+        assert service.pending_env_steps == 25
+        state = await asyncio.wait_for(service.wait_for_training(a), WAIT_S)
+        assert state.weights_seq_no == 2  # a waited for the second batch, which holds its latest data
+        assert service.metrics.num_env_steps_trained_lifetime == 50
+        assert b.env_steps_sent == 20 and not b.waiting
+
+
+async def test_barrier_timeout_trains_what_is_there(tmp_path):
+    async with running(make_settings(tmp_path, barrier_timeout_s=0.3)) as service:
+        a, _idle = service.connect("tcp", "a"), service.connect("tcp", "idle")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        state = await send_and_wait(service, a, [chunk()])
+        assert state.weights_seq_no == 1 and 0.25 <= loop.time() - started < WAIT_S
+
+
+async def test_stale_data_is_dropped_and_counted(tmp_path):
+    async with running(make_settings(tmp_path, max_policy_lag=1, train_batch_size=10)) as service:
+        old, fresh = service.connect("tcp", "old"), service.connect("tcp", "fresh")
+        service.note_state_sent(old, service.current_state())  # `old` collects with version 0 ...
+        for _ in range(2):  # ... while `fresh` trains twice (each message fills a batch)
+            await send_and_wait(service, fresh, [chunk(10)])
+        service.disconnect(fresh)
+        assert service.current_state().weights_seq_no == 2
+
+        # Version 0 is now 2 versions old, one more than max_policy_lag allows; a chunk
+        # without weights_seq_no is dated by the last version the client was sent.
+        state = await send_and_wait(service, old, [chunk(8), chunk(4, weights_seq_no=1)])
+        assert state.weights_seq_no == 3  # trained on the chunk stamped version 1 only
+        assert service.metrics.dropped_env_steps["stale"] == 8
+        assert service.metrics.num_env_steps_trained_lifetime == 10 + 10 + 4
+
+        state = await send_and_wait(service, old, [chunk(6, weights_seq_no=0)])
+        assert state.weights_seq_no == 3  # nothing fresh: no training step, yet the wait ends
+        assert service.metrics.dropped_env_steps["stale"] == 14
+        assert service.metrics.num_training_steps == 3
+
+
+async def test_episode_metrics_join_chunks_per_client_and_by_id(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        a, b = service.connect("tcp", "a"), service.connect("tcp", "b")
+        service.ingest(a, [chunk(5, reward=1.0, is_terminated=False)])
+        service.ingest(b, [chunk(4, reward=10.0, is_terminated=False, episode_id="x")])
+        service.ingest(b, [chunk(2, reward=5.0, is_terminated=False, episode_id="y")])
+        service.ingest(a, [chunk(3, reward=1.0, is_terminated=True)])  # continues a's first chunk
+        service.ingest(b, [chunk(1, reward=10.0, is_terminated=False, is_truncated=True, episode_id="x")])
+        snapshot = service.metrics.snapshot()
+        assert sorted(service.metrics.episode_returns) == [8.0, 50.0]
+        assert sorted(service.metrics.episode_lengths) == [5, 8]
+        assert snapshot["num_episodes_lifetime"] == 2 and snapshot["num_env_steps_sampled_lifetime"] == 15
+        assert snapshot["episode_return_mean"] == 29.0 and snapshot["episode_len_max"] == 8
+        assert service.metrics.env_steps_per_s() > 0
+        service.disconnect(b)  # forgets b's unfinished episode "y"
+        service.ingest(a, [chunk(2, reward=5.0, episode_id="y")])
+        assert sorted(service.metrics.episode_returns) == [8.0, 10.0, 50.0]
+
+
+async def test_learner_stats_after_a_step(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        client = service.connect("tcp", "a")
+        await send_and_wait(service, client, [chunk(30)])
+        learner = service.metrics.snapshot()["learner"]
+        for key in ("policy_loss", "vf_loss", "entropy", "approx_kl", "clip_frac", "explained_var"):
+            assert key in learner
+        assert learner["entropy"] > 0 and service.metrics.last_training_step_s > 0
+
+
+async def test_checkpoint_restores_version_and_outputs(tmp_path):
+    settings = make_settings(tmp_path)
+    async with running(settings) as service:
+        client = service.connect("tcp", "a")
+        for _ in range(3):
+            await send_and_wait(service, client, [chunk(20)])
+        before = service.current_state()
+    assert (settings.checkpoint_dir / CHECKPOINT_FILE).exists()
+    assert [p.name for p in settings.checkpoint_dir.iterdir()] == [CHECKPOINT_FILE]  # no temp files left
+
+    async with running(settings) as restored:
+        after = restored.current_state()
+        assert after.weights_seq_no == 3
+        obs = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+        outputs = [ort.InferenceSession(s.onnx_bytes).run(None, {"obs": obs})[0] for s in (before, after)]
+        np.testing.assert_array_equal(outputs[0], outputs[1])
+        client = restored.connect("tcp", "a")
+        assert (await send_and_wait(restored, client, [chunk()])).weights_seq_no == 4
+
+
+async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
+    other = TrainingService(make_settings(tmp_path, ppo=PPOConfig(hidden_sizes=(32,))))
+    with pytest.raises(CheckpointMismatch, match="hidden_sizes"):
+        await other.start()
+
+
+async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        service.update_ppo_config({"learning_rate": 0.0123, "ent_coef": 0.02})
+        assert service.ppo_config.learning_rate == 0.0123
+        await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
+        assert service._learner.optimizer.param_groups[0]["lr"] == 0.0123
+        for bad in ({"learning_rate": -1}, {"hidden_sizes": [8]}, {"no_such_thing": 1}):
+            with pytest.raises(ValueError):
+                service.update_ppo_config(bad)
+        assert service.ppo_config.learning_rate == 0.0123
+
+
+async def test_stop_releases_waiters_and_saves(tmp_path):
+    settings = make_settings(tmp_path)
+    service = TrainingService(settings)
+    await service.start()
+    a, _idle = service.connect("tcp", "a"), service.connect("tcp", "idle")
+    a_waits = asyncio.create_task(send_and_wait(service, a, [chunk()]))
+    await settle()
+    await service.stop()
+    assert (await a_waits).weights_seq_no == 0  # released with the current version
+    assert service.metrics.dropped_env_steps["shutdown"] == 10
+    assert (settings.checkpoint_dir / CHECKPOINT_FILE).exists()
+    service.ingest(a, [chunk(4)])  # a straggler after stop: dropped, and nobody waits for it
+    assert (await asyncio.wait_for(service.wait_for_training(a), 1)).weights_seq_no == 0
+    assert service.metrics.dropped_env_steps["shutdown"] == 14
