@@ -22,6 +22,7 @@ import asyncio
 import json
 import multiprocessing
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ from _common import (  # noqa: E402
 from app.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 STEPS = 10  # per EPISODES message
+TRAINING_LINE = re.compile(r"weights_seq_no \d+: \d+ steps")
 REPLY_TIMEOUT_S = 5.0
 PROCESSES = 4
 
@@ -196,13 +198,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="measurement window, after the ramp-up")
     parser.add_argument("--ramp", type=float, default=10.0, help="seconds over which clients connect")
     parser.add_argument("--deflate", action="store_true", help="WebSocket clients negotiate permessage-deflate, as browsers do")
+    parser.add_argument("--no-training", action="store_true", help="gateway with training paused (huge batch size)")
+    parser.add_argument("--gateway-prelude", default=None, help=argparse.SUPPRESS)  # experiments only
     args = parser.parse_args()
     limit = raise_fd_limit(2 * (args.ws + args.tcp) + 1024)  # the gateway inherits it
 
     ctx = multiprocessing.get_context("fork")
     results = ctx.Queue()
     rss_samples: list[int] = []
-    with running_gateway() as gateway:
+    flags = ["--train-batch-size", str(10**12), "--barrier-timeout-s", str(10**9)] if args.no_training else []
+    with running_gateway(*flags, log_level="info", prelude=args.gateway_prelude) as gateway:
         rss_idle = gateway.rss()
         t0 = time.monotonic() + 1.0
         procs = [
@@ -239,7 +244,9 @@ def main() -> None:
             if proc.is_alive():
                 proc.kill()
         peak_rss = gateway.peak_rss()
-        log_tail = gateway.log_tail(5)
+        log = gateway.log_path.read_text(errors="replace")
+        log_tail = "\n".join(line for line in log.splitlines() if "connected" not in line)[-2000:]
+        training_steps = len(TRAINING_LINE.findall(log))
 
     missing = sum(1 for c in collected if c is None)
     stats = [c for c in collected if c is not None]
@@ -265,6 +272,7 @@ def main() -> None:
         f"PING round trip (EPISODES sent just before it), {len(rtts):,} samples: "
         f"p50 {percentile(rtts, 50) * 1e3:.2f} ms, p99 {percentile(rtts, 99) * 1e3:.2f} ms, "
         f"max {max(rtts, default=float('nan')) * 1e3:.1f} ms",
+        f"training: {'paused' if args.no_training else f'{training_steps} steps during the run'}",
         f"gateway: RSS idle {rss_idle / 2**20:,.0f} MiB, peak {peak_rss / 2**20:,.0f} MiB (VmHWM; sampled peak "
         f"{peak_sampled / 2**20:,.0f} MiB), CPU {gateway_cpu:.0f}% during the window",
         f"target {args.ws + args.tcp:,} clients, zero errors: {'met' if ok_errors else 'MISSED'} ({total_errors} errors)",
@@ -295,6 +303,7 @@ def main() -> None:
             "gateway_rss_idle_bytes": rss_idle,
             "gateway_rss_peak_bytes": peak_rss,
             "gateway_cpu_pct": rounded(gateway_cpu, 1),
+            "training_steps": None if args.no_training else training_steps,
             "targets": {f"{args.ws + args.tcp} clients, zero errors": ok_errors, "gateway RSS < 1 GiB": ok_rss},
         },
     )
