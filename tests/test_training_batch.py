@@ -90,7 +90,9 @@ def test_behaviour_logp_comes_from_the_client_then_its_logits_then_the_policy(po
     log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     expected_from_logits = log_softmax[np.arange(3), from_logits.actions]
     with torch.no_grad():
-        expected_from_policy, _ = policy.log_prob_and_entropy(torch.from_numpy(neither.obs[:-1]), torch.from_numpy(neither.actions))
+        expected_from_policy, _ = policy.log_prob_and_entropy(
+            torch.from_numpy(neither.obs[:-1]), torch.from_numpy(neither.actions)
+        )
     np.testing.assert_allclose(batch.logp[:3].numpy(), logp)
     np.testing.assert_allclose(batch.logp[3:6].numpy(), expected_from_logits, rtol=1e-6)
     np.testing.assert_allclose(batch.logp[6:].numpy(), expected_from_policy.numpy(), rtol=1e-6)
@@ -108,4 +110,6 @@ def test_box_actions_batch_and_log_probs():
     assert batch.actions.shape == (4, 2) and batch.logp.shape == (4,)
     with torch.no_grad():
         dist = torch.distributions.Normal(policy.actor(torch.from_numpy(c.obs[:-1])), policy.log_std.exp())
-        np.testing.assert_allclose(batch.logp.numpy(), dist.log_prob(torch.from_numpy(c.actions)).sum(-1).numpy(), rtol=1e-5)
+        np.testing.assert_allclose(
+            batch.logp.numpy(), dist.log_prob(torch.from_numpy(c.actions)).sum(-1).numpy(), rtol=1e-5
+        )

@@ -45,7 +45,10 @@ def test_update_favours_the_advantageous_action_and_reports_stats():
 
 
 def test_clipping_bounds_how_far_one_update_moves_the_policy():
-    cfgs = {"clipped": PPOConfig(clip_coef=0.05, minibatch_size=64), "loose": PPOConfig(clip_coef=1.0, minibatch_size=64)}
+    cfgs = {
+        "clipped": PPOConfig(clip_coef=0.05, minibatch_size=64),
+        "loose": PPOConfig(clip_coef=1.0, minibatch_size=64),
+    }
     moved = {}
     for name, cfg in cfgs.items():
         policy, optimizer, batch = setup()

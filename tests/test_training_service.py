@@ -21,9 +21,8 @@ WAIT_S = 20  # generous bound on anything that should happen "now"
 
 def make_settings(tmp_path: Path, **overrides) -> Settings:
     """Only the barrier trains unless a test says otherwise."""
-    values = dict(checkpoint_dir=tmp_path / "checkpoints", train_batch_size=100_000, barrier_timeout_s=60.0)
-    values.update(overrides)
-    return Settings(**values)
+    defaults = {"checkpoint_dir": tmp_path / "checkpoints", "train_batch_size": 100_000, "barrier_timeout_s": 60.0}
+    return Settings(**{**defaults, **overrides})
 
 
 @asynccontextmanager
@@ -45,7 +44,9 @@ def chunk(steps: int = 10, reward: float = 1.0, **fields) -> EpisodeChunk:
         "is_terminated": True,
         **fields,
     }
-    return EpisodeChunk.model_validate(data, context={"spaces": SpacesContext(Settings().observation_space, Settings().action_space)})
+    return EpisodeChunk.model_validate(
+        data, context={"spaces": SpacesContext(Settings().observation_space, Settings().action_space)}
+    )
 
 
 async def send_and_wait(service: TrainingService, client, chunks: list[EpisodeChunk]):

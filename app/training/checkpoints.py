@@ -31,7 +31,9 @@ def _architecture(policy: ActorCritic) -> dict[str, object]:
     }
 
 
-def save_checkpoint(directory: Path, policy: ActorCritic, optimizer: torch.optim.Optimizer, weights_seq_no: int) -> Path:
+def save_checkpoint(
+    directory: Path, policy: ActorCritic, optimizer: torch.optim.Optimizer, weights_seq_no: int
+) -> Path:
     """Write the checkpoint atomically; returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / CHECKPOINT_FILE

@@ -72,7 +72,9 @@ class TrainingMetrics:
         for key in [key for key in self._open if key[0] == client_id]:
             del self._open[key]
 
-    def record_training_step(self, weights_seq_no: int, env_steps: int, stats: dict[str, float], seconds: float) -> None:
+    def record_training_step(
+        self, weights_seq_no: int, env_steps: int, stats: dict[str, float], seconds: float
+    ) -> None:
         self.num_training_steps += 1
         self.num_env_steps_trained_lifetime += env_steps
         self.weights_seq_no = weights_seq_no
