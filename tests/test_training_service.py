@@ -100,36 +100,45 @@ async def test_nothing_ingested_means_no_wait(tmp_path):
         assert state.weights_seq_no == 0 and service.metrics.num_training_steps == 0
 
 
-async def test_barrier_trains_once_every_connected_client_waits(tmp_path):
+async def test_barrier_trains_once_every_client_sending_experience_waits(tmp_path):
     async with running(make_settings(tmp_path)) as service:
         a, b = service.connect("tcp", "a"), service.connect("ws", "b")
+        service.ingest(b, [chunk(7)])  # b sends a first piece with EPISODES and collects on
         a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
         await settle()
         assert a.waiting and not a_waits.done() and not service.training_in_progress
-        assert service.pending_env_steps == 10
-        b_state = await send_and_wait(service, b, [chunk(7)])
+        assert service.pending_env_steps == 17
+        b_state = await send_and_wait(service, b, [chunk(3)])
         a_state = await a_waits
         assert a_state.weights_seq_no == b_state.weights_seq_no == 1  # one step, on both clients' data
-        assert service.metrics.num_env_steps_trained_lifetime == 17
+        assert service.metrics.num_env_steps_trained_lifetime == 20
+
+
+async def test_clients_that_never_sent_experience_do_not_hold_the_barrier(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        a, watcher = service.connect("tcp", "a"), service.connect("ws", "dashboard")
+        assert (await send_and_wait(service, a, [chunk()])).weights_seq_no == 1
+        assert watcher.env_steps_sent == 0 and [c.id for c in service.clients] == [a.id, watcher.id]
 
 
 async def test_a_client_leaving_while_waiting_harms_nobody(tmp_path):
     async with running(make_settings(tmp_path)) as service:
-        a, b, idle = service.connect("tcp", "a"), service.connect("tcp", "b"), service.connect("ws", "idle")
+        a, b, busy = service.connect("tcp", "a"), service.connect("tcp", "b"), service.connect("ws", "busy")
+        service.ingest(busy, [chunk(2)])  # busy has sent experience and is collecting more
         a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
         b_waits = asyncio.create_task(send_and_wait(service, b, [chunk(5)]))
         await settle()
-        assert a.waiting and b.waiting and not service.training_in_progress  # `idle` holds the barrier
+        assert a.waiting and b.waiting and not service.training_in_progress  # `busy` holds the barrier
 
         b_waits.cancel()  # b's connection drops: its task is cancelled, then it disconnects
         await asyncio.gather(b_waits, return_exceptions=True)
         service.disconnect(b)
         assert b.waiting is False and not a_waits.done()
 
-        service.disconnect(idle)  # now everyone left is waiting
+        service.disconnect(busy)  # now everyone left is waiting
         state = await a_waits
         assert state.weights_seq_no == 1
-        assert service.metrics.num_env_steps_trained_lifetime == 15  # b's data was still used
+        assert service.metrics.num_env_steps_trained_lifetime == 17  # b's and busy's data were still used
         assert [c.id for c in service.clients] == [a.id]
         assert (await send_and_wait(service, a, [chunk(3)])).weights_seq_no == 2  # and a goes on alone
 
@@ -162,7 +171,8 @@ async def test_a_full_batch_trains_and_data_during_training_goes_into_the_next(t
 
 async def test_barrier_timeout_trains_what_is_there(tmp_path):
     async with running(make_settings(tmp_path, barrier_timeout_s=0.3)) as service:
-        a, _idle = service.connect("tcp", "a"), service.connect("tcp", "idle")
+        a, busy = service.connect("tcp", "a"), service.connect("tcp", "busy")
+        service.ingest(busy, [chunk(3)])  # and never waits
         loop = asyncio.get_running_loop()
         started = loop.time()
         state = await send_and_wait(service, a, [chunk()])
@@ -264,13 +274,14 @@ async def test_stop_releases_waiters_and_saves(tmp_path):
     settings = make_settings(tmp_path)
     service = TrainingService(settings)
     await service.start()
-    a, _idle = service.connect("tcp", "a"), service.connect("tcp", "idle")
+    a, busy = service.connect("tcp", "a"), service.connect("tcp", "busy")
+    service.ingest(busy, [chunk(3)])  # busy holds the barrier
     a_waits = asyncio.create_task(send_and_wait(service, a, [chunk()]))
     await settle()
     await service.stop()
     assert (await a_waits).weights_seq_no == 0  # released with the current version
-    assert service.metrics.dropped_env_steps["shutdown"] == 10
+    assert service.metrics.dropped_env_steps["shutdown"] == 13
     assert (settings.checkpoint_dir / CHECKPOINT_FILE).exists()
     service.ingest(a, [chunk(4)])  # a straggler after stop: dropped, and nobody waits for it
     assert (await asyncio.wait_for(service.wait_for_training(a), 1)).weights_seq_no == 0
-    assert service.metrics.dropped_env_steps["shutdown"] == 14
+    assert service.metrics.dropped_env_steps["shutdown"] == 17

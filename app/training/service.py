@@ -1,9 +1,9 @@
 """The one TrainingService every client connection feeds, on both transports.
 
 It gathers episode chunks from all clients into a pending batch and trains on it when
-the batch is full, when every connected client is waiting for new weights (so a lone
-client never waits on others), or when the oldest pending data is `barrier_timeout_s`
-old. Training runs in a single learner thread so the event loop keeps serving; data
+the batch is full, when every connected client that sends experience is waiting for
+new weights (so a lone client never waits on others), or when the oldest pending data
+is `barrier_timeout_s` old. Training runs in a single learner thread so the event loop keeps serving; data
 that arrives meanwhile goes into the next batch. Every training step publishes the
 next weights_seq_no, exported to ONNX once and cached.
 
@@ -224,6 +224,11 @@ class TrainingService:
 
     # -- When and how to train ------------------------------------------------------
 
+    def _contributors(self) -> list[ClientInfo]:
+        """The clients the barrier waits for: those that have sent experience. A client
+        that only watches (PING, GET_STATE) or is still starting up holds nobody back."""
+        return [client for client in self._clients.values() if client.env_steps_sent > 0]
+
     def _waits_for_pending_batch(self, client: ClientInfo) -> bool:
         return client.waiting and self._due_batch.get(client.id) == self._batches_started + 1
 
@@ -233,7 +238,7 @@ class TrainingService:
             return
         if self._pending_steps >= self.settings.train_batch_size:
             reason = "batch full"
-        elif self._clients and all(self._waits_for_pending_batch(c) for c in self._clients.values()):
+        elif all(self._waits_for_pending_batch(c) for c in self._contributors()):
             reason = "all clients waiting"
         elif self._barrier_timed_out:
             reason = "barrier timeout"
