@@ -7,7 +7,9 @@ actions, rewards, log-probs; ~55 kB of JSON) are pre-encoded; each client, in it
 process, sends batches of them followed by a PING and counts a batch as accepted when
 its PONG comes back (replies are in order, so every EPISODES before it was validated
 and ingested). Two batches are kept in flight. The gateway runs as a subprocess with
-a train batch size and barrier timeout so large that no training step runs.
+a train batch size and barrier timeout so large that no training step runs, and one
+idle client that has sent experience stays connected throughout (so that the gateway
+never sees "every client waiting", which would also start a training step).
 
 The limit it is compared with, measured in the same run on the same bytes: decoding
 the bodies with orjson in a loop, one core. The sans-I/O core (frame decoder, orjson,
@@ -24,7 +26,9 @@ import multiprocessing
 import resource
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -36,6 +40,7 @@ from _common import (  # noqa: E402
     emit,
     episodes_bodies,
     raise_fd_limit,
+    read_frames,
     rounded,
     running_gateway,
     tcp_connect,
@@ -199,6 +204,21 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
     }
 
 
+@contextmanager
+def _holder(gateway, frame: bytes) -> Iterator[None]:
+    """A client that has sent experience and stays connected without waiting for
+    weights: while it is there, the gateway never finds "every client waiting" (so a
+    run's clients leaving does not start a training step on everything received)."""
+    sock = tcp_connect(gateway.tcp_port)
+    try:
+        sock.sendall(frame + PING_FRAME)
+        if read_frames(sock, 1, deadline=time.monotonic() + 30) != [PONG_BODY]:
+            raise RuntimeError("the gateway refused the benchmark message")
+        yield
+    finally:
+        sock.close()
+
+
 # -- Limits measured in-process ---------------------------------------------------------
 
 
@@ -246,6 +266,7 @@ def main() -> None:
         help="tcp, ws (binary messages), ws-text, ws-deflate (permessage-deflate, as browsers "
         "negotiate it), tcp-msgpack (msgpack bodies); the last three with one client only",
     )
+    parser.add_argument("--gateway-prelude", default=None, help=argparse.SUPPRESS)  # experiments only
     args = parser.parse_args()
     raise_fd_limit(4096)
 
@@ -260,7 +281,7 @@ def main() -> None:
     limits = [measure_limits(bodies, 1.0)]
     runs = []
     gateway_flags = ["--train-batch-size", str(10**12), "--barrier-timeout-s", str(10**9)]
-    with running_gateway(*gateway_flags) as gateway:
+    with running_gateway(*gateway_flags, prelude=args.gateway_prelude) as gateway, _holder(gateway, frames[0]):
         for transport in args.transports:
             for n in args.clients:
                 if n > 1 and transport in ONE_CLIENT_ONLY:
