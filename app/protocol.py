@@ -271,7 +271,8 @@ class Session:
         max_steps_per_message: int | None = None,
     ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
-        self._context = {"spaces": spaces}
+        # JSON bodies say so: the chunk validators then skip a check (see schemas).
+        self._contexts = {Encoding.JSON: {"spaces": spaces, "from_json": True}, Encoding.MSGPACK: {"spaces": spaces}}
         self._max_episodes = max_episodes_per_message
         self._max_steps = max_steps_per_message
         self.closed = False  # set after a fatal error: further bytes are ignored
@@ -303,7 +304,7 @@ class Session:
             if not isinstance(message_type, str) or message_type not in REQUEST_TYPES:
                 raise self._unknown_type(message_type)
             try:
-                request = request_adapter.validate_python(data, context=self._context)
+                request = request_adapter.validate_python(data, context=self._contexts[encoding])
             except ValidationError as exc:
                 raise _describe_validation_error(message_type, exc) from None
             if isinstance(request, Episodes):

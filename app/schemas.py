@@ -44,6 +44,12 @@ def _spaces(info: ValidationInfo) -> SpacesContext | None:
     return context.get("spaces")
 
 
+def _from_json(info: ValidationInfo) -> bool:
+    """The caller says (context `from_json=True`) the data come from a JSON decoder."""
+    context = info.context or {}
+    return context.get("from_json", False)
+
+
 # -- Lists of numbers to arrays -----------------------------------------------------
 #
 # Episode chunks are most of what the gateway reads, and turning their decoded lists
@@ -65,9 +71,14 @@ _FLOAT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
 
-def _fast_floats(value: list, dtype: type, row_size: int | None) -> np.ndarray | None:
+def _fast_floats(value: list, dtype: type, row_size: int | None, from_json: bool = False) -> np.ndarray | None:
     """A finite float array from a list of numbers, or (with `row_size`) of lists of
-    `row_size` numbers; None where the general path must decide."""
+    `row_size` numbers; None where the general path must decide.
+
+    `from_json` skips checking that the rows are lists: in decoded JSON the only other
+    rows with a length are strings and objects, whose items (characters, keys) struct
+    refuses; msgpack also has bytes and maps with number keys, which it would take.
+    """
     rows = len(value)
     if not rows or row_size == 0:
         return None
@@ -77,7 +88,9 @@ def _fast_floats(value: list, dtype: type, row_size: int | None) -> np.ndarray |
             flat = value
             array = np.empty(rows, dtype)
         else:
-            if list(map(len, value)) != [row_size] * rows or list(map(type, value)) != [list] * rows:
+            if list(map(len, value)) != [row_size] * rows:
+                return None
+            if not from_json and list(map(type, value)) != [list] * rows:
                 return None
             flat = []
             deque(map(flat.extend, value), 0)  # 2.5x faster than itertools.chain
@@ -113,13 +126,16 @@ def _row_size(value: Any) -> int | None:
     return len(value[0]) if type(value) is list and value and type(value[0]) is list else None
 
 
-def _as_array(value: Any, dtype: type, what: str, row_size: int | None = None) -> np.ndarray:
+def _as_array(
+    value: Any, dtype: type, what: str, row_size: int | None = None, from_json: bool = False
+) -> np.ndarray:
     """Turn nested lists into a numpy array, or explain why they are not numbers.
 
-    `row_size` announces rows of that many numbers, for the fast path only: the result
-    is the same with or without it (the caller checks the shape).
+    `row_size` announces rows of that many numbers and `from_json` where the data come
+    from, for the fast path only: the result is the same without them (the caller
+    checks the shape).
     """
-    if type(value) is list and (array := _fast_floats(value, dtype, row_size)) is not None:
+    if type(value) is list and (array := _fast_floats(value, dtype, row_size, from_json)) is not None:
         return array
     if isinstance(value, np.ndarray):
         array = value.astype(dtype, copy=False)
@@ -182,7 +198,7 @@ class EpisodeChunk(_Message):
     def _obs(cls, value: Any, info: ValidationInfo) -> np.ndarray:
         spaces = _spaces(info)
         shape = spaces.observation_space.shape if spaces is not None else ()
-        array = _as_array(value, np.float32, "obs", shape[0] if len(shape) == 1 else None)
+        array = _as_array(value, np.float32, "obs", shape[0] if len(shape) == 1 else None, _from_json(info))
         if spaces is not None and array.shape[1:] != spaces.observation_space.shape:
             raise ValueError(
                 f"each observation must have shape {list(spaces.observation_space.shape)}, "
@@ -206,7 +222,7 @@ class EpisodeChunk(_Message):
             if array.size and (array.min() < 0 or array.max() >= space.n):
                 raise ValueError(f"actions must lie in 0..{space.n - 1}")
             return array.astype(np.int64)
-        array = _as_array(value, np.float32, "actions", _row_size(value))
+        array = _as_array(value, np.float32, "actions", _row_size(value), _from_json(info))
         if isinstance(space, BoxSpace) and array.shape[1:] != space.shape:
             raise ValueError(f"each action must have shape {list(space.shape)}, got {list(array.shape[1:])}")
         return array
@@ -223,10 +239,10 @@ class EpisodeChunk(_Message):
 
     @field_validator("action_dist_inputs", mode="before")
     @classmethod
-    def _dist_inputs(cls, value: Any) -> np.ndarray | None:
+    def _dist_inputs(cls, value: Any, info: ValidationInfo) -> np.ndarray | None:
         if value is None:
             return None
-        array = _as_array(value, np.float32, "action_dist_inputs", _row_size(value))
+        array = _as_array(value, np.float32, "action_dist_inputs", _row_size(value), _from_json(info))
         if array.ndim != 2:
             raise ValueError("action_dist_inputs must be a list of T vectors")
         return array
