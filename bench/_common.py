@@ -8,6 +8,7 @@ traffic; every loop is bounded in count and in time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import resource
@@ -141,7 +142,7 @@ def emit(name: str, lines: list[str], result: dict[str, Any]) -> None:
 
 
 def rounded(value: float, digits: int = 3) -> float | None:
-    return None if value != value else round(value, digits)  # NaN -> null
+    return None if math.isnan(value) else round(value, digits)  # NaN -> null
 
 
 # -- The gateway under test ------------------------------------------------------------

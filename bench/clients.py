@@ -142,7 +142,7 @@ async def _client_loop(loop, send, reply, measure_from: float, stop: float, stat
             if asyncio.iscoroutine(result):
                 await result
             body = await asyncio.wait_for(reply(), REPLY_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             stats.dropped += 1
             return  # the reply order is lost on this connection: stop it (counted)
         except Exception as exc:
@@ -164,7 +164,6 @@ def _client_process(
     raise_fd_limit(8192)
 
     async def main() -> _Stats:
-        loop = asyncio.get_running_loop()
         # The parent's monotonic t0 is this loop's clock too (loop.time() is monotonic).
         measure_from, stop = t0 + ramp_s + 1.0, t0 + ramp_s + 1.0 + seconds
         stats = _Stats()
@@ -224,7 +223,6 @@ def main() -> None:
         for proc in procs:
             proc.start()
         end = t0 + args.ramp + 1.0 + args.seconds + REPLY_TIMEOUT_S + 5
-        cpu0 = gateway.cpu_seconds()
         measure_from = t0 + args.ramp + 1.0
         cpu_window = None
         while time.monotonic() < end and any(p.is_alive() for p in procs):

@@ -22,6 +22,7 @@ WebSocket within 2x of TCP.
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import resource
 import sys
@@ -366,7 +367,7 @@ def main() -> None:
 
 
 def _check(value: float, at_least: float) -> tuple[bool, float]:
-    return (value == value and value >= at_least), value
+    return (not math.isnan(value) and value >= at_least), value
 
 
 if __name__ == "__main__":

@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import emit, percentile, rounded  # noqa: E402
-
 import torch  # noqa: E402
+from _common import emit, percentile, rounded  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.protocol import Encoding, decode_body, encode_message  # noqa: E402
