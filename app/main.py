@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
-from app import web, ws_rllink
+from app import api, web, ws_rllink
 from app.config import Settings
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
@@ -49,6 +50,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
+    if settings.cors_origins:
+        # Browser clients on other origins (a game page, a Unity WebGL build) may call the REST API.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "PATCH"],
+            allow_headers=["Authorization", "Content-Type", "If-None-Match"],
+            expose_headers=["ETag", "X-Weights-Seq-No"],
+        )
     app.include_router(ws_rllink.router)
+    app.include_router(api.health_router)
+    app.include_router(api.router)
+    app.include_router(api.metrics_router)
     app.include_router(web.router)  # dashboard, demo, vendor files (app/web.py)
     return app

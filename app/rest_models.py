@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import PPOConfig
@@ -95,7 +97,7 @@ class GatewayConfig(BaseModel):
     ppo: PPOConfig
     limits: Limits
     tcp_enabled: bool
-    checkpoint_dir: str
+    checkpoint_dir: Path
     auth_enabled: bool = Field(description="Whether clients must present the shared token (never shown).")
     tls_enabled: bool
     cors_origins: list[str]
