@@ -172,6 +172,7 @@ class Connection(Generic[Tag]):
             case Ping():
                 return Pong()
             case GetConfig():
+                self._service.start_sampling(self.client)
                 return self._set_config()
             case GetState():
                 return self._set_state(self._service.current_state())

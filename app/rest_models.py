@@ -65,6 +65,7 @@ class Client(BaseModel):
     peer: str
     connected_at: float = Field(description="Unix time of the connection.")
     env_steps_sent: int
+    sampling: bool = Field(description="Asked for GET_CONFIG or sent experience: training waits for it.")
     waiting: bool = Field(description="Waiting for SET_STATE after EPISODES_AND_GET_STATE.")
     last_weights_seq_no_sent: int | None
 

@@ -53,7 +53,10 @@ def test_an_idle_client_is_closed_but_one_awaiting_weights_is_not(tmp_path):
         idler, waiter, other = Peer(gateway), gateway.client("tcp"), gateway.client("ws")
         stop = threading.Event()
 
-        def keep_busy() -> None:  # `other` is active but never waits, so only the timeout trains
+        # `other` samples (GET_CONFIG) and stays active but never waits, so only the timeout trains.
+        assert other.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
+
+        def keep_busy() -> None:
             while not stop.is_set():
                 assert other.request({"type": "PING"}) == {"type": "PONG"}
                 time.sleep(0.1)

@@ -114,11 +114,23 @@ async def test_barrier_trains_once_every_client_sending_experience_waits(tmp_pat
         assert service.metrics.num_env_steps_trained_lifetime == 20
 
 
-async def test_clients_that_never_sent_experience_do_not_hold_the_barrier(tmp_path):
+async def test_watchers_do_not_hold_the_barrier(tmp_path):
     async with running(make_settings(tmp_path)) as service:
         a, watcher = service.connect("tcp", "a"), service.connect("ws", "dashboard")
         assert (await send_and_wait(service, a, [chunk()])).weights_seq_no == 1
         assert watcher.env_steps_sent == 0 and [c.id for c in service.clients] == [a.id, watcher.id]
+
+
+async def test_a_client_that_asked_for_its_config_holds_the_barrier(tmp_path):
+    async with running(make_settings(tmp_path)) as service:
+        a, starting = service.connect("tcp", "a"), service.connect("ws", "starting")
+        service.start_sampling(starting)  # GET_CONFIG: it will send experience soon
+        a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
+        await settle()
+        assert a.waiting and not service.training_in_progress
+        starting_state = await send_and_wait(service, starting, [chunk(5)])
+        assert (await a_waits).weights_seq_no == starting_state.weights_seq_no == 1
+        assert service.metrics.num_env_steps_trained_lifetime == 15
 
 
 async def test_a_client_leaving_while_waiting_harms_nobody(tmp_path):

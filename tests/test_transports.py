@@ -196,8 +196,9 @@ def test_fifty_clients_across_both_transports_train_one_policy(tmp_path):
         def run(index: int) -> None:
             try:
                 with gateway.client(TRANSPORTS[index % 2], timeout=60) as client:
-                    # A reply proves the gateway has registered this client.
-                    assert client.request({"type": "PING"}) == {"type": "PONG"}
+                    # GET_CONFIG, as every RLlink client starts; its reply proves the
+                    # gateway has registered this client, and the barrier now waits for it.
+                    assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
                     ready.wait(timeout=30)
                     first = client.request({"type": "GET_STATE"})["weights_seq_no"]
                     reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
@@ -223,6 +224,8 @@ def test_a_client_leaving_while_waiting_for_state_harms_nobody(tmp_path):
     with running_gateway(settings) as gateway:
         leaver = gateway.client("tcp")
         stayer = gateway.client("ws")
+        for client in (leaver, stayer):  # both sample: the barrier waits for both
+            assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
         leaver.send({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
         time.sleep(0.3)  # the leaver now waits: the barrier needs the stayer too
         leaver.close()

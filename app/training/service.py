@@ -1,9 +1,9 @@
 """The one TrainingService every client connection feeds, on both transports.
 
 It gathers episode chunks from all clients into a pending batch and trains on it when
-the batch is full, when every connected client that sends experience is waiting for
-new weights (so a lone client never waits on others), or when the oldest pending data
-is `barrier_timeout_s` old. Training runs in a single learner thread so the event loop keeps serving; data
+the batch is full, when every sampling client (one that asked for GET_CONFIG or sent
+experience) is waiting for new weights (so a lone client never waits on others), or
+when the oldest pending data is `barrier_timeout_s` old. Training runs in a single learner thread so the event loop keeps serving; data
 that arrives meanwhile goes into the next batch. Every training step publishes the
 next weights_seq_no, exported to ONNX once and cached.
 
@@ -45,6 +45,7 @@ class ClientInfo:
     peer: str
     connected_at: float = field(default_factory=time.time)  # Unix time
     env_steps_sent: int = 0
+    sampling: bool = False  # asked for the sampling config or sent experience: the barrier waits for it
     waiting: bool = False  # inside wait_for_training, its data not yet trained on
     last_weights_seq_no_sent: int | None = None
 
@@ -131,6 +132,10 @@ class TrainingService:
         self.metrics.forget_client(client.id)
         self._maybe_train()
 
+    def start_sampling(self, client: ClientInfo) -> None:
+        """The client asked for its sampling config (GET_CONFIG): the barrier now waits for it."""
+        client.sampling = True
+
     @property
     def clients(self) -> list[ClientInfo]:
         return list(self._clients.values())
@@ -139,6 +144,7 @@ class TrainingService:
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk]) -> None:
         """Add the chunks to the pending batch (and to the metrics); never blocks."""
+        client.sampling = True
         if not episodes:
             return
         steps = sum(chunk.num_steps for chunk in episodes)
@@ -224,10 +230,11 @@ class TrainingService:
 
     # -- When and how to train ------------------------------------------------------
 
-    def _contributors(self) -> list[ClientInfo]:
-        """The clients the barrier waits for: those that have sent experience. A client
-        that only watches (PING, GET_STATE) or is still starting up holds nobody back."""
-        return [client for client in self._clients.values() if client.env_steps_sent > 0]
+    def _samplers(self) -> list[ClientInfo]:
+        """The clients the barrier waits for: those that asked for GET_CONFIG (as every
+        RLlink client does before sampling) or sent experience. A client that only
+        watches (PING, GET_STATE) holds nobody back."""
+        return [client for client in self._clients.values() if client.sampling]
 
     def _waits_for_pending_batch(self, client: ClientInfo) -> bool:
         return client.waiting and self._due_batch.get(client.id) == self._batches_started + 1
@@ -238,7 +245,7 @@ class TrainingService:
             return
         if self._pending_steps >= self.settings.train_batch_size:
             reason = "batch full"
-        elif all(self._waits_for_pending_batch(c) for c in self._contributors()):
+        elif all(self._waits_for_pending_batch(c) for c in self._samplers()):
             reason = "all clients waiting"
         elif self._barrier_timed_out:
             reason = "barrier timeout"
