@@ -36,6 +36,7 @@ class RunResult:
     episodes: int = 0
     seconds: float = 0.0
     weights_seq_no: int = 0
+    first_returns: list[float] = field(default_factory=list)  # the first 20 episodes, to compare with
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     reached_target: bool = False
 
@@ -113,6 +114,8 @@ def run(
                 chunks.append(_finish(chunk, episode_id, policy, plain))
                 result.episodes += 1
                 result.recent_returns.append(episode_return)
+                if len(result.first_returns) < result.recent_returns.maxlen:
+                    result.first_returns.append(episode_return)
                 obs, _ = env.reset()
                 episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs)
         if chunk["actions"]:
