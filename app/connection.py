@@ -73,13 +73,20 @@ class Connection(Generic[Tag]):
         self.client = service.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
         traffic.connections_total[transport] += 1
+        self.read_deadline: asyncio.Timeout | None = None  # of the read under way, set by serve()
         self.responder = asyncio.create_task(self._answer_requests(), name=f"responder {self.name}")
+        self.responder.add_done_callback(self._stop_reading)
         log.info("%s connected", self.name)
 
     @property
     def closing(self) -> bool:
         """True once the connection must stop reading (fatal error or responder gone)."""
         return self._rejected or self._session.closed or self.responder.done()
+
+    def _stop_reading(self, _responder: asyncio.Task) -> None:
+        """The responder ended (after a fatal error): end the read under way now."""
+        if self.read_deadline is not None and not self.read_deadline.expired():
+            self.read_deadline.reschedule(asyncio.get_running_loop().time())
 
     @property
     def idle(self) -> bool:
@@ -280,12 +287,13 @@ async def _receive_within_limits(
     while True:
         mid_frame = connection.mid_frame
         timeout = settings.frame_timeout_s if mid_frame else settings.idle_timeout_s
-        read = asyncio.ensure_future(receive())
-        await asyncio.wait({read, connection.responder}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if read.done():
-            return read.result()
-        read.cancel()
-        await asyncio.wait([read])
+        try:
+            async with asyncio.timeout(timeout) as connection.read_deadline:
+                return await receive()
+        except TimeoutError:
+            pass
+        finally:
+            connection.read_deadline = None
         if connection.closing:  # the responder sent a fatal error (e.g. unauthorized)
             return None
         if mid_frame:
