@@ -14,7 +14,10 @@ WS_HEADER_ROOM = 1024  # a WebSocket message holds a frame header besides the bo
 
 def uvicorn_options(settings: Settings) -> dict:
     """What uvicorn must know of the settings besides where to listen."""
-    options = {"ws_max_size": settings.max_frame_bytes + WS_HEADER_ROOM}
+    options = {
+        "ws_max_size": settings.max_frame_bytes + WS_HEADER_ROOM,
+        "ws_per_message_deflate": settings.ws_per_message_deflate,
+    }
     if settings.tls_enabled:
         options.update(ssl_certfile=str(settings.tls_certfile), ssl_keyfile=str(settings.tls_keyfile))
     return options

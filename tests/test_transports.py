@@ -232,3 +232,14 @@ def test_a_client_leaving_while_waiting_for_state_harms_nobody(tmp_path):
         reply = stayer.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
         assert reply["type"] == "SET_STATE" and reply["weights_seq_no"] == 1
         stayer.close()
+
+
+@pytest.mark.parametrize("deflate", [True, False])
+def test_websocket_compression_follows_the_setting(tmp_path, deflate):
+    with running_gateway(gateway_settings(tmp_path, ws_per_message_deflate=deflate)) as gateway:
+        # The websockets client offers permessage-deflate, as browsers do.
+        with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+            extensions = ws.response.headers.get("Sec-WebSocket-Extensions", "")
+            ws.send(encode_frame(b'{"type": "PING"}'))
+            assert ws.recv(timeout=10) == encode_frame(b'{"type": "PONG"}')
+    assert ("permessage-deflate" in extensions) is deflate
