@@ -98,6 +98,7 @@ class GatewayConfig(BaseModel):
     ppo: PPOConfig
     limits: Limits
     tcp_enabled: bool
+    ws_per_message_deflate: bool
     checkpoint_dir: Path
     auth_enabled: bool = Field(description="Whether clients must present the shared token (never shown).")
     tls_enabled: bool
