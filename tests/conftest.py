@@ -75,3 +75,12 @@ def gateway_settings(tmp_path: Path, **overrides) -> Settings:
 def gateway(tmp_path: Path) -> Iterator[RunningGateway]:
     with running_gateway(gateway_settings(tmp_path)) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for a module of browser tests (mark the module with tests.browser.NEEDS_BROWSER)."""
+    from .browser import launch_browser  # Playwright only where a browser is used
+
+    with launch_browser() as launched:
+        yield launched
