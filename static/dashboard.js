@@ -11,7 +11,9 @@
  * header and, being in the URL fragment, never reaches a server log.
  *
  * For tests: #updated carries data-polls, the number of successful metric polls, and
- * each stat tile carries its label in data-label.
+ * each stat tile has the id stat-<metric> (#stat-weights_seq_no,
+ * #stat-num_env_steps_sampled_lifetime, #stat-clients, ...; see STATS) with its text
+ * in .value.
  */
 
 import { LineChart, loadUPlot } from './charts.js';
@@ -87,22 +89,25 @@ const CHARTS = [
   },
 ];
 
-/** The stat tiles: [label, path, decimals] or [label, (metrics) => text]. */
+/**
+ * The stat tiles: [metric, label, decimals] (the metric's name in /api/metrics) or
+ * [key, label, (metrics) => text]. Each tile's element id is `stat-<metric or key>`.
+ */
 const STATS = [
-  ['policy version (weights_seq_no)', 'weights_seq_no'],
-  ['training steps', 'num_training_steps'],
-  ['env steps sampled', 'num_env_steps_sampled_lifetime'],
-  ['env steps trained', 'num_env_steps_trained_lifetime'],
-  ['episodes', 'num_episodes_lifetime'],
-  ['return mean', 'episode_return_mean', 1],
-  ['return min / max', (m) => `${formatNumber(num(m, 'episode_return_min'), 1)} / ${formatNumber(num(m, 'episode_return_max'), 1)}`],
-  ['episode length mean', 'episode_len_mean', 1],
-  ['env steps / s', 'env_steps_per_s', 0],
-  ['clients tcp / ws', (m) => `${formatNumber(num(m, 'clients.tcp'))} / ${formatNumber(num(m, 'clients.ws'))}`],
-  ['pending env steps', 'pending_env_steps'],
-  ['learner', (m) => ({ true: 'training', false: 'idle' })[get(m, 'training_in_progress')] ?? MISSING],
-  ['last training step (s)', 'last_training_step_s', 2],
-  ['uptime (s)', 'uptime_s', 0],
+  ['weights_seq_no', 'policy version (weights_seq_no)'],
+  ['num_training_steps', 'training steps'],
+  ['num_env_steps_sampled_lifetime', 'env steps sampled'],
+  ['num_env_steps_trained_lifetime', 'env steps trained'],
+  ['num_episodes_lifetime', 'episodes'],
+  ['episode_return_mean', 'return mean', 1],
+  ['episode_return_min_max', 'return min / max', (m) => `${formatNumber(num(m, 'episode_return_min'), 1)} / ${formatNumber(num(m, 'episode_return_max'), 1)}`],
+  ['episode_len_mean', 'episode length mean', 1],
+  ['env_steps_per_s', 'env steps / s', 0],
+  ['clients', 'clients tcp / ws', (m) => `${formatNumber(num(m, 'clients.tcp'))} / ${formatNumber(num(m, 'clients.ws'))}`],
+  ['pending_env_steps', 'pending env steps'],
+  ['training_in_progress', 'learner', (m) => ({ true: 'training', false: 'idle' })[get(m, 'training_in_progress')] ?? MISSING],
+  ['last_training_step_s', 'last training step (s)', 2],
+  ['uptime_s', 'uptime (s)', 0],
 ];
 
 /** A chart and the history behind it. */
@@ -215,9 +220,10 @@ class Dashboard {
   renderMetrics(metrics) {
     renderStats(
       this.el.stats,
-      STATS.map(([label, field, digits]) => [
+      STATS.map(([key, label, format]) => [
         label,
-        typeof field === 'function' ? field(metrics) : formatNumber(num(metrics, field), digits),
+        typeof format === 'function' ? format(metrics) : formatNumber(num(metrics, key), format),
+        `stat-${key}`,
       ]),
     );
     renderCounts(this.el.frames, ['type', 'count'], get(metrics, 'frames_received'));

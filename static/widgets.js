@@ -13,14 +13,18 @@ export function formatNumber(value, digits = 2) {
   return value.toLocaleString('en-US', { maximumFractionDigits: digits });
 }
 
-/** Fill the stat tiles of `container`: one .stat per [label, text] pair, kept in place between calls. */
-export function renderStats(container, pairs) {
-  for (const [label, text] of pairs) {
+/**
+ * Fill the stat tiles of `container`: one .stat per [label, text] or [label, text, id],
+ * kept in place between calls; `id` becomes the tile's element id.
+ */
+export function renderStats(container, tiles) {
+  for (const [label, text, id] of tiles) {
     let tile = container.querySelector(`[data-label="${CSS.escape(label)}"]`);
     if (!tile) {
       tile = document.createElement('div');
       tile.className = 'stat';
       tile.dataset.label = label;
+      if (id) tile.id = id;
       tile.innerHTML = '<div class="label"></div><div class="value"></div>';
       tile.querySelector('.label').textContent = label;
       container.append(tile);
