@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import httpx
-import pytest
 
 from .browser import NEEDS_BROWSER, BrowserPage, open_page, start_training
 from .conftest import RunningGateway, gateway_settings, running_gateway
