@@ -5,7 +5,9 @@
 - cartpole_env.js steps exactly like gymnasium's CartPole-v1.
 - rllink.js frames and unframes like the gateway, turns ERROR frames into rejected
   Promises while the connection stays usable, and unpacks SET_STATE's model byte for byte.
-- The policy run by onnxruntime-web in the page computes what onnxruntime computes in Python.
+- The policy run by onnxruntime-web in the page computes what onnxruntime computes in Python,
+  and the trained model from GET /api/model.onnx, run on a batch in the page, computes what
+  the gateway's torch policy computes.
 
 Skipped when Chromium (/usr/bin/chromium) or the npm packages (`npm ci`) are missing.
 Playwright drives the system Chromium; `playwright install` is never needed.
@@ -21,10 +23,13 @@ import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 
 from app.config import PPOConfig
+from app.training.checkpoints import load_checkpoint
+from app.training.policy import ActorCritic
 
-from .browser import NEEDS_BROWSER, module_page, open_page
+from .browser import NEEDS_BROWSER, module_page, open_page, start_training
 from .conftest import gateway_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
@@ -177,6 +182,14 @@ def test_rllink_js_rejects_on_error_frames_keeps_the_connection_and_unpacks_the_
 
 # -- The policy in the page --------------------------------------------------------------
 
+OBSERVATIONS = np.random.default_rng(0).uniform(-2, 2, size=(32, 4)).astype(np.float32)  # CartPole-shaped
+
+
+def assert_same_policy_outputs(got, expected) -> None:
+    """The page's action_dist_inputs equal the reference's, to float32 precision."""
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, rtol=1e-5, atol=1e-5)
+
+
 POLICY_IN_JS = """async (observations) => {
   const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
   const { OnnxPolicy } = await import('/static/onnx_policy.js');
@@ -195,18 +208,52 @@ POLICY_IN_JS = """async (observations) => {
 
 
 def test_policy_in_the_browser_matches_onnxruntime_in_python(browser, tmp_path):
-    observations = np.random.default_rng(0).uniform(-2, 2, size=(32, 4)).astype(np.float32)
     with running_gateway(gateway_settings(tmp_path)) as gateway, module_page(browser, gateway) as page:
-        result = page.page.evaluate(POLICY_IN_JS, observations.tolist())
+        result = page.page.evaluate(POLICY_IN_JS, OBSERVATIONS.tolist())
         state = gateway.app.state.service.current_state()
         input_name = gateway.settings.onnx_input_name
 
     assert result["weights_seq_no"] == state.weights_seq_no
     session = ort.InferenceSession(state.onnx_bytes, providers=["CPUExecutionProvider"])
-    (expected,) = session.run(None, {input_name: observations})[:1]
-    got = np.array([step["distInputs"] for step in result["steps"]])
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    (expected,) = session.run(None, {input_name: OBSERVATIONS})[:1]
+    assert_same_policy_outputs([step["distInputs"] for step in result["steps"]], expected)
     log_probs = expected - np.logaddexp.reduce(expected, axis=1, keepdims=True)
     for step, row in zip(result["steps"], log_probs, strict=True):
         assert step["action"] in (0, 1)
         assert step["logp"] == pytest.approx(row[step["action"]], abs=1e-5)
+
+
+DOWNLOADED_MODEL_IN_JS = """async (observations) => {
+  const { loadOrt } = await import('/static/onnx_policy.js');
+  const ort = await loadOrt();  // wasm, from /vendor/ort/ as the demo loads it
+  const response = await fetch('/api/model.onnx');
+  if (!response.ok) throw new Error(`GET /api/model.onnx: HTTP ${response.status}`);
+  const session = await ort.InferenceSession.create(new Uint8Array(await response.arrayBuffer()),
+                                                    { executionProviders: ['wasm'] });
+  const batch = new ort.Tensor('float32', Float32Array.from(observations.flat()),
+                               [observations.length, observations[0].length]);
+  const output = (await session.run({ [session.inputNames[0]]: batch }))[session.outputNames[0]];
+  return { weights_seq_no: Number(response.headers.get('X-Weights-Seq-No')),
+           inputNames: session.inputNames, outputNames: session.outputNames,
+           dims: output.dims, data: Array.from(output.data) };
+}"""
+
+
+def test_model_downloaded_from_the_rest_api_runs_in_the_browser_like_the_torch_policy(browser, tmp_path):
+    settings = gateway_settings(tmp_path)
+    with running_gateway(settings) as gateway:
+        trained = start_training(gateway, max_env_steps=2 * settings.env_steps_per_sample).join(timeout_s=60)
+        with module_page(browser, gateway) as page:
+            result = page.page.evaluate(DOWNLOADED_MODEL_IN_JS, OBSERVATIONS.tolist())
+        output_names = gateway.app.state.service.onnx_output_names
+
+    # The gateway's torch policy at that version, as it checkpointed it after training.
+    policy = ActorCritic(settings.observation_space, settings.action_space, settings.ppo.hidden_sizes)
+    saved_version = load_checkpoint(settings.checkpoint_dir, policy, torch.optim.Adam(policy.parameters()))
+    with torch.no_grad():
+        expected = policy(torch.from_numpy(OBSERVATIONS)).numpy()
+
+    assert result["weights_seq_no"] == saved_version == trained.weights_seq_no >= 2  # trained, not initial
+    assert result["inputNames"] == [settings.onnx_input_name] and result["outputNames"] == output_names
+    assert result["dims"] == [len(OBSERVATIONS), settings.action_space.n]  # the whole batch in one run
+    assert_same_policy_outputs(np.reshape(result["data"], result["dims"]), expected)
