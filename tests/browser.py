@@ -151,7 +151,7 @@ def screenshot_dashboard(path: Path, train_seconds: float) -> None:
         launch_browser() as browser,
         open_page(browser, gateway.base_url, viewport=viewport) as page,
     ):
-            training = start_training(gateway, max_seconds=train_seconds + 10)
+            training = start_training(gateway, max_seconds=train_seconds + 3)
             time.sleep(train_seconds)
             page.wait_until("Number(document.querySelector('#updated').dataset.polls) >= 3", 10, "three dashboard updates")
             path.parent.mkdir(parents=True, exist_ok=True)
