@@ -24,7 +24,9 @@ ONNX_MEDIA_TYPE = "application/octet-stream"
 
 
 def collect_metrics(service: TrainingService, traffic: TrafficStats) -> Metrics:
-    """One consistent snapshot of training progress and traffic."""
+    """One consistent snapshot of training progress and traffic. Call it on the event
+    loop (from `async def` routes), where the service changes: read from a worker thread,
+    the counters could change halfway through and not add up."""
     snapshot = service.metrics.snapshot()
     clients: dict[str, int] = {"tcp": 0, "ws": 0}
     for client in service.clients:
@@ -33,6 +35,7 @@ def collect_metrics(service: TrainingService, traffic: TrafficStats) -> Metrics:
         **snapshot,
         env_steps_per_s=service.metrics.env_steps_per_s(),
         pending_env_steps=service.pending_env_steps,
+        training_env_steps=service.training_env_steps,
         training_in_progress=service.training_in_progress,
         clients=clients,
         connections_total=dict(traffic.connections_total),
@@ -56,7 +59,7 @@ def health(
 
 
 @router.get("/metrics", response_model=Metrics, summary="Training progress, learner stats and traffic")
-def metrics(
+async def metrics(
     service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
 ) -> Metrics:
     return collect_metrics(service, traffic)
@@ -68,7 +71,7 @@ def metrics(
     summary="The same metrics in Prometheus text format",
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus exposition format."}},
 )
-def prometheus_metrics(
+async def prometheus_metrics(
     service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
 ) -> Response:
     return Response(render_prometheus(collect_metrics(service, traffic)), media_type=CONTENT_TYPE_LATEST)

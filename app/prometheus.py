@@ -25,6 +25,7 @@ SCALARS = [
     ("episode_len_mean", "gauge", "Mean length of the recent whole episodes."),
     ("env_steps_per_s", "gauge", "Env steps received per second."),
     ("pending_env_steps", "gauge", "Env steps waiting for the next training step."),
+    ("training_env_steps", "gauge", "Env steps in the training step under way."),
     ("last_training_step_s", "gauge", "Wall seconds of the latest training step."),
     ("bytes_received", "counter", "Bytes received on RLlink connections."),
     ("bytes_sent", "counter", "Bytes sent on RLlink connections."),

@@ -46,6 +46,11 @@ class Metrics(BaseModel):
     last_training_step_s: float | None = Field(description="Wall time of the latest training step.")
     env_steps_per_s: float = Field(description="Env steps received per second, over the last few seconds.")
     pending_env_steps: int = Field(description="Env steps waiting for the next training step.")
+    training_env_steps: int = Field(
+        description="Env steps in the training step under way. Every env step sampled is trained, dropped, "
+        "pending or here: num_env_steps_sampled_lifetime = num_env_steps_trained_lifetime + "
+        "sum(dropped_env_steps) + pending_env_steps + training_env_steps."
+    )
     training_in_progress: bool
     dropped_env_steps: dict[str, int] = Field(description="Env steps not trained on, by reason.")
     clients: dict[str, int] = Field(description="Connected clients per transport (`tcp`, `ws`).")

@@ -297,3 +297,30 @@ async def test_stop_releases_waiters_and_saves(tmp_path):
     service.ingest(a, [chunk(4)])  # a straggler after stop: dropped, and nobody waits for it
     assert (await asyncio.wait_for(service.wait_for_training(a), 1)).weights_seq_no == 0
     assert service.metrics.dropped_env_steps["shutdown"] == 17
+    assert unaccounted(service) == 0  # the straggler counts as sampled too
+
+
+def unaccounted(service: TrainingService) -> int:
+    """Env steps sampled but neither trained, dropped, pending nor in training (must be 0)."""
+    m = service.metrics
+    accounted = m.num_env_steps_trained_lifetime + sum(m.dropped_env_steps.values())
+    return m.num_env_steps_sampled_lifetime - accounted - service.pending_env_steps - service.training_env_steps
+
+
+async def test_every_env_step_is_accounted_for_at_every_moment(tmp_path):
+    settings = make_settings(tmp_path, train_batch_size=20, max_policy_lag=0)
+    async with running(settings) as service:
+        a, b = service.connect("tcp", "a"), service.connect("tcp", "b")
+        service.note_state_sent(b, service.current_state())  # b collects with version 0
+        service.ingest(a, [chunk(25)])  # fills a batch: training starts
+        assert service.training_in_progress and service.training_env_steps == 25 and unaccounted(service) == 0
+        service.ingest(b, [chunk(7)])  # pending while a's batch trains; stale once it is done
+        assert service.pending_env_steps == 7 and unaccounted(service) == 0
+        while service.training_in_progress or service.pending_env_steps:
+            assert unaccounted(service) == 0
+            if not service.training_in_progress:
+                service.ingest(a, [chunk(20)])  # a fresh batch takes b's stale chunk along
+            await asyncio.sleep(0.001)
+        m = service.metrics
+        assert m.dropped_env_steps["stale"] == 7 and m.num_env_steps_trained_lifetime == 45
+        assert service.training_env_steps == 0 and unaccounted(service) == 0

@@ -82,6 +82,7 @@ class TrainingService:
         self._batches_finished = 0
         self._batch_finished = asyncio.Condition()
         self._training: asyncio.Task[None] | None = None
+        self._training_env_steps = 0  # of the batch under way, not yet counted trained or dropped
         self._stopped = False
 
     # -- Lifecycle ----------------------------------------------------------------
@@ -148,13 +149,14 @@ class TrainingService:
         if not episodes:
             return
         steps = sum(chunk.num_steps for chunk in episodes)
+        for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending
+            self.metrics.record_chunk(client.id, chunk)
         if self._stopped:
             self.metrics.dropped_env_steps["shutdown"] += steps
             return
         for chunk in episodes:
             version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
             self._pending.append(_PendingChunk(chunk, version))
-            self.metrics.record_chunk(client.id, chunk)
         client.env_steps_sent += steps
         self._pending_steps += steps
         self._due_batch[client.id] = self._batches_started + 1
@@ -225,6 +227,11 @@ class TrainingService:
         return self._pending_steps
 
     @property
+    def training_env_steps(self) -> int:
+        """Env steps in the training step under way (neither trained nor dropped yet)."""
+        return self._training_env_steps
+
+    @property
     def training_in_progress(self) -> bool:
         return self._training is not None
 
@@ -251,7 +258,9 @@ class TrainingService:
             reason = "barrier timeout"
         else:
             return
+        steps = self._pending_steps
         batch = self._take_pending()  # from now on, new data goes into the next batch
+        self._training_env_steps = steps
         self._training = asyncio.get_running_loop().create_task(self._train_batch(batch, reason))
 
     def _on_barrier_timeout(self) -> None:
@@ -279,13 +288,15 @@ class TrainingService:
         ]
         stale_steps = sum(p.chunk.num_steps for p in pending) - sum(c.num_steps for c in fresh)
         self.metrics.dropped_env_steps["stale"] += stale_steps
+        self._training_env_steps -= stale_steps
         try:
             if fresh:
                 await self._train(fresh, reason, stale_steps)
         except Exception:
-            logger.exception("training step failed; its %d env steps are dropped", sum(c.num_steps for c in fresh))
-            self.metrics.dropped_env_steps["training_error"] += sum(c.num_steps for c in fresh)
+            logger.exception("training step failed; its %d env steps are dropped", self._training_env_steps)
+            self.metrics.dropped_env_steps["training_error"] += self._training_env_steps
         finally:
+            self._training_env_steps = 0
             self._training = None
             await self._finish_batch()
             self._maybe_train()
@@ -297,6 +308,7 @@ class TrainingService:
         seconds = time.perf_counter() - started
         self._publish(state)
         self.metrics.record_training_step(state.weights_seq_no, steps, stats, seconds)
+        self._training_env_steps = 0  # counted as trained now
         snapshot = self.metrics.snapshot()
         mean_return = snapshot["episode_return_mean"]
         logger.info(
