@@ -1,0 +1,360 @@
+"""Fuzzing the sans-I/O core with hypothesis (and, if installed, atheris).
+
+test_protocol_core.py already checks that any split of a valid stream decodes alike,
+that arbitrary bytes raise nothing but the decoder's own error, and that any one body
+gives one event. Here the inputs are nastier and the properties stronger:
+- whole streams (valid frames, random bodies, raw garbage) fed to a `Session` in any
+  split give the same events as fed at once; never an exception, never
+  `internal_error` (which means a bug of ours was caught), at most one fatal event, last;
+- messages that are structured but wrong (known types, near-valid episode chunks with
+  one field off, JSON and msgpack) get `invalid_message`/`unknown_type`/`bad_*`, and
+  whatever is accepted is what the training code may rely on: shapes, lengths, ranges,
+  finite numbers;
+- every refusal's ERROR reply encodes in the client's encoding;
+- the fast number parsers agree with numpy's general path whenever they answer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.protocol import (
+    Encoding,
+    ErrorCode,
+    FrameRejected,
+    RequestReceived,
+    Session,
+    decode_body,
+    encode_frame,
+)
+from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, Episodes, SpacesContext, _fast_floats, _fast_indices
+from app.spaces import BoxSpace, DiscreteSpace
+
+CARTPOLE = SpacesContext(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
+PENDULUM = SpacesContext(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0))
+GRID = SpacesContext(BoxSpace(shape=(2, 2)), DiscreteSpace(n=3))
+SPACES = {"cartpole": CARTPOLE, "pendulum": PENDULUM, "grid": GRID}
+MAX_FRAME = 2048
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def new_session(spaces: SpacesContext = CARTPOLE) -> Session:
+    return Session(spaces, MAX_FRAME, max_episodes_per_message=4, max_steps_per_message=40)
+
+
+def summary(event) -> tuple:
+    """What a client would see of an event: the request type or the error code."""
+    if isinstance(event, RequestReceived):
+        return ("request", event.request.type, event.encoding)
+    assert isinstance(event, FrameRejected), event
+    return ("error", event.error.code, event.fatal, event.encoding)
+
+
+def check_events(session: Session, events: list) -> None:
+    """The properties every sequence of events must have."""
+    for index, event in enumerate(events):
+        assert isinstance(event, (RequestReceived, FrameRejected)), event
+        if isinstance(event, FrameRejected):
+            assert event.error.code is not ErrorCode.INTERNAL_ERROR, event.error.message
+            assert event.error.message
+            # The ERROR reply encodes, in the client's encoding, and reads back.
+            reply = session.reply(event.error.to_message(), event.encoding)
+            body, encoding = decode_body(reply[8:])
+            assert int(reply[:8]) == len(reply) - 8 and encoding is event.encoding
+            assert body["type"] == "ERROR" and body["code"] == event.error.code.value
+            if event.fatal:
+                assert index == len(events) - 1 and session.closed
+        else:
+            check_accepted(event.request, session)
+
+
+def check_accepted(request, session: Session) -> None:
+    """What the training code relies on in every accepted chunk."""
+    if not isinstance(request, Episodes):
+        return
+    spaces = session._contexts[Encoding.JSON]["spaces"]
+    assert 1 <= len(request.episodes) <= 4 and request.num_steps <= 40
+    for chunk in request.episodes:
+        steps = chunk.num_steps
+        assert steps >= 1
+        assert chunk.obs.dtype == np.float32 and chunk.obs.shape == (steps + 1, *spaces.observation_space.shape)
+        assert chunk.rewards.dtype == np.float32 and chunk.rewards.shape == (steps,)
+        assert np.isfinite(chunk.obs).all() and np.isfinite(chunk.rewards).all()
+        if isinstance(spaces.action_space, DiscreteSpace):
+            assert chunk.actions.dtype == np.int64 and chunk.actions.shape == (steps,)
+            assert ((0 <= chunk.actions) & (chunk.actions < spaces.action_space.n)).all()
+        else:
+            assert chunk.actions.shape == (steps, *spaces.action_space.shape)
+            assert np.isfinite(chunk.actions).all()
+        for optional in (chunk.action_logp, chunk.action_dist_inputs):
+            assert optional is None or (len(optional) == steps and np.isfinite(optional).all())
+        assert chunk.weights_seq_no is None or chunk.weights_seq_no >= 0
+
+
+# -- Strategies ----------------------------------------------------------------------
+
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+json_values = st.recursive(
+    json_leaves,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=10,
+)
+# Numbers as they arrive: mostly plain ones; sometimes floats of any size (float32
+# overflow included), int64 limits, booleans; NaN and infinities only in msgpack.
+plain_numbers = st.integers(min_value=-3, max_value=3) | st.floats(min_value=-10, max_value=10)
+numbers = st.one_of(
+    plain_numbers,
+    plain_numbers,
+    plain_numbers,
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([1e39, -1e39, 2.0**53, 2**63, -(2**63) - 1, True, False]),
+)
+odd_numbers = st.one_of(numbers, numbers, numbers, st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+CORRUPTIONS = [
+    "odd numbers", "obs length", "observation size", "rewards length", "replace a field", "drop a field", "action range"
+]
+
+
+@st.composite
+def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> dict:
+    """A chunk that is valid but for at most one thing (numbers of any size, sizes off
+    by one, a field of the wrong kind or missing, an action out of range), with aliases
+    and extra keys."""
+    corruption = draw(st.sampled_from([None, None, None, *CORRUPTIONS]))
+    num = plain_numbers if corruption != "odd numbers" else odd_numbers if allow_non_finite else numbers
+    steps = draw(st.integers(min_value=1, max_value=5))
+    obs_shape = list(spaces.observation_space.shape)
+    obs_len = steps + 1 + (draw(st.sampled_from([-1, 1, -steps - 1])) if corruption == "obs length" else 0)
+
+    def observation():
+        if len(obs_shape) == 1:
+            size = obs_shape[0] + (draw(st.sampled_from([-1, 1])) if corruption == "observation size" else 0)
+            return draw(st.lists(num, min_size=size, max_size=size))
+        return [[draw(num) for _ in range(obs_shape[1])] for _ in range(obs_shape[0])]
+
+    if isinstance(spaces.action_space, DiscreteSpace):
+        n = spaces.action_space.n
+        action = st.sampled_from([-1, n, 0.5]) if corruption == "action range" else st.integers(0, n - 1)
+    else:
+        action = st.lists(num, min_size=1, max_size=2 if corruption == "action range" else 1)
+    rewards_len = steps + (draw(st.sampled_from([-1, 1])) if corruption == "rewards length" else 0)
+    chunk: dict = {
+        "obs": [observation() for _ in range(obs_len)],
+        "actions": draw(st.lists(action, min_size=steps, max_size=steps)),
+        "rewards": draw(st.lists(num, min_size=rewards_len, max_size=rewards_len)),
+    }
+    done_key = draw(st.sampled_from(["is_terminated", "terminated", "terminateds", "is_truncated", "truncated", "truncateds"]))
+    chunk[done_key] = draw(st.booleans())
+    if draw(st.booleans()):
+        chunk["action_logp"] = draw(st.lists(num, min_size=steps, max_size=steps))
+    if draw(st.booleans()):
+        chunk["action_dist_inputs"] = draw(st.lists(st.lists(num, min_size=2, max_size=2), min_size=steps, max_size=steps))
+    if draw(st.booleans()):
+        chunk[draw(st.sampled_from(["episode_id", "id_"]))] = draw(st.text(max_size=300))
+    if draw(st.booleans()):
+        chunk["weights_seq_no"] = draw(st.integers(min_value=-1, max_value=2**70))
+    if corruption == "replace a field":
+        chunk[draw(st.sampled_from(sorted(chunk)))] = draw(json_values)
+    if corruption == "drop a field":
+        del chunk[draw(st.sampled_from(sorted(chunk)))]
+    if draw(st.booleans()):
+        chunk[draw(st.text(max_size=6))] = draw(json_values)  # unknown keys are ignored
+    return chunk
+
+
+@st.composite
+def structured_messages(draw, spaces: SpacesContext, allow_non_finite: bool) -> dict:
+    message_type = draw(
+        st.one_of(
+            st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]),
+            st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]),
+            st.sampled_from(sorted(REQUEST_TYPES | RESPONSE_TYPES)),
+            st.sampled_from(["ping", "", "EPISODES "]) | json_values,
+        )
+    )
+    message: dict = {} if draw(st.integers(0, 19)) == 0 else {"type": message_type}
+    chunks = st.lists(near_valid_chunks(spaces, allow_non_finite), min_size=1, max_size=5)
+    message["episodes"] = draw(st.one_of(chunks, chunks, chunks, json_values))
+    if draw(st.booleans()):
+        message[draw(st.sampled_from(["env_steps", "timesteps"]))] = draw(st.integers(-1, 2**70) | json_values)
+    if draw(st.booleans()):
+        message["token"] = draw(st.text(max_size=10) | json_values)
+    if draw(st.booleans()):
+        message[draw(st.text(max_size=6))] = draw(json_values)
+    return message
+
+
+def frames_of(messages: list[bytes]) -> bytes:
+    return b"".join(encode_frame(body) for body in messages)
+
+
+# -- Structured but wrong ---------------------------------------------------------------
+
+
+@FUZZ
+@given(data=st.data(), space=st.sampled_from(sorted(SPACES)))
+def test_structured_json_messages_get_a_request_or_a_documented_error(data, space):
+    spaces = SPACES[space]
+    message = data.draw(structured_messages(spaces, allow_non_finite=False))
+    session = new_session(spaces)
+    body = json.dumps(message).encode()
+    if len(body) > MAX_FRAME:
+        return  # frame_too_large is fatal; covered by the stream test
+    events = session.receive_data(encode_frame(body))
+    assert len(events) == 1 and not getattr(events[0], "fatal", False)
+    check_events(session, events)
+    if isinstance(events[0], FrameRejected):
+        assert events[0].error.code in (ErrorCode.INVALID_MESSAGE, ErrorCode.UNKNOWN_TYPE, ErrorCode.BAD_JSON)
+        assert events[0].encoding is Encoding.JSON
+
+
+@FUZZ
+@given(data=st.data(), space=st.sampled_from(sorted(SPACES)))
+def test_structured_msgpack_messages_get_a_request_or_a_documented_error(data, space):
+    spaces = SPACES[space]
+    message = data.draw(structured_messages(spaces, allow_non_finite=True))
+    try:
+        body = msgpack.packb(message)
+    except (OverflowError, ValueError, TypeError):  # ints beyond 64 bits: msgpack cannot carry them
+        return
+    if len(body) > MAX_FRAME:
+        return
+    session = new_session(spaces)
+    events = session.receive_data(encode_frame(body))
+    assert len(events) == 1 and not getattr(events[0], "fatal", False)
+    check_events(session, events)
+    if isinstance(events[0], FrameRejected):
+        assert events[0].error.code in (ErrorCode.INVALID_MESSAGE, ErrorCode.UNKNOWN_TYPE, ErrorCode.BAD_MSGPACK)
+        assert events[0].encoding is Encoding.MSGPACK
+
+
+msgpack_oddities = st.sampled_from(
+    [
+        b"\x81\xa4type\xa4PING",  # a valid PING
+        b"\x81\xa4type\xc4\x04PING",  # type as bytes
+        b"\x82\xa4type\xa4PING\x01\x02",  # an int key
+        b"\x81\xa4type\xd4\x01\x00",  # an ext type
+        b"\x81\xa4type\xc0",  # nil type
+        b"\x82\xa4type\xa8EPISODES\xa8episodes\x91\x81\xa3obs\xc4\x00",  # obs as bytes
+        b"\x82\xa4type\xa8EPISODES\xa8episodes\x91\x81\xa3obs\x92\x81\x01\x02\x81\x03\x04",  # obs rows are maps
+        b"\x81\xa4type\xa4PING\xff",  # trailing byte
+        b"\xdf\x00\x00\x00\x01\xa4type\xa4PING",  # map32
+        b"\xde\x00\x01\xa4type\xa4PING",  # map16
+    ]
+)
+
+
+@FUZZ
+@given(prefix=msgpack_oddities, tail=st.binary(max_size=16))
+def test_odd_msgpack_bodies_never_crash_the_session(prefix, tail):
+    session = new_session()
+    events = session.receive_data(encode_frame(prefix + tail))
+    assert len(events) == 1
+    check_events(session, events)
+
+
+# -- Whole streams in any split ---------------------------------------------------------
+
+VALID_BODIES = [
+    b'{"type": "PING"}',
+    b'{"type": "GET_CONFIG"}',
+    msgpack.packb({"type": "GET_STATE"}),
+    json.dumps(
+        {"type": "EPISODES", "episodes": [{"obs": [[0.0] * 4] * 3, "actions": [0, 1], "rewards": [1, 1], "terminated": True}]}
+    ).encode(),
+]
+
+pieces = st.one_of(
+    st.sampled_from(VALID_BODIES).map(encode_frame),
+    st.binary(max_size=40).map(encode_frame),  # well framed, any body
+    st.sampled_from([b"{", b"}", b"\x81", b"\x00", b"[]", b'{"type": "PI'])
+    .flatmap(lambda start: st.binary(max_size=20).map(lambda rest: encode_frame(start + rest))),
+    st.binary(max_size=12),  # raw bytes: most are a bad header sooner or later
+    st.sampled_from([b"%08d" % (MAX_FRAME + 1), b"99999999", b"0000", b"-0000001"]),
+)
+
+
+@FUZZ
+@given(stream=st.lists(pieces, max_size=10).map(b"".join), cuts=st.lists(st.integers(0, 10_000), max_size=12))
+def test_any_stream_in_any_split_gives_the_same_well_formed_events(stream, cuts):
+    whole = new_session()
+    expected = whole.receive_data(stream)
+    check_events(whole, expected)
+
+    session = new_session()
+    points = sorted({0, len(stream), *(cut % (len(stream) + 1) for cut in cuts)})
+    events = []
+    for start, end in zip(points, points[1:]):
+        events += session.receive_data(stream[start:end])
+    check_events(session, events)
+    assert [summary(e) for e in events] == [summary(e) for e in expected]
+    assert session.closed == whole.closed
+    if session.closed:
+        assert session.receive_data(b'00000016{"type": "PING"}') == []
+
+
+# -- The fast number parsers against numpy ------------------------------------------------
+
+rows_of_numbers = st.integers(min_value=1, max_value=4).flatmap(
+    lambda width: st.lists(st.lists(odd_numbers, min_size=width, max_size=width), min_size=1, max_size=6)
+)
+
+
+@FUZZ
+@given(value=st.lists(odd_numbers, min_size=1, max_size=8) | rows_of_numbers, dtype=st.sampled_from([np.float32, np.float64]))
+def test_fast_float_parser_agrees_with_numpy_whenever_it_answers(value, dtype):
+    row_size = len(value[0]) if isinstance(value[0], list) else None
+    fast = _fast_floats(value, dtype, row_size)
+    if fast is None:
+        return  # declined: numpy's general path decides
+    with np.errstate(over="ignore"):
+        reference = np.asarray(value).astype(dtype)
+    assert fast.dtype == reference.dtype and fast.shape == reference.shape
+    assert np.array_equal(fast, reference) and np.isfinite(fast).all()
+
+
+@FUZZ
+@given(value=st.lists(numbers | st.integers(min_value=-(2**70), max_value=2**70), min_size=1, max_size=8), n=st.integers(1, 5))
+def test_fast_index_parser_agrees_with_numpy_whenever_it_answers(value, n):
+    fast = _fast_indices(value, n)
+    if fast is None:
+        return
+    reference = np.asarray(value)
+    assert reference.dtype.kind in "iu" and np.array_equal(fast, reference)
+    assert ((0 <= fast) & (fast < n)).all()
+
+
+# -- atheris (coverage-guided), a few seconds, if installed -------------------------------
+
+ATHERIS_TARGET = Path(__file__).with_name("fuzz_session_atheris.py")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="atheris is not installed")
+def test_atheris_finds_no_crash_in_the_session_within_a_few_seconds(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ATHERIS_TARGET), "-max_total_time=3", "-seed=1", "-rss_limit_mb=2048", f"-artifact_prefix={tmp_path}/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "Done" in output, output[-3000:]
