@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.routing import compile_path
 
 from app.auth import require_token
 from app.config import Settings
@@ -106,17 +108,17 @@ def get_config(
     response_model=GatewayConfig,
     summary="Change PPO hyperparameters while training",
     description="Takes effect from the next training step. Invalid values are refused with 422.",
+    responses={400: {"description": "The body could not be read (not UTF-8 text)."}},
 )
 def patch_config(
     patch: ConfigPatch,
     settings: Settings = Depends(get_settings),
     service: TrainingService = Depends(get_service),
 ) -> GatewayConfig:
-    changes = patch.ppo.model_dump(exclude_unset=True)
     try:
-        service.update_ppo_config(changes)
-    except ValueError as exc:
-        raise HTTPException(status_code=422, detail=str(exc)) from None
+        service.update_ppo_config(patch.ppo.changes())
+    except ValueError as exc:  # shaped like FastAPI's own 422, as the schema says
+        raise HTTPException(status_code=422, detail=[{"loc": ["body", "ppo"], "msg": str(exc), "type": "value_error"}]) from None
     return current_config(settings, service)
 
 
@@ -149,3 +151,16 @@ def model_onnx(
         return Response(status_code=304, headers=headers)
     headers["Content-Disposition"] = f'attachment; filename="policy-v{state.weights_seq_no}.onnx"'
     return Response(state.onnx_bytes, media_type=ONNX_MEDIA_TYPE, headers=headers)
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    """405 whose `Allow` lists every method of the path. Starlette's names only the
+    methods of the first route for the path, and GET and PATCH /api/config are two:
+    the OpenAPI schema knows them all."""
+    headers = getattr(exc, "headers", None) or {}
+    methods = {method.strip() for method in headers.get("Allow", "").split(",") if method.strip()}
+    for path, operations in request.app.openapi().get("paths", {}).items():
+        if compile_path(path)[0].match(request.url.path):
+            methods |= {method.upper() for method in operations}
+    detail = getattr(exc, "detail", "Method Not Allowed")
+    return JSONResponse({"detail": detail}, status_code=405, headers={"Allow": ", ".join(sorted(methods))})

@@ -59,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "If-None-Match"],
             expose_headers=["ETag", "X-Weights-Seq-No"],
         )
+    app.add_exception_handler(405, api.method_not_allowed)
     app.include_router(ws_rllink.router)
     app.include_router(api.health_router)
     app.include_router(api.router)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import PPOConfig
 from app.spaces import BoxSpace, Space
@@ -111,7 +111,9 @@ class GatewayConfig(BaseModel):
 
 
 class PPOConfigPatch(BaseModel):
-    """PPO hyperparameters that are safe to change while training; omit what stays."""
+    """PPO hyperparameters that are safe to change while training; omit what stays.
+    `null` leaves a value as it is too, except for `target_kl`, where it turns the early
+    stop off."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -125,6 +127,20 @@ class PPOConfigPatch(BaseModel):
     gamma: float | None = Field(None, gt=0, le=1)
     gae_lambda: float | None = Field(None, ge=0, le=1)
     target_kl: float | None = Field(None, gt=0)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_only(cls, value: object) -> object:
+        """As the schema says: pydantic alone would take `true` as 1 and `"0.1"` as 0.1
+        (and, rightly for JSON Schema, 3.0 as the integer 3)."""
+        if isinstance(value, (bool, str)):
+            raise ValueError("must be a number")
+        return value
+
+    def changes(self) -> dict[str, object]:
+        """The values to set: those given, and `null` only where it is one (target_kl)."""
+        given = self.model_dump(exclude_unset=True)
+        return {name: value for name, value in given.items() if value is not None or name == "target_kl"}
 
 
 class ConfigPatch(BaseModel):

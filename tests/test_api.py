@@ -108,6 +108,9 @@ def test_patch_config_changes_hyperparameters_live(gateway, http):
         {"ppo": {"learning_rate": "fast"}},
         {"ppo": {"hidden_sizes": [8]}},  # not safe to change live
         {"ppo": {"gamma": 2}},
+        {"ppo": {"gae_lambda": False}},  # not a number, though pydantic would take it as 0
+        {"ppo": {"learning_rate": "0.1"}},
+        {"ppo": {"update_epochs": 2.5}},
         {"train_batch_size": 10},
         {},
     ],
@@ -117,6 +120,20 @@ def test_patch_config_refuses_bad_bodies_with_422(http, body):
     assert response.status_code == 422
     assert response.json()["detail"]
     assert http.get("/api/config").json()["ppo"]["learning_rate"] != -1
+
+
+def test_patch_config_null_leaves_a_value_but_turns_target_kl_off(http):
+    assert http.patch("/api/config", json={"ppo": {"target_kl": 0.05, "update_epochs": 3.0}}).status_code == 200
+    response = http.patch("/api/config", json={"ppo": {"learning_rate": None, "target_kl": None}})
+    assert response.status_code == 200, response.text
+    ppo = response.json()["ppo"]
+    assert ppo["learning_rate"] > 0 and ppo["target_kl"] is None and ppo["update_epochs"] == 3
+
+
+def test_a_wrong_method_gets_405_naming_every_allowed_one(http):
+    response = http.request("OPTIONS", "/api/config")
+    assert response.status_code == 405 and response.headers["allow"] == "GET, PATCH"
+    assert http.delete("/api/model.onnx").headers["allow"] == "GET"
 
 
 def test_model_download_with_etag_and_304(gateway, http):
