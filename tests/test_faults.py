@@ -1,6 +1,6 @@
 """Faults against a real gateway: clients killed mid-frame, mid-message or while they wait
-for SET_STATE, a client stalling mid-header, a flood of connections over the limit, and
-the gateway itself SIGKILLed mid-training and restarted on its checkpoint.
+for SET_STATE, a client stalling mid-header, a flood of connections over the limit. (The
+gateway itself SIGKILLed mid-training: test_gateway_crash.py.)
 
 Through every client fault two trainers, one per transport, keep training, a watcher
 checks every /api/metrics snapshot, and at the end every env step the gateway received
@@ -10,7 +10,6 @@ is accounted for: sampled = trained + dropped + pending (+ the batch in training
 from __future__ import annotations
 
 import json
-import random
 import socket
 import struct
 import threading
@@ -20,20 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import numpy as np
-import onnxruntime as ort
 import pytest
-import torch
 from websockets.client import ClientProtocol
 from websockets.uri import parse_uri
 
 from app.clients.rllink_client import RLlinkClient
 from app.protocol import Encoding, FrameDecoder, decode_body, encode_frame
-from app.training.checkpoints import CHECKPOINT_FILE
-from app.training.onnx_export import load_payload
 
 from .conftest import RunningGateway, gateway_settings, running_gateway
-from .gateway_process import gateway_process
 from .test_bad_input import Peer
 
 # Only the barrier trains (every sampling client waits), and it times out after a minute:
