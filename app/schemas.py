@@ -148,7 +148,8 @@ def _as_array(
             raise ValueError(f"{what} must be a rectangular list of numbers ({exc})") from None
         if array.dtype.kind not in "iuf" and array.size:  # strings, bools, nulls, objects
             raise ValueError(f"{what} must be a rectangular list of numbers (found {_kind_name(array)})")
-        array = array.astype(dtype, copy=False)
+        with np.errstate(over="ignore"):  # a float32 overflow becomes inf, refused just below
+            array = array.astype(dtype, copy=False)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise ValueError(f"{what} must be finite (found NaN or Infinity)")
     return array
