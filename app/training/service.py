@@ -17,6 +17,7 @@ import itertools
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -237,11 +238,11 @@ class TrainingService:
 
     # -- When and how to train ------------------------------------------------------
 
-    def _samplers(self) -> list[ClientInfo]:
+    def _samplers(self) -> Iterator[ClientInfo]:
         """The clients the barrier waits for: those that asked for GET_CONFIG (as every
         RLlink client does before sampling) or sent experience. A client that only
         watches (PING, GET_STATE) holds nobody back."""
-        return [client for client in self._clients.values() if client.sampling]
+        return (client for client in self._clients.values() if client.sampling)  # lazy: all() stops early
 
     def _waits_for_pending_batch(self, client: ClientInfo) -> bool:
         return client.waiting and self._due_batch.get(client.id) == self._batches_started + 1
