@@ -7,14 +7,13 @@ traffic; every loop is bounded in count and in time.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
 import random
 import resource
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,6 +28,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.protocol import FrameDecoder, encode_frame  # noqa: E402
+
+# The launcher the tests use, from this checkout (ROOT may be an older one without it).
+_spec = importlib.util.spec_from_file_location("gateway_process", Path(__file__).resolve().parent.parent / "tests" / "gateway_process.py")
+_launcher = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_launcher)
+GatewayProcess, free_port, gateway_process = _launcher.GatewayProcess, _launcher.free_port, _launcher.gateway_process
 
 HOST = "127.0.0.1"
 PING_BODY = b'{"type": "PING"}'
@@ -148,103 +153,25 @@ def rounded(value: float, digits: int = 3) -> float | None:
 # -- The gateway under test ------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-class Gateway:
-    """`python -m app` in a subprocess, on free ports, with a private checkpoint dir."""
-
-    def __init__(self, proc: subprocess.Popen, http_port: int, tcp_port: int, log_path: Path) -> None:
-        self.proc = proc
-        self.http_port = http_port
-        self.tcp_port = tcp_port
-        self.log_path = log_path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def ws_url(self) -> str:
-        return f"ws://{HOST}:{self.http_port}/rllink"
-
-    def rss(self) -> int:
-        return proc_rss_bytes(self.pid)
-
-    def peak_rss(self) -> int:
-        return proc_peak_rss_bytes(self.pid)
-
-    def cpu_seconds(self) -> float:
-        return proc_cpu_seconds(self.pid)
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-
 @contextmanager
 def running_gateway(
     *args: str, log_level: str = "warning", startup_s: float = 90.0, prelude: str | None = None
-) -> Iterator[Gateway]:
-    """Start a gateway with these extra command-line flags; stop it (SIGINT, then kill) on exit.
+) -> Iterator[GatewayProcess]:
+    """Start a gateway (tests/gateway_process.py) with these extra command-line flags, a
+    private checkpoint dir and log; stop it (SIGINT, then kill) on exit.
 
     `prelude` is Python run in the gateway process before the app (for experiments, e.g.
     `import sys; sys.setswitchinterval(0.001)`); the gateway itself is `python -m app`.
     """
+    launcher = ("-m", "app")
+    if prelude:
+        launcher = ("-c", f"{prelude}\nimport runpy\nrunpy.run_module('app', run_name='__main__', alter_sys=True)")
     with tempfile.TemporaryDirectory(prefix="rllink-bench-") as tmp:
-        http_port, tcp_port = free_port(), free_port()
-        log_path = Path(tmp) / "gateway.log"
-        if prelude:
-            launcher = ["-c", f"{prelude}\nimport runpy\nrunpy.run_module('app', run_name='__main__', alter_sys=True)"]
-        else:
-            launcher = ["-m", "app"]
-        cmd = [
-            sys.executable, *launcher,
-            "--http-port", str(http_port), "--tcp-port", str(tcp_port),
-            "--checkpoint-dir", str(Path(tmp) / "checkpoints"),
-            "--log-level", log_level,
-            *args,
-        ]
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        gateway = Gateway(proc, http_port, tcp_port, log_path)
-        try:
-            _wait_until_ready(gateway, startup_s)
+        with gateway_process(
+            Path(tmp) / "checkpoints", Path(tmp) / "gateway.log", *args,
+            startup_s=startup_s, log_level=log_level, root=ROOT, launcher=launcher,
+        ) as gateway:
             yield gateway
-        finally:
-            _stop(proc)
-
-
-def _wait_until_ready(gateway: Gateway, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if gateway.proc.poll() is not None:
-            raise RuntimeError(f"the gateway exited with {gateway.proc.returncode}:\n{gateway.log_tail()}")
-        try:
-            with socket.create_connection((HOST, gateway.tcp_port), timeout=2) as sock:
-                sock.sendall(PING_FRAME)
-                if read_frames(sock, 1, deadline=time.monotonic() + 5) == [PONG_BODY]:
-                    with socket.create_connection((HOST, gateway.http_port), timeout=2):
-                        return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the gateway did not start within {timeout_s:g} s:\n{gateway.log_tail()}")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 # -- Raw clients -------------------------------------------------------------------------

@@ -36,6 +36,9 @@ from _common import (  # noqa: E402
     cartpole_chunk,
     emit,
     percentile,
+    proc_cpu_seconds,
+    proc_peak_rss_bytes,
+    proc_rss_bytes,
     raise_fd_limit,
     rounded,
     running_gateway,
@@ -207,7 +210,7 @@ def main() -> None:
     rss_samples: list[int] = []
     flags = ["--train-batch-size", str(10**12), "--barrier-timeout-s", str(10**9)] if args.no_training else []
     with running_gateway(*flags, log_level="info", prelude=args.gateway_prelude) as gateway:
-        rss_idle = gateway.rss()
+        rss_idle = proc_rss_bytes(gateway.pid)
         t0 = time.monotonic() + 1.0
         procs = [
             ctx.Process(
@@ -226,9 +229,9 @@ def main() -> None:
         measure_from = t0 + args.ramp + 1.0
         cpu_window = None
         while time.monotonic() < end and any(p.is_alive() for p in procs):
-            rss_samples.append(gateway.rss())
+            rss_samples.append(proc_rss_bytes(gateway.pid))
             if cpu_window is None and time.monotonic() >= measure_from:
-                cpu_window = (gateway.cpu_seconds(), time.monotonic())
+                cpu_window = (proc_cpu_seconds(gateway.pid), time.monotonic())
             time.sleep(0.5)
         collected = []
         for _ in procs:
@@ -236,12 +239,12 @@ def main() -> None:
                 collected.append(results.get(timeout=60))
             except Exception:
                 collected.append(None)
-        cpu1, t1 = gateway.cpu_seconds(), time.monotonic()
+        cpu1, t1 = proc_cpu_seconds(gateway.pid), time.monotonic()
         for proc in procs:
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()
-        peak_rss = gateway.peak_rss()
+        peak_rss = proc_peak_rss_bytes(gateway.pid)
         log = gateway.log_path.read_text(errors="replace")
         log_tail = "\n".join(line for line in log.splitlines() if "connected" not in line)[-2000:]
         training_steps = len(TRAINING_LINE.findall(log))

@@ -40,6 +40,8 @@ from _common import (  # noqa: E402
     PONG_BODY,
     emit,
     episodes_bodies,
+    proc_cpu_seconds,
+    proc_peak_rss_bytes,
     raise_fd_limit,
     read_frames,
     rounded,
@@ -173,14 +175,14 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
         proc.start()
     while time.monotonic() < start_at:
         time.sleep(0.005)
-    cpu0, wall0 = gateway.cpu_seconds(), time.monotonic()
+    cpu0, wall0 = proc_cpu_seconds(gateway.pid), time.monotonic()
     collected = []
     for _ in procs:
         try:
             collected.append(results.get(timeout=seconds + HARD_TIMEOUT_S + 30))
         except Exception:
             collected.append({"acked": 0, "errors": 1, "first_error": "client process did not report"})
-    cpu1, wall1 = gateway.cpu_seconds(), time.monotonic()
+    cpu1, wall1 = proc_cpu_seconds(gateway.pid), time.monotonic()
     for proc in procs:
         proc.join(timeout=10)
         if proc.is_alive():
@@ -296,7 +298,7 @@ def main() -> None:
                     f"errors {run['errors']})",
                     flush=True,
                 )
-        rss = gateway.peak_rss()
+        rss = proc_peak_rss_bytes(gateway.pid)
     limits.append(measure_limits(bodies, 1.0))
 
     # The best orjson did in either measurement: the harshest reference.

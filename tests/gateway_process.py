@@ -3,6 +3,7 @@
 The in-thread gateway of conftest.py cannot be SIGKILLed without killing the tests;
 this one can. Free ports are picked here and handed to the process; the gateway is
 ready once a PING over TCP gets its PONG and the HTTP port accepts connections.
+The benchmarks (bench/_common.py) start their gateways with it too.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +29,8 @@ def free_port() -> int:
 
 
 class GatewayProcess:
+    """A running `python -m app` process and where to reach it."""
+
     def __init__(self, proc: subprocess.Popen, http_port: int, tcp_port: int, log_path: Path) -> None:
         self.proc = proc
         self.http_port = http_port
@@ -35,8 +38,16 @@ class GatewayProcess:
         self.log_path = log_path
 
     @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.http_port}/rllink"
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -52,17 +63,29 @@ class GatewayProcess:
 
 
 @contextmanager
-def gateway_process(checkpoint_dir: Path, log_path: Path, *flags: str, startup_s: float = 90.0) -> Iterator[GatewayProcess]:
-    """Run `python -m app` with these flags on free ports; stop it (SIGINT, then SIGKILL) on exit."""
+def gateway_process(
+    checkpoint_dir: Path,
+    log_path: Path,
+    *flags: str,
+    startup_s: float = 90.0,
+    log_level: str = "info",
+    root: Path = ROOT,
+    launcher: Sequence[str] = ("-m", "app"),
+) -> Iterator[GatewayProcess]:
+    """Run `python -m app` with these flags on free ports; stop it (SIGINT, then SIGKILL) on exit.
+
+    `root` is the checkout whose gateway runs; `launcher` replaces `-m app` (the
+    benchmarks run code before the app that way).
+    """
     http_port, tcp_port = free_port(), free_port()
     cmd = [
-        sys.executable, "-m", "app",
+        sys.executable, *launcher,
         "--http-port", str(http_port), "--tcp-port", str(tcp_port),
-        "--checkpoint-dir", str(checkpoint_dir), "--log-level", "info",
+        "--checkpoint-dir", str(checkpoint_dir), "--log-level", log_level,
         *flags,
     ]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     gateway = GatewayProcess(proc, http_port, tcp_port, log_path)
     try:
         _wait_until_ready(gateway, startup_s)
