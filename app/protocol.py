@@ -21,7 +21,9 @@ import msgpack
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from app.json_arrays import loads_with_arrays
 from app.schemas import (
+    ARRAY_FIELDS,
     REQUEST_TYPES,
     RESPONSE_TYPES,
     Episodes,
@@ -158,8 +160,17 @@ def detect_encoding(body: bytes) -> Encoding:
     return Encoding.MSGPACK if body[:1] and body[0] in _MSGPACK_MAP_FIRST_BYTES else Encoding.JSON
 
 
+# JSON bodies from this size on (episode chunks, in practice) are parsed with their
+# number lists as numpy arrays; below it, orjson alone is quicker.
+ARRAYS_MIN_BODY_BYTES = 2048
+
+
 def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
-    """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one."""
+    """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one.
+
+    In large JSON bodies, the number lists of episode chunks (`ARRAY_FIELDS`) may be
+    numpy arrays already (see `app.json_arrays`); the schemas take either.
+    """
     encoding = detect_encoding(body)
     if encoding is Encoding.MSGPACK:
         try:
@@ -168,6 +179,8 @@ def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
             raise ProtocolError(ErrorCode.BAD_MSGPACK, f"body is not valid msgpack: {exc}") from None
         if not isinstance(data, dict):  # pragma: no cover - the first byte promised a map
             raise ProtocolError(ErrorCode.BAD_MSGPACK, "body must be a msgpack map")
+        return data, encoding
+    if len(body) >= ARRAYS_MIN_BODY_BYTES and (data := loads_with_arrays(body, ARRAY_FIELDS)) is not None:
         return data, encoding
     try:
         data = orjson.loads(body)

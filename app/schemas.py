@@ -105,17 +105,25 @@ def _fast_floats(value: list, dtype: type, row_size: int | None, from_json: bool
     return array
 
 
-def _fast_indices(value: list, n: int) -> np.ndarray | None:
-    """An int64 array from a list of ints in 0..n-1; None where the general path must
-    decide (floats, booleans first, ints out of range: it words the error)."""
+def _fast_indices(value: list | np.ndarray, n: int) -> np.ndarray | None:
+    """An int64 array from a list (or int64 array) of ints in 0..n-1; None where the
+    general path must decide (floats, booleans first, ints out of range: it words the
+    error)."""
     rows = len(value)
-    if not rows or type(value[0]) is bool:
+    if not rows:
         return None
-    array = np.empty(rows, np.int64)
-    try:
-        struct.pack_into(f"{rows}q", array, 0, *value)  # refuses floats and ints beyond int64
-    except _PACK_ERRORS:
-        return None
+    if type(value) is np.ndarray:
+        if value.dtype != np.int64 or value.ndim != 1:
+            return None
+        array = value
+    else:
+        if type(value[0]) is bool:
+            return None
+        array = np.empty(rows, np.int64)
+        try:
+            struct.pack_into(f"{rows}q", array, 0, *value)  # refuses floats and ints beyond int64
+        except _PACK_ERRORS:
+            return None
     if array.view(np.uint64).max() >= n:  # negatives wrap around to huge
         return None
     return array
@@ -137,8 +145,8 @@ def _as_array(
     """
     if type(value) is list and (array := _fast_floats(value, dtype, row_size, from_json)) is not None:
         return array
-    if isinstance(value, np.ndarray):
-        array = value.astype(dtype, copy=False)
+    if isinstance(value, np.ndarray):  # e.g. from app.json_arrays
+        array = value
     elif not isinstance(value, (list, tuple)):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
     else:
@@ -146,10 +154,13 @@ def _as_array(
             array = np.asarray(value)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"{what} must be a rectangular list of numbers ({exc})") from None
-        if array.dtype.kind not in "iuf" and array.size:  # strings, bools, nulls, objects
-            raise ValueError(f"{what} must be a rectangular list of numbers (found {_kind_name(array)})")
-        with np.errstate(over="ignore"):  # a float32 overflow becomes inf, refused just below
-            array = array.astype(dtype, copy=False)
+    kind = array.dtype.kind
+    if kind not in "iuf" and array.size:  # strings, bools, nulls, objects
+        raise ValueError(f"{what} must be a rectangular list of numbers (found {_kind_name(array)})")
+    if kind in "iu" or (kind == "f" and np.vdot(array, array) < _EXACT_LIMIT_SQUARED):
+        return array.astype(dtype, copy=False)  # moderate numbers: finite, and no overflow
+    with np.errstate(over="ignore"):  # a float32 overflow becomes inf, refused just below
+        array = array.astype(dtype, copy=False)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         raise ValueError(f"{what} must be finite (found NaN or Infinity)")
     return array
@@ -215,7 +226,7 @@ class EpisodeChunk(_Message):
         spaces = _spaces(info)
         space = spaces.action_space if spaces else None
         if isinstance(space, DiscreteSpace):
-            if type(value) is list and (ints := _fast_indices(value, space.n)) is not None:
+            if type(value) in (list, np.ndarray) and (ints := _fast_indices(value, space.n)) is not None:
                 return ints
             array = _as_array(value, np.float64, "actions")
             if array.ndim != 1 or not np.all(array == np.floor(array)):
@@ -262,6 +273,10 @@ class EpisodeChunk(_Message):
     @property
     def num_steps(self) -> int:
         return len(self.actions)
+
+
+# The fields of a chunk that hold numbers per step: JSON decoders may give them as arrays.
+ARRAY_FIELDS = frozenset({"obs", "actions", "rewards", "action_logp", "action_dist_inputs"})
 
 
 # -- Requests (client -> server) ---------------------------------------------------

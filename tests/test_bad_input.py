@@ -14,7 +14,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from app.protocol import FrameDecoder, decode_body, encode_frame
+from app.protocol import ARRAYS_MIN_BODY_BYTES, FrameDecoder, decode_body, encode_frame
 
 from .conftest import RunningGateway, gateway_settings, running_gateway
 
@@ -37,6 +37,18 @@ def chunk(steps: int = 2, **changes) -> dict:
 
 
 _DROP = object()
+
+
+def large_chunk(row: list | None = None, action: object = 0) -> dict:
+    """A chunk whose message is large enough for the array path (app.json_arrays),
+    with observation 7 replaced by `row` and action 3 by `action`."""
+    steps = 80
+    obs = [[0.0, 0.1, 0.2, 0.3] for _ in range(steps + 1)]
+    if row is not None:
+        obs[7] = row
+    actions = [0] * steps
+    actions[3] = action
+    return chunk(steps, obs=obs, actions=actions, rewards=[1.0] * steps)
 
 
 def episodes(*chunks, **fields) -> bytes:
@@ -108,6 +120,10 @@ NON_FATAL = [
     ("env_steps a word", episodes(chunk(), env_steps="many"), "invalid_message"),
     ("episode_id too long", episodes(chunk(episode_id="x" * 300)), "invalid_message"),
     ("negative weights_seq_no", episodes(chunk(weights_seq_no=-1)), "invalid_message"),
+    ("large: obs ragged", episodes(large_chunk(row=[0.0, 0.1, 0.2])), "invalid_message"),
+    ("large: list in obs", episodes(large_chunk(row=[0.0, 0.1, 0.2, [0.3]])), "invalid_message"),
+    ("large: float32 overflow", episodes(large_chunk(row=[1e39, 0.1, 0.2, 0.3])), "invalid_message"),
+    ("large: action out of range", episodes(large_chunk(action=2)), "invalid_message"),
     (
         "NaN reward in msgpack",
         encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk(rewards=[1.0, float("nan")])]})),
@@ -156,6 +172,8 @@ def test_the_catalogue_is_large_and_distinct():
     names = [name for name, _, _ in FATAL + NON_FATAL]
     frames = [frame for _, frame, _ in FATAL + NON_FATAL]
     assert len(names) >= 40 and len(set(names)) == len(names) and len(set(frames)) == len(frames)
+    large = [frame for name, frame, _ in NON_FATAL if name.startswith("large:")]
+    assert large and all(ARRAYS_MIN_BODY_BYTES <= len(frame) - 8 <= MAX_FRAME for frame in large)
 
 
 @pytest.mark.parametrize(("name", "frame", "code"), FATAL, ids=[case[0] for case in FATAL])

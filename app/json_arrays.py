@@ -1,0 +1,135 @@
+"""JSON objects whose number lists come out as numpy arrays, parsed by simdjson.
+
+Episode chunks are most of the bytes the gateway reads: thousands of numbers per
+message. orjson makes each one a Python float, which validation then copies into an
+array and the collector frees; simdjson writes them into the array's buffer instead
+(bench/ingest.py measures what that saves).
+
+`loads_with_arrays(body, keys)` returns what `orjson.loads(body)` returns, except that
+a non-empty rectangular list of numbers that is the value of one of `keys` is a numpy
+array equal to `np.asarray` of it: int64 when every number is an integer, float64
+otherwise. What it cannot decide exactly it declines with None, and the caller takes
+orjson's path, whose results and error messages stay the reference: invalid JSON, a
+document that is not an object, a byte-order mark (simdjson skips it, orjson refuses
+it), integers beyond 64 bits, objects with many keys or a key twice, a list under one
+of `keys` that starts like numbers but is not a rectangular list of them, and any '['
+that is not a list this module accounted for (inside a string, or a list in place of
+a number: `[1, [2]]` flattens like `[1, 2]`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import simdjson
+
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+_OPEN_BRACKET = ord("[")
+_MAX_KEYS = 64  # objects with more keys (or a key twice) take orjson's path
+_DTYPES = {"i": np.dtype(np.int64), "d": np.dtype(np.float64)}
+
+
+class _Declined(Exception):
+    """Raised inside the conversion when only orjson's path can say what the body is."""
+
+
+def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
+    """The decoded JSON object, the number lists under `keys` as arrays; or None."""
+    if body.startswith(_BYTE_ORDER_MARK):
+        return None
+    try:
+        # A parser per body: reusing one saves nothing measurable, would keep buffers of
+        # ~10x the largest body for good, and is refused while a document of it lives.
+        document = simdjson.Parser().parse(body)
+    except (ValueError, RuntimeError):  # invalid JSON, big integers, bad strings
+        return None
+    if type(document) is not simdjson.Object:
+        return None
+    converter = _Converter(keys)
+    try:
+        data = converter.convert(document)
+    except (_Declined, RecursionError, KeyError):  # KeyError: simdjson finds no key holding "\u0000"
+        return None
+    if np.count_nonzero(np.frombuffer(body, np.uint8) == _OPEN_BRACKET) != converter.arrays:  # 4x bytes.count
+        return None
+    return data
+
+
+class _Converter:
+    """Turns simdjson's document into dicts, lists and arrays, counting the lists."""
+
+    def __init__(self, keys: frozenset[str]) -> None:
+        self.keys = keys  # whose number lists become arrays
+        self.arrays = 0  # JSON lists converted: checked against the '[' in the body
+
+    def convert(self, node: Any, numbers_wanted: bool = False) -> Any:
+        kind = type(node)
+        if kind is simdjson.Object:
+            # Its items() and values() would convert whole subtrees to Python objects, and
+            # node[key] finds a key's first value (orjson keeps the last), in a linear scan.
+            keys = list(node.keys())
+            if len(keys) > _MAX_KEYS or len(set(keys)) != len(keys):
+                raise _Declined
+            return {key: self.convert(node[key], key in self.keys) for key in keys}
+        if kind is simdjson.Array:
+            if numbers_wanted and (array := self._numbers(node)) is not None:
+                return array
+            self.arrays += 1
+            return [self.convert(item) for item in node]
+        return node
+
+    def _numbers(self, node: simdjson.Array) -> np.ndarray | None:
+        """The array of a list whose first item (or first item's first item...) is a
+        number; None for other lists. A list that starts like numbers but is not a
+        rectangular list of them is declined: orjson's path says what it is."""
+        shape = []
+        first = node
+        while type(first) is simdjson.Array:
+            if not len(first):
+                if shape:  # [[], ...]
+                    raise _Declined
+                return None
+            shape.append(len(first))
+            first = first[0]
+        if type(first) is int:  # bool is a type of its own: lists starting with one stay lists
+            code = "i"
+        elif type(first) is float:
+            code = "d"
+        else:
+            return None
+        if not _rows_have_lengths(node, shape):
+            raise _Declined
+        try:
+            buffer = node.as_buffer(of_type=code)
+        except TypeError:  # an item of another type: a float among ints, or not a number
+            if code == "d":
+                raise _Declined from None
+            code = "d"
+            try:
+                buffer = node.as_buffer(of_type=code)
+            except (TypeError, ValueError):
+                raise _Declined from None
+        except ValueError:  # an integer beyond int64, which numpy would make uint64
+            raise _Declined from None
+        array = np.frombuffer(buffer, _DTYPES[code])
+        if array.size != math.prod(shape):
+            raise _Declined  # an array in place of a number, or a row of other rows
+        # The rows checked above are arrays; the '[' count of the body says there are no
+        # others (`[1, [2]]` flattens like `[1, 2]`).
+        self.arrays += sum(math.prod(shape[:depth]) for depth in range(len(shape)))
+        return array.reshape(shape)
+
+
+def _rows_have_lengths(node: simdjson.Array, shape: list[int]) -> bool:
+    """Every row of `node`, at every depth but the last, is a list of shape[depth] items."""
+    if len(shape) == 1:
+        return True
+    try:
+        lengths = list(map(len, node))  # a number among the rows has no len()
+    except TypeError:
+        return False
+    if lengths != [shape[1]] * shape[0]:
+        return False
+    return len(shape) == 2 or all(_rows_have_lengths(row, shape[1:]) for row in node)
