@@ -99,7 +99,7 @@ class _Converter:
             code = "d"
         else:
             return None
-        if not _rows_have_lengths(node, shape):
+        if len(shape) > 1 and not _rows_have_lengths(node, shape):
             raise _Declined
         try:
             buffer = node.as_buffer(of_type=code)
@@ -118,14 +118,16 @@ class _Converter:
             raise _Declined  # an array in place of a number, or a row of other rows
         # The rows checked above are arrays; the '[' count of the body says there are no
         # others (`[1, [2]]` flattens like `[1, 2]`).
-        self.arrays += sum(math.prod(shape[:depth]) for depth in range(len(shape)))
-        return array.reshape(shape)
+        lists = rows = 1
+        for size in shape[:-1]:
+            rows *= size
+            lists += rows
+        self.arrays += lists
+        return array.reshape(shape) if len(shape) > 1 else array
 
 
 def _rows_have_lengths(node: simdjson.Array, shape: list[int]) -> bool:
     """Every row of `node`, at every depth but the last, is a list of shape[depth] items."""
-    if len(shape) == 1:
-        return True
     try:
         lengths = list(map(len, node))  # a number among the rows has no len()
     except TypeError:
