@@ -98,10 +98,27 @@ class Connection(Generic[Tag]):
         return self._session.buffered > 0
 
     async def data_received(self, data: bytes, tag: Tag) -> None:
-        """Feed bytes from the client; waits while too many requests are pending."""
+        """Feed bytes from the client; waits while too many requests are pending.
+
+        A request answered without waiting (any but EPISODES_AND_GET_STATE) is answered
+        right here if nothing is queued or being answered: the order is the same, and the
+        reply skips a hop through the responder task.
+        """
         self._traffic.bytes_received += len(data)
         for event in self._session.receive_data(data):
-            await self._queue.put((event, tag))
+            if self._answerable_at_once(event):
+                await self._answer(event, tag)
+            else:
+                await self._queue.put((event, tag))
+
+    def _answerable_at_once(self, event: Event) -> bool:
+        return (
+            self.authenticated
+            and not self._busy
+            and self._queue.empty()
+            and isinstance(event, RequestReceived)
+            and not isinstance(event.request, EpisodesAndGetState)
+        )
 
     async def reject(self, error: ProtocolError, tag: Tag) -> None:
         """Queue a fatal error: it is sent after the replies already due, then we close."""
@@ -135,16 +152,21 @@ class Connection(Generic[Tag]):
 
     async def _answer_requests(self) -> None:
         while (item := await self._queue.get()) is not None:
-            event, tag = item
-            self._busy = True
+            if not await self._answer(*item):
+                return
+
+    async def _answer(self, event: Event, tag: Tag) -> bool:
+        """Reply to one event; False after a fatal error, when nothing more is answered."""
+        self._busy = True
+        try:
             event = self._authenticate(event)
             reply = await self._reply_to(event)
             if reply is not None:
                 self._traffic.bytes_sent += len(reply)
                 await self._send(reply, tag)
+        finally:
             self._busy = False
-            if isinstance(event, FrameRejected) and event.fatal:
-                return
+        return not (isinstance(event, FrameRejected) and event.fatal)
 
     def _authenticate(self, event: Event) -> Event:
         """Before auth, only a PING with the right token passes; anything else is fatal."""

@@ -234,6 +234,30 @@ def test_a_client_leaving_while_waiting_for_state_harms_nobody(tmp_path):
         stayer.close()
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_replies_keep_request_order_while_one_waits_for_training(tmp_path, transport):
+    """PING, GET_STATE and EPISODES are answered at once when nothing is pending, but not
+    ahead of an EPISODES_AND_GET_STATE still waiting for its training step."""
+    settings = gateway_settings(tmp_path, train_batch_size=100_000, barrier_timeout_s=60)
+    with running_gateway(settings) as gateway:
+        waiter, other = gateway.client(transport), gateway.client("tcp")
+        for client in (waiter, other):  # both sample: the barrier waits for both
+            assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
+        assert waiter.request({"type": "PING"}) == {"type": "PONG"}  # nothing pending: at once
+        waiter.send({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
+        for message in ({"type": "PING"}, {"type": "EPISODES", "episodes": [episode(5)]}, {"type": "GET_STATE"}):
+            waiter.send(message)
+        time.sleep(0.5)
+        assert gateway.app.state.service.metrics.num_env_steps_sampled_lifetime == 10  # EPISODES is queued
+        assert other.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})["weights_seq_no"] == 1
+        replies = [waiter.receive() for _ in range(3)]
+        assert [reply["type"] for reply in replies] == ["SET_STATE", "PONG", "SET_STATE"]
+        assert replies[0]["weights_seq_no"] == replies[2]["weights_seq_no"] == 1
+        assert gateway.app.state.service.metrics.num_env_steps_sampled_lifetime == 25
+        waiter.close()
+        other.close()
+
+
 @pytest.mark.parametrize("deflate", [True, False])
 def test_websocket_compression_follows_the_setting(tmp_path, deflate):
     with running_gateway(gateway_settings(tmp_path, ws_per_message_deflate=deflate)) as gateway:
