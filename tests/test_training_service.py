@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -260,6 +262,21 @@ async def test_checkpoint_restores_version_and_outputs(tmp_path):
         np.testing.assert_array_equal(outputs[0], outputs[1])
         client = restored.connect("tcp", "a")
         assert (await send_and_wait(restored, client, [chunk()])).weights_seq_no == 4
+
+
+async def test_a_save_interrupted_by_a_crash_leaves_no_file_behind_after_restart(tmp_path):
+    settings = make_settings(tmp_path)
+    async with running(settings) as service:
+        await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
+    directory = settings.checkpoint_dir
+    # What a SIGKILL during torch.save leaves, an hour ago; and a save under way now.
+    orphan, fresh = directory / f"{CHECKPOINT_FILE}k1l2.tmp", directory / f"{CHECKPOINT_FILE}n0w.tmp"
+    for path in (orphan, fresh):
+        path.write_bytes(b"half a checkpoint")
+    os.utime(orphan, (time.time() - 3600, time.time() - 3600))
+    async with running(settings) as restored:
+        assert restored.current_state().weights_seq_no == 1
+    assert sorted(p.name for p in directory.iterdir()) == sorted([CHECKPOINT_FILE, fresh.name])
 
 
 async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):

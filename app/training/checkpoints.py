@@ -1,14 +1,17 @@
 """Save and restore the learner (policy, optimizer, weights_seq_no) in one file.
 
 Writes go to a temporary file that replaces the old checkpoint atomically, so a crash
-never leaves half a checkpoint. A checkpoint made for other spaces or layer sizes is
-refused with an error that says what differs.
+never leaves half a checkpoint (a temporary file it leaves behind is removed at the next
+load). A checkpoint made for other spaces or layer sizes is refused with an error that
+says what differs.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -16,6 +19,10 @@ import torch
 from app.training.policy import ActorCritic
 
 CHECKPOINT_FILE = "policy.pt"
+TEMPORARY_FILES = CHECKPOINT_FILE + "*.tmp"  # save_checkpoint's, until it replaces the checkpoint
+ORPHAN_AGE_S = 60.0  # a save takes milliseconds: a temporary file this old was left by a crash
+
+log = logging.getLogger("app.training.checkpoints")
 
 
 class CheckpointMismatch(ValueError):
@@ -59,6 +66,7 @@ def save_checkpoint(
 def load_checkpoint(directory: Path, policy: ActorCritic, optimizer: torch.optim.Optimizer) -> int | None:
     """Restore policy and optimizer from `directory`; returns the saved weights_seq_no,
     or None when there is no checkpoint yet."""
+    remove_orphaned_temporaries(directory)
     path = directory / CHECKPOINT_FILE
     if not path.exists():
         return None
@@ -73,3 +81,21 @@ def load_checkpoint(directory: Path, policy: ActorCritic, optimizer: torch.optim
     policy.load_state_dict(data["policy"])
     optimizer.load_state_dict(data["optimizer"])
     return int(data["weights_seq_no"])
+
+
+def remove_orphaned_temporaries(directory: Path, older_than_s: float = ORPHAN_AGE_S) -> list[Path]:
+    """Delete the temporary files of saves that a crash interrupted (SIGKILL, power loss);
+    a fresh one may belong to another process saving right now, and is left alone."""
+    removed = []
+    now = time.time()
+    for path in sorted(directory.glob(TEMPORARY_FILES)):
+        try:
+            if now - path.stat().st_mtime >= older_than_s:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:  # its saver finished (or removed it) meanwhile
+            continue
+    if removed:
+        log.warning("removed %d temporary checkpoint file(s) left by an interrupted save: %s",
+                    len(removed), ", ".join(p.name for p in removed))
+    return removed
