@@ -94,25 +94,23 @@ class _Converter:
             shape.append(len(first))
             first = first[0]
         if type(first) is int:  # bool is a type of its own: lists starting with one stay lists
-            code = "i"
+            codes = ("i", "d")  # int64, or float64 if a float is among the ints
         elif type(first) is float:
-            code = "d"
+            codes = ("d",)
         else:
             return None
         if len(shape) > 1 and not _rows_have_lengths(node, shape):
             raise _Declined
-        try:
-            buffer = node.as_buffer(of_type=code)
-        except TypeError:  # an item of another type: a float among ints, or not a number
-            if code == "d":
-                raise _Declined from None
-            code = "d"
+        for code in codes:
             try:
                 buffer = node.as_buffer(of_type=code)
-            except (TypeError, ValueError):
+                break
+            except TypeError:  # an item of another type: a float among ints, or not a number
+                continue
+            except ValueError:  # an integer beyond int64, which numpy would make uint64
                 raise _Declined from None
-        except ValueError:  # an integer beyond int64, which numpy would make uint64
-            raise _Declined from None
+        else:
+            raise _Declined
         array = np.frombuffer(buffer, _DTYPES[code])
         if array.size != math.prod(shape):
             raise _Declined  # an array in place of a number, or a row of other rows

@@ -8,6 +8,7 @@ path a body takes; and CartPole-sized chunks, the common case, do take the fast 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -171,6 +172,15 @@ def test_a_session_gives_the_same_events_and_messages_on_either_path(data, space
     assert_same_events(fast, reference)
 
 
+@functools.cache
+def cartpole_sized_body() -> bytes:
+    """The ingest benchmark's message: one 500-step CartPole chunk, ~59 kB of JSON."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from _common import episodes_bodies
+
+    return episodes_bodies(1)[0]
+
+
 @pytest.mark.parametrize(
     ("change", "declined", "accepted"),
     [
@@ -187,10 +197,7 @@ def test_a_session_gives_the_same_events_and_messages_on_either_path(data, space
     ids=repr,
 )
 def test_cartpole_sized_chunks_take_the_fast_path_and_read_the_same(change, declined, accepted):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from _common import episodes_bodies  # the benchmark's CartPole-sized message
-
-    message = orjson.loads(episodes_bodies(1)[0])
+    message = orjson.loads(cartpole_sized_body())
     chunk = message["episodes"][0]
     if "obs_row" in change:
         chunk["obs"][7] = change["obs_row"]

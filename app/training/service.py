@@ -135,7 +135,7 @@ class TrainingService:
         self._maybe_train()
 
     def start_sampling(self, client: ClientInfo) -> None:
-        """The client asked for its sampling config (GET_CONFIG): the barrier now waits for it."""
+        """The client samples (it asked for GET_CONFIG or sent experience): the barrier now waits for it."""
         client.sampling = True
 
     @property
@@ -146,7 +146,7 @@ class TrainingService:
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk]) -> None:
         """Add the chunks to the pending batch (and to the metrics); never blocks."""
-        client.sampling = True
+        self.start_sampling(client)
         if not episodes:
             return
         steps = sum(chunk.num_steps for chunk in episodes)
