@@ -20,6 +20,7 @@ a number: `[1, [2]]` flattens like `[1, 2]`).
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,10 @@ _BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 _OPEN_BRACKET = ord("[")
 _MAX_KEYS = 64  # objects with more keys (or a key twice) take orjson's path
 _DTYPES = {"i": np.dtype(np.int64), "d": np.dtype(np.float64)}
+# Bodies up to this size are parsed by one parser kept per thread, which keeps about
+# 3.5x the largest of them; a fresh parser's buffers cost ~40 us of page faults a body.
+REUSED_PARSER_MAX_BODY_BYTES = 1 << 20
+_kept = threading.local()
 
 
 class _Declined(Exception):
@@ -40,9 +45,7 @@ def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | Non
     if body.startswith(_BYTE_ORDER_MARK):
         return None
     try:
-        # A parser per body: reusing one saves nothing measurable, would keep buffers of
-        # ~10x the largest body for good, and is refused while a document of it lives.
-        document = simdjson.Parser().parse(body)
+        document = _parser_for(body).parse(body)
     except (ValueError, RuntimeError):  # invalid JSON, big integers, bad strings
         return None
     if type(document) is not simdjson.Object:
@@ -55,6 +58,17 @@ def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | Non
     if np.count_nonzero(np.frombuffer(body, np.uint8) == _OPEN_BRACKET) != converter.arrays:  # 4x bytes.count
         return None
     return data
+
+
+def _parser_for(body: bytes) -> simdjson.Parser:
+    """This thread's kept parser, or a fresh one for a large body. (A parser refuses to
+    parse while a document of it lives; none outlives `loads_with_arrays`.)"""
+    if len(body) > REUSED_PARSER_MAX_BODY_BYTES:
+        return simdjson.Parser()
+    parser = getattr(_kept, "parser", None)
+    if parser is None:
+        parser = _kept.parser = simdjson.Parser()
+    return parser
 
 
 class _Converter:

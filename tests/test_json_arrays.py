@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
 
@@ -172,13 +173,17 @@ def test_a_session_gives_the_same_events_and_messages_on_either_path(data, space
     assert_same_events(fast, reference)
 
 
-@functools.cache
 def cartpole_sized_body() -> bytes:
     """The ingest benchmark's message: one 500-step CartPole chunk, ~59 kB of JSON."""
+    return cartpole_sized_bodies(1)[0]
+
+
+@functools.cache
+def cartpole_sized_bodies(count: int) -> list[bytes]:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
     from _common import episodes_bodies
 
-    return episodes_bodies(1)[0]
+    return episodes_bodies(count)
 
 
 @pytest.mark.parametrize(
@@ -211,3 +216,33 @@ def test_cartpole_sized_chunks_take_the_fast_path_and_read_the_same(change, decl
     fast, reference = both_paths(SPACES["cartpole"], body)
     assert_same_events(fast, reference)
     assert isinstance(fast[0], RequestReceived) == accepted, fast[0]
+
+
+# -- The parser kept per thread --------------------------------------------------------
+
+
+def test_arrays_outlive_the_next_bodies_parsed_with_the_kept_parser():
+    """Each body's arrays are its own: parsing the next ones, with the same kept parser
+    or a fresh one for a body over the size limit, changes nothing already returned."""
+    large = json.dumps({"obs": [[float(i)] * 4 for i in range(100)], "other": "x" * 8000}).encode()
+    bodies = [*cartpole_sized_bodies(3), large, cartpole_sized_bodies(1)[0]]
+    with mock.patch("app.json_arrays.REUSED_PARSER_MAX_BODY_BYTES", len(large) - 1):
+        results = [loads_with_arrays(body, KEYS) for body in bodies]
+    for body, result in zip(bodies, results):
+        assert result is not None
+        assert_same(result, orjson.loads(body))
+
+
+def test_threads_parsing_at_once_each_read_their_own_bodies():
+    bodies = cartpole_sized_bodies(8)
+    expected = [orjson.loads(body) for body in bodies]
+
+    def parse_all(offset: int) -> None:
+        for i in range(40):
+            index = (i + offset) % len(bodies)
+            result = loads_with_arrays(bodies[index], KEYS)
+            assert result is not None
+            assert_same(result, expected[index])
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(parse_all, range(4)))  # re-raises a thread's failed assertion
