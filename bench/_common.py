@@ -123,9 +123,15 @@ def proc_peak_rss_bytes(pid: int) -> int:
 
 def proc_cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (all its threads) so far."""
+    usage = proc_usage(pid)
+    return usage["user_s"] + usage["system_s"]
+
+
+def proc_usage(pid: int) -> dict[str, float]:
+    """User and system CPU seconds and minor page faults of a process so far (/proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return {"user_s": int(fields[11]) / CLK_TCK, "system_s": int(fields[12]) / CLK_TCK, "minor_faults": int(fields[7])}
 
 
 def raise_fd_limit(wanted: int) -> int:

@@ -40,7 +40,7 @@ from _common import (  # noqa: E402
     PONG_BODY,
     emit,
     episodes_bodies,
-    proc_cpu_seconds,
+    proc_usage,
     proc_peak_rss_bytes,
     raise_fd_limit,
     read_frames,
@@ -175,14 +175,14 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
         proc.start()
     while time.monotonic() < start_at:
         time.sleep(0.005)
-    cpu0, wall0 = proc_cpu_seconds(gateway.pid), time.monotonic()
+    usage0, wall0 = proc_usage(gateway.pid), time.monotonic()
     collected = []
     for _ in procs:
         try:
             collected.append(results.get(timeout=seconds + HARD_TIMEOUT_S + 30))
         except Exception:
             collected.append({"acked": 0, "errors": 1, "first_error": "client process did not report"})
-    cpu1, wall1 = proc_cpu_seconds(gateway.pid), time.monotonic()
+    usage1, wall1 = proc_usage(gateway.pid), time.monotonic()
     for proc in procs:
         proc.join(timeout=10)
         if proc.is_alive():
@@ -192,7 +192,9 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
     t0s = [r["t0"] for r in collected if r.get("t0") is not None]
     t_lasts = [r["t_last"] for r in collected if r.get("t_last") is not None]
     elapsed = (max(t_lasts) - min(t0s)) if t0s and t_lasts else float("nan")
-    gateway_cpu = cpu1 - cpu0
+    used = {key: usage1[key] - usage0[key] for key in usage0}
+    gateway_cpu = used["user_s"] + used["system_s"]
+    messages = acked * len(frames)
     return {
         "transport": transport,
         "clients": n,
@@ -203,6 +205,8 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
         "errors": sum(r["errors"] for r in collected),
         "first_error": next((r["first_error"] for r in collected if r.get("first_error")), None),
         "gateway_cpu_pct": rounded(100 * gateway_cpu / (wall1 - wall0), 1),
+        "gateway_system_cpu_pct": rounded(100 * used["system_s"] / (wall1 - wall0), 1),
+        "gateway_minor_faults_per_message": rounded(used["minor_faults"] / messages if messages else 0.0, 1),
         "client_cpu_pct": rounded(100 * max((r.get("cpu_s") or 0.0) for r in collected) / seconds, 1),
     }
 
@@ -332,7 +336,8 @@ def main() -> None:
         r, c = run["env_steps_per_s"], run["env_steps_per_gateway_cpu_s"]
         lines.append(
             f"{run['transport']:>11s} x{run['clients']:<2d}: {r:>12,.0f} env steps/s = {r / orjson_rate:.2f} x orjson; "
-            f"{c:>12,.0f} per gateway CPU-s = {c / orjson_cpu:.2f} x orjson; gateway CPU {run['gateway_cpu_pct']}%; "
+            f"{c:>12,.0f} per gateway CPU-s = {c / orjson_cpu:.2f} x orjson; gateway CPU {run['gateway_cpu_pct']}% "
+            f"({run['gateway_system_cpu_pct']}% system, {run['gateway_minor_faults_per_message']} page faults/message); "
             f"errors {run['errors']}" + (f" ({run['first_error']})" if run["first_error"] else "")
         )
     lines.append(f"gateway peak RSS {rss / 2**20:,.0f} MiB (everything received is kept: training paused)")
