@@ -12,7 +12,7 @@ idle client that has sent experience stays connected throughout (so that the gat
 never sees "every client waiting", which would also start a training step).
 
 The limit it is compared with, measured in the same run on the same bytes: decoding
-the bodies with orjson in a loop, one core. The sans-I/O core (frame decoder, orjson,
+the bodies with orjson in a loop, one core. The sans-I/O core (frame decoder, JSON decoding,
 pydantic validation into numpy arrays) is measured in-process too, to split the cost.
 Each run also reports the gateway's CPU use, its system share and the minor page
 faults per message (new memory touched: everything received is kept while paused).
