@@ -33,7 +33,6 @@ _DTYPES = {"i": np.dtype(np.int64), "d": np.dtype(np.float64)}
 # Bodies up to this size are parsed by one parser kept per thread, which keeps about
 # 3.5x the largest of them; a fresh parser's buffers cost ~40 us of page faults a body.
 REUSED_PARSER_MAX_BODY_BYTES = 1 << 20
-_kept = threading.local()
 
 
 class _Declined(Exception):
@@ -60,15 +59,20 @@ def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | Non
     return data
 
 
+class _KeptParser(threading.local):
+    """One parser per thread. (A parser refuses to parse while a document of it lives;
+    none outlives `loads_with_arrays`.)"""
+
+    def __init__(self) -> None:
+        self.parser = simdjson.Parser()
+
+
+_kept = _KeptParser()
+
+
 def _parser_for(body: bytes) -> simdjson.Parser:
-    """This thread's kept parser, or a fresh one for a large body. (A parser refuses to
-    parse while a document of it lives; none outlives `loads_with_arrays`.)"""
-    if len(body) > REUSED_PARSER_MAX_BODY_BYTES:
-        return simdjson.Parser()
-    parser = getattr(_kept, "parser", None)
-    if parser is None:
-        parser = _kept.parser = simdjson.Parser()
-    return parser
+    """This thread's kept parser, or a fresh one for a large body."""
+    return _kept.parser if len(body) <= REUSED_PARSER_MAX_BODY_BYTES else simdjson.Parser()
 
 
 class _Converter:
