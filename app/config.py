@@ -8,6 +8,7 @@ the same name in kebab case (`--http-port`, `--ppo.learning-rate`). Spaces are J
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
@@ -72,6 +73,16 @@ class Settings(BaseSettings):
     seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     checkpoint_dir: Path = Field(Path("checkpoints"), description="Where the policy is saved and restored from.")
+
+    # Throughput.
+    decode_workers: int = Field(
+        default_factory=lambda: min(4, (os.cpu_count() or 1) - 1),
+        ge=0,
+        le=64,
+        description="Processes that decode large JSON bodies (episode chunks) beside the event loop, "
+        "so that ingest can use more than one core; 0 decodes everything on the event loop. "
+        "Default: one fewer than the CPU cores, at most 4.",
+    )
 
     # Limits.
     max_frame_bytes: int = Field(8 * MiB, ge=64, le=99_999_999, description="Largest frame body accepted.")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from app.auth import token_matches, unauthorized
 from app.config import Settings
+from app.decode_workers import DecodeWorkers
 from app.protocol import Encoding, ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
 from app.schemas import (
     Episodes,
@@ -42,6 +44,13 @@ def spaces_context(settings: Settings) -> SpacesContext:
     return SpacesContext(settings.observation_space, settings.action_space)
 
 
+@dataclass(frozen=True)
+class _Decoding:
+    """A frame body a worker process is decoding; its event comes once it is back."""
+
+    body: bytes
+    decoded: asyncio.Future  # of the body's dict, or None: decode it here
+
 class Connection(Generic[Tag]):
     """Serves one client: feeds its bytes to a `Session`, answers through `send`."""
 
@@ -51,6 +60,7 @@ class Connection(Generic[Tag]):
         settings: Settings,
         service: TrainingService,
         traffic: TrafficStats,
+        decoders: DecodeWorkers,
         transport: str,
         peer: str,
         send: Callable[[bytes, Tag], Awaitable[None]],
@@ -59,6 +69,7 @@ class Connection(Generic[Tag]):
         self._settings = settings
         self._service = service
         self._traffic = traffic
+        self._decoders = decoders
         self._send = send
         self._session = Session(
             spaces_context(settings),
@@ -66,9 +77,10 @@ class Connection(Generic[Tag]):
             settings.max_episodes_per_message,
             settings.max_steps_per_message,
         )
-        self._queue: asyncio.Queue[tuple[Event, Tag] | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
+        self._queue: asyncio.Queue[tuple[Event | _Decoding, Tag] | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
         self._rejected = False  # a fatal error is queued: read nothing more
         self._busy = False  # the responder is working on a request (e.g. waiting for SET_STATE)
+        self._decoding: _Decoding | None = None  # the body the responder waits on a worker for
         self.authenticated = authenticated
         self.client = service.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
@@ -91,7 +103,7 @@ class Connection(Generic[Tag]):
     @property
     def idle(self) -> bool:
         """Nothing half-received, queued or being answered."""
-        return not self._busy and self._queue.empty() and self._session.buffered == 0
+        return not self._busy and self._decoding is None and self._queue.empty() and self._session.buffered == 0
 
     @property
     def mid_frame(self) -> bool:
@@ -100,21 +112,28 @@ class Connection(Generic[Tag]):
     async def data_received(self, data: bytes, tag: Tag) -> None:
         """Feed bytes from the client; waits while too many requests are pending.
 
-        A request answered without waiting (any but EPISODES_AND_GET_STATE) is answered
-        right here if nothing is queued or being answered: the order is the same, and the
-        reply skips a hop through the responder task.
+        A large JSON body goes to a decode worker and is answered, in its turn, by the
+        responder. A request answered without waiting (any but EPISODES_AND_GET_STATE)
+        is answered right here if nothing is queued or being answered: the order is the
+        same, and the reply skips a hop through the responder task.
         """
         self._traffic.bytes_received += len(data)
-        for event in self._session.receive_data(data):
-            if self._answerable_at_once(event):
-                await self._answer(event, tag)
+        for frame in self._session.receive_frames(data):
+            if type(frame) is bytes:
+                if (decoded := await self._decoders.submit(frame)) is not None:
+                    await self._queue.put((_Decoding(frame, decoded), tag))
+                    continue
+                frame = self._session.parse(frame)
+            if self._answerable_at_once(frame):
+                await self._answer(frame, tag)
             else:
-                await self._queue.put((event, tag))
+                await self._queue.put((frame, tag))
 
     def _answerable_at_once(self, event: Event) -> bool:
         return (
             self.authenticated
             and not self._busy
+            and self._decoding is None
             and self._queue.empty()
             and isinstance(event, RequestReceived)
             and not isinstance(event.request, EpisodesAndGetState)
@@ -142,18 +161,35 @@ class Connection(Generic[Tag]):
         await asyncio.wait([self.responder])
         if not self.responder.cancelled() and (exc := self.responder.exception()) is not None:
             log.debug("%s: reply failed: %r", self.name, exc)
+        unanswered = [self._decoding] if self._decoding is not None else []
         while not self._queue.empty():
             item = self._queue.get_nowait()
-            if item is not None and isinstance(item[0], RequestReceived) and self.authenticated:
-                if isinstance(request := item[0].request, Episodes):
-                    self._service.ingest(self.client, request.episodes)
+            if item is not None:
+                unanswered.append(item[0])
+        for event in unanswered:
+            if isinstance(event, _Decoding):
+                event = self._parse_now(event)
+            if isinstance(event, RequestReceived) and isinstance(event.request, Episodes) and self.authenticated:
+                self._service.ingest(self.client, event.request.episodes)
         self._service.disconnect(self.client)
         log.info("%s disconnected (%s); %d env steps received", self.name, reason, self.client.env_steps_sent)
 
     async def _answer_requests(self) -> None:
         while (item := await self._queue.get()) is not None:
-            if not await self._answer(*item):
+            event, tag = item
+            if isinstance(event, _Decoding):
+                self._decoding = event  # close() ingests it if we are cancelled while it decodes
+                decoded = await event.decoded
+                self._decoding = None
+                event = self._session.parse(event.body, decoded)
+            if not await self._answer(event, tag):
                 return
+
+    def _parse_now(self, decoding: _Decoding) -> Event:
+        """The event of a body sent to a worker: from its result if back, else decoded here."""
+        future = decoding.decoded
+        decoded = future.result() if future.done() and not future.cancelled() else None
+        return self._session.parse(decoding.body, decoded)
 
     async def _answer(self, event: Event, tag: Tag) -> bool:
         """Reply to one event; False after a fatal error, when nothing more is answered."""
@@ -249,6 +285,7 @@ async def serve(
     settings: Settings,
     service: TrainingService,
     traffic: TrafficStats,
+    decoders: DecodeWorkers,
     transport: str,
     peer: str,
     receive: Callable[[], Awaitable[tuple[bytes, Tag] | None]],
@@ -272,8 +309,8 @@ async def serve(
         return
 
     connection: Connection[Tag] = Connection(
-        settings=settings, service=service, traffic=traffic, transport=transport, peer=peer,
-        send=send, authenticated=authenticated,
+        settings=settings, service=service, traffic=traffic, decoders=decoders, transport=transport,
+        peer=peer, send=send, authenticated=authenticated,
     )
     reason = "closed by client"
     try:

@@ -1,10 +1,11 @@
-"""FastAPI dependencies for the state shared by every route: settings, service, counters."""
+"""FastAPI dependencies for the state shared by every route: settings, service, counters, workers."""
 
 from __future__ import annotations
 
 from starlette.requests import HTTPConnection
 
 from app.config import Settings
+from app.decode_workers import DecodeWorkers
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
 
@@ -19,3 +20,7 @@ def get_service(connection: HTTPConnection) -> TrainingService:
 
 def get_traffic(connection: HTTPConnection) -> TrafficStats:
     return connection.app.state.traffic
+
+
+def get_decoders(connection: HTTPConnection) -> DecodeWorkers:
+    return connection.app.state.decoders

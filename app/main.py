@@ -15,6 +15,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app import api, web, ws_rllink
 from app.config import Settings
+from app.decode_workers import DecodeWorkers
+from app.schemas import ARRAY_FIELDS
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
@@ -30,9 +32,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         service = TrainingService(settings)
         traffic = TrafficStats()
+        decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS)
         app.state.settings, app.state.service, app.state.traffic = settings, service, traffic
+        app.state.decoders = decoders
         await service.start()
-        bridge = TcpBridge(settings, service, traffic) if settings.tcp_enabled else None
+        await decoders.start()
+        bridge = TcpBridge(settings, service, traffic, decoders) if settings.tcp_enabled else None
         if bridge is not None:
             await bridge.start()
         app.state.tcp_bridge = bridge
@@ -41,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             if bridge is not None:
                 await bridge.stop()
+            await decoders.stop()
             await service.stop()
             log.info("gateway stopped")
 

@@ -297,22 +297,28 @@ class Session:
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed received bytes; return one event per complete frame (the last may be fatal)."""
+        return [self.parse(frame) if type(frame) is bytes else frame for frame in self.receive_frames(data)]
+
+    def receive_frames(self, data: bytes) -> list[bytes | FrameRejected]:
+        """Feed received bytes; return the body of each complete frame, for `parse`, and
+        last, if the stream broke, the fatal rejection that ends it."""
         if self.closed:
             return []
         self._decoder.feed(data)
-        events: list[Event] = []
+        frames: list[bytes | FrameRejected] = []
         try:
-            for body in self._decoder.frames():
-                events.append(self._parse(body))
+            frames.extend(self._decoder.frames())
         except ProtocolError as exc:
             self.closed = True
-            events.append(FrameRejected(exc, Encoding.JSON))
-        return events
+            frames.append(FrameRejected(exc, Encoding.JSON))
+        return frames
 
-    def _parse(self, body: bytes) -> Event:
+    def parse(self, body: bytes, decoded: dict[str, Any] | None = None) -> Event:
+        """The event for one frame body; `decoded` is what `loads_with_arrays` made of it
+        elsewhere (a worker process), if it could."""
         encoding = detect_encoding(body)
         try:
-            data, encoding = decode_body(body)
+            data, encoding = (decoded, encoding) if decoded is not None else decode_body(body)
             message_type = data.get("type")
             if not isinstance(message_type, str) or message_type not in REQUEST_TYPES:
                 raise self._unknown_type(message_type)

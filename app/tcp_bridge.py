@@ -12,6 +12,7 @@ import ssl
 
 from app.config import Settings
 from app.connection import serve
+from app.decode_workers import DecodeWorkers
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
 
@@ -23,10 +24,13 @@ READ_SIZE = 256 * 1024
 class TcpBridge:
     """An asyncio TCP server feeding every connection into one training service."""
 
-    def __init__(self, settings: Settings, service: TrainingService, traffic: TrafficStats) -> None:
+    def __init__(
+        self, settings: Settings, service: TrainingService, traffic: TrafficStats, decoders: DecodeWorkers
+    ) -> None:
         self._settings = settings
         self._service = service
         self._traffic = traffic
+        self._decoders = decoders
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
 
@@ -90,6 +94,7 @@ class TcpBridge:
                 settings=self._settings,
                 service=self._service,
                 traffic=self._traffic,
+                decoders=self._decoders,
                 transport="tcp",
                 peer=f"{host}:{port}",
                 receive=receive,

@@ -19,7 +19,8 @@ from app.connection import serve
 from app.protocol import ErrorCode, encode_message
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
-from app.dependencies import get_service, get_settings, get_traffic
+from app.decode_workers import DecodeWorkers
+from app.dependencies import get_decoders, get_service, get_settings, get_traffic
 
 log = logging.getLogger("app.ws_rllink")
 
@@ -34,6 +35,7 @@ async def rllink_websocket(
     settings: Settings = Depends(get_settings),
     service: TrainingService = Depends(get_service),
     traffic: TrafficStats = Depends(get_traffic),
+    decoders: DecodeWorkers = Depends(get_decoders),
 ) -> None:
     """RLlink over WebSocket: text or binary messages carrying length-prefixed frames.
 
@@ -82,6 +84,7 @@ async def rllink_websocket(
         settings=settings,
         service=service,
         traffic=traffic,
+        decoders=decoders,
         transport="ws",
         peer=peer,
         receive=receive,

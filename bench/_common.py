@@ -106,32 +106,59 @@ def best_rate(fn, units_per_call: float, *, seconds: float = 1.0, rounds: int = 
     return best
 
 
+def process_tree(pid: int) -> list[int]:
+    """A process and its descendants (the gateway and its decode workers)."""
+    pids = [pid]
+    for parent in pids:
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                pids.extend(int(child) for child in task.read_text().split())
+            except OSError:  # the task ended
+                pass
+    return pids
+
+
 def proc_rss_bytes(pid: int) -> int:
-    """Resident set size of a process, from /proc/PID/statm."""
-    with open(f"/proc/{pid}/statm") as f:
-        return int(f.read().split()[1]) * PAGE_SIZE
+    """Resident set size of a process and its descendants, from /proc/PID/statm."""
+    return sum(_read_or_zero(f"/proc/{p}/statm", lambda text: int(text.split()[1]) * PAGE_SIZE) for p in process_tree(pid))
 
 
 def proc_peak_rss_bytes(pid: int) -> int:
-    """Peak resident set size (VmHWM) of a process."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """Peak resident set size (VmHWM) of a process, plus its descendants' peaks."""
+
+    def peak(text: str) -> int:
+        line = next((line for line in text.splitlines() if line.startswith("VmHWM:")), "VmHWM: 0 kB")
+        return int(line.split()[1]) * 1024
+
+    return sum(_read_or_zero(f"/proc/{p}/status", peak) for p in process_tree(pid))
 
 
 def proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads) so far."""
+    """User + system CPU time of a process and its descendants (all threads) so far."""
     usage = proc_usage(pid)
     return usage["user_s"] + usage["system_s"]
 
 
-def proc_usage(pid: int) -> dict[str, float]:
-    """User and system CPU seconds and minor page faults of a process so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return {"user_s": int(fields[11]) / CLK_TCK, "system_s": int(fields[12]) / CLK_TCK, "minor_faults": int(fields[7])}
+def proc_usage(pid: int, descendants: bool = True) -> dict[str, float]:
+    """User and system CPU seconds and minor page faults so far of a process and (unless
+    told not to) its descendants (/proc/PID/stat); one that exits takes its share along."""
+    total = {"user_s": 0.0, "system_s": 0.0, "minor_faults": 0}
+    for p in process_tree(pid) if descendants else [pid]:
+        fields = _read_or_zero(f"/proc/{p}/stat", lambda text: text.rsplit(")", 1)[1].split())
+        if fields:
+            total["user_s"] += int(fields[11]) / CLK_TCK
+            total["system_s"] += int(fields[12]) / CLK_TCK
+            total["minor_faults"] += int(fields[7])
+    return total
+
+
+def _read_or_zero(path: str, parse):
+    """parse(text of path), or 0 if the process is gone."""
+    try:
+        with open(path) as f:
+            return parse(f.read())
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
 
 
 def raise_fd_limit(wanted: int) -> int:

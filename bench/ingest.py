@@ -14,8 +14,9 @@ never sees "every client waiting", which would also start a training step).
 The limit it is compared with, measured in the same run on the same bytes: decoding
 the bodies with orjson in a loop, one core. The sans-I/O core (frame decoder, JSON decoding,
 pydantic validation into numpy arrays) is measured in-process too, to split the cost.
-Each run also reports the gateway's CPU use, its system share and the minor page
-faults per message (new memory touched: everything received is kept while paused).
+Each run also reports the gateway's CPU use (its process and its decode worker
+processes, whose share is also given alone), the system share and the minor page faults
+per message (new memory touched: everything received is kept while paused).
 
 Targets: TCP >= 50% of the orjson limit and >= 1,000,000 steps/s with one client;
 WebSocket within 2x of TCP.
@@ -177,14 +178,14 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
         proc.start()
     while time.monotonic() < start_at:
         time.sleep(0.005)
-    usage0, wall0 = proc_usage(gateway.pid), time.monotonic()
+    usage0, wall0, own0 = proc_usage(gateway.pid), time.monotonic(), proc_usage(gateway.pid, descendants=False)
     collected = []
     for _ in procs:
         try:
             collected.append(results.get(timeout=seconds + HARD_TIMEOUT_S + 30))
         except Exception:
             collected.append({"acked": 0, "errors": 1, "first_error": "client process did not report"})
-    usage1, wall1 = proc_usage(gateway.pid), time.monotonic()
+    usage1, wall1, own1 = proc_usage(gateway.pid), time.monotonic(), proc_usage(gateway.pid, descendants=False)
     for proc in procs:
         proc.join(timeout=10)
         if proc.is_alive():
@@ -196,6 +197,7 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
     elapsed = (max(t_lasts) - min(t0s)) if t0s and t_lasts else float("nan")
     used = {key: usage1[key] - usage0[key] for key in usage0}
     gateway_cpu = used["user_s"] + used["system_s"]
+    workers_cpu = gateway_cpu - (own1["user_s"] + own1["system_s"] - own0["user_s"] - own0["system_s"])
     messages = acked * len(frames)
     return {
         "transport": transport,
@@ -207,6 +209,7 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
         "errors": sum(r["errors"] for r in collected),
         "first_error": next((r["first_error"] for r in collected if r.get("first_error")), None),
         "gateway_cpu_pct": rounded(100 * gateway_cpu / (wall1 - wall0), 1),
+        "decode_workers_cpu_pct": rounded(100 * workers_cpu / (wall1 - wall0), 1),
         "gateway_system_cpu_pct": rounded(100 * used["system_s"] / (wall1 - wall0), 1),
         "gateway_minor_faults_per_message": rounded(used["minor_faults"] / messages if messages else 0.0, 1),
         "client_cpu_pct": rounded(100 * max((r.get("cpu_s") or 0.0) for r in collected) / seconds, 1),
@@ -339,7 +342,8 @@ def main() -> None:
         lines.append(
             f"{run['transport']:>11s} x{run['clients']:<2d}: {r:>12,.0f} env steps/s = {r / orjson_rate:.2f} x orjson; "
             f"{c:>12,.0f} per gateway CPU-s = {c / orjson_cpu:.2f} x orjson; gateway CPU {run['gateway_cpu_pct']}% "
-            f"({run['gateway_system_cpu_pct']}% system, {run['gateway_minor_faults_per_message']} page faults/message); "
+            f"(decode workers {run['decode_workers_cpu_pct']}%, system {run['gateway_system_cpu_pct']}%, "
+            f"{run['gateway_minor_faults_per_message']} page faults/message); "
             f"errors {run['errors']}" + (f" ({run['first_error']})" if run["first_error"] else "")
         )
     lines.append(f"gateway peak RSS {rss / 2**20:,.0f} MiB (everything received is kept: training paused)")
