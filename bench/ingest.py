@@ -197,7 +197,7 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
     elapsed = (max(t_lasts) - min(t0s)) if t0s and t_lasts else float("nan")
     used = {key: usage1[key] - usage0[key] for key in usage0}
     gateway_cpu = used["user_s"] + used["system_s"]
-    workers_cpu = gateway_cpu - (own1["user_s"] + own1["system_s"] - own0["user_s"] - own0["system_s"])
+    workers_cpu = max(0.0, gateway_cpu - (own1["user_s"] + own1["system_s"] - own0["user_s"] - own0["system_s"]))
     messages = acked * len(frames)
     return {
         "transport": transport,
