@@ -51,6 +51,7 @@ class _Decoding:
     body: bytes
     decoded: asyncio.Future  # of the body's dict, or None: decode it here
 
+
 class Connection(Generic[Tag]):
     """Serves one client: feeds its bytes to a `Session`, answers through `send`."""
 

@@ -55,7 +55,7 @@ class DecodeWorkers:
         self._stopping = False
 
     async def start(self) -> None:
-        """Spawn the workers (they import in the background; bodies wait in the pipe)."""
+        """Spawn the workers (they import in the background; bodies wait in their sockets)."""
         for _ in range(self._count):
             await self._spawn()
         if self._count:
@@ -152,9 +152,6 @@ class _Worker:
 
     async def submit(self, body: bytes) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
-        if not self.alive:
-            future.set_result(None)
-            return future
         self.pending.append(future)
         try:
             self._writer.write(_LENGTH.pack(len(body)))
