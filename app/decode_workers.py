@@ -6,20 +6,26 @@ processes decode large JSON bodies into dicts with numpy arrays and send them ba
 pickled; the event loop keeps framing, validation and the replies, in order.
 
 A worker is an accelerator, never a dependency: a body it cannot take (small, msgpack,
-no worker running) or loses (the worker died) is decoded on the event loop, with the
-same result. A dead worker is replaced.
+no worker ready) or loses (the worker died, or hung) is decoded on the event loop, with
+the same result. A dead worker is replaced. So is a hung one (stopped, deadlocked,
+swapped out): a worker that has bodies outstanding and answers nothing for
+`reply_timeout_s` is killed, and the bodies it held come back as None, in order, for
+the event loop to decode; whatever it might still send is ignored.
 
     python -m app.decode_workers KEY...   # a worker: frames on stdin, pickles on stdout
 
 Both directions carry a 4-byte big-endian length, then that many bytes: a JSON body
-in; out, the pickled result of `loads_with_arrays(body, KEYS)` (a dict, or None when
-the body needs the event loop's decoder, which then decodes it as if no worker existed).
+in; out, first an empty frame once the worker has imported (it is ready: bodies go to
+it from then on, so its start-up never counts against the reply bound), then for each
+body the pickled result of `loads_with_arrays(body, KEYS)` (a dict, or None when the
+body needs the event loop's decoder, which then decodes it as if no worker existed).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import io
 import logging
 import pickle
@@ -43,14 +49,29 @@ OFFLOAD_MIN_BODY_BYTES = 16 * 1024
 _STOP_TIMEOUT_S = 5.0
 _REPLACE_DELAY_S = 1.0  # a worker that keeps dying costs one start a second, not a busy loop
 _SOCKET_BUFFER_BYTES = 1 << 20  # a few whole bodies per write, not one slice per wakeup
+# A worker's silence is checked this many times per reply bound, on the event loop: a
+# hung worker is found between one and 1.25 bounds after its last answer. The verdict
+# takes that many silent checks in a row, each a quarter bound after the last one ran,
+# so an event loop that stalled (answers waiting unread) does not by itself make a
+# worker look hung: the reader catches up before the next check.
+_CHECKS_PER_BOUND = 4
 
 
 class DecodeWorkers:
-    """A few worker processes decoding large JSON bodies; `submit` hands one over."""
+    """A few worker processes decoding large JSON bodies; `submit` hands one over.
 
-    def __init__(self, count: int, keys: frozenset[str]) -> None:
+    `reply_timeout_s` bounds how long a worker holding bodies may stay silent before it
+    counts as hung: it is then killed and replaced, and its bodies are decoded on the
+    event loop. It only has to exceed the longest single decode (~40 ms for an 8 MiB
+    body) by far enough that a busy machine never trips it.
+    """
+
+    def __init__(self, count: int, keys: frozenset[str], reply_timeout_s: float = 2.0) -> None:
+        if reply_timeout_s <= 0:
+            raise ValueError(f"reply_timeout_s must be positive, not {reply_timeout_s!r}")
         self._count = count
         self._keys = sorted(keys)  # the fields whose number lists become arrays
+        self._reply_timeout_s = reply_timeout_s
         self._workers: list[_Worker] = []
         self._stopping = False
 
@@ -71,8 +92,13 @@ class DecodeWorkers:
         return len(self.pids)
 
     @property
+    def ready(self) -> int:
+        """Workers that have started up and take bodies (`running` counts those starting too)."""
+        return sum(worker.ready for worker in self._workers)
+
+    @property
     def pids(self) -> list[int]:
-        """Process ids of the workers running."""
+        """Process ids of the workers running (ready or starting up)."""
         return [worker.pid for worker in self._workers if worker.alive]
 
     @property
@@ -83,12 +109,12 @@ class DecodeWorkers:
     async def submit(self, body: bytes) -> asyncio.Future[dict[str, Any] | None] | None:
         """A future of the decoded body, or None if no worker takes it (decode it here).
 
-        The future's result is None when the worker declined the body or died: the
-        caller then decodes it itself, as it would have without workers.
+        The future's result is None when the worker declined the body, died or hung:
+        the caller then decodes it itself, as it would have without workers.
         """
         if len(body) < OFFLOAD_MIN_BODY_BYTES or body[:1] != b"{":
             return None
-        workers = [worker for worker in self._workers if worker.alive]
+        workers = [worker for worker in self._workers if worker.ready]
         if not workers:
             return None
         worker = min(workers, key=lambda w: len(w.pending))
@@ -111,24 +137,34 @@ class DecodeWorkers:
         finally:
             its.close()
         reader, writer = await asyncio.open_connection(sock=ours)
-        self._workers.append(_Worker(process, reader, writer, self._replace))
+        worker = _Worker(process, reader, writer, self._replace, self._reply_timeout_s)
+        if self._stopping:  # `stop` ran while this replacement was starting: not left running
+            await worker.stop()
+            return
+        self._workers.append(worker)
 
     async def _replace(self, worker: _Worker) -> None:
-        """A worker died: drop it and start another (unless stopping)."""
+        """A worker died or was killed as hung: drop it and start another (unless stopping)."""
         if worker in self._workers:
             self._workers.remove(worker)
         if not self._stopping:
-            log.warning(
-                "decode worker %d exited (code %s); its bodies are decoded on the event loop; "
-                "starting another in %g s", worker.pid, worker.returncode, _REPLACE_DELAY_S,
-            )
+            if not worker.hung:  # a hung one's warning has been logged when it was killed
+                log.warning(
+                    "decode worker %d exited (code %s); its bodies are decoded on the event loop; "
+                    "starting another in %g s", worker.pid, worker.returncode, _REPLACE_DELAY_S,
+                )
             await asyncio.sleep(_REPLACE_DELAY_S)
             if not self._stopping:
                 await self._spawn()
 
 
 class _Worker:
-    """One worker process: bodies written in order, results read back in that order."""
+    """One worker process: bodies written in order, results read back in that order.
+
+    While bodies are outstanding, a check every quarter of the reply bound (one timer
+    per worker, not one per body) counts the checks between which the worker answered
+    nothing; `_CHECKS_PER_BOUND` of them in a row and it is hung: `_abandon` kills it.
+    """
 
     def __init__(
         self,
@@ -136,14 +172,24 @@ class _Worker:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         on_exit: Callable[[_Worker], Awaitable[None]],
+        reply_timeout_s: float,
     ) -> None:
         self._process = process
         self._reader, self._writer = reader, writer
         self.pid = process.pid
         self.pending: collections.deque[asyncio.Future] = collections.deque()
-        self.alive = True
+        self.alive = True  # not known to have exited, nor killed
+        self.ready = False  # alive and started up: it takes bodies
+        self.hung = False  # killed for answering nothing within the bound
         self.decoded = 0  # bodies decoded into a dict (not declined)
         self._on_exit = on_exit
+        self._loop = asyncio.get_running_loop()
+        self._check_interval_s = reply_timeout_s / _CHECKS_PER_BOUND
+        self._reply_timeout_s = reply_timeout_s
+        self._answers = 0  # results read, dicts or not: the worker's sign of life
+        self._answers_at_check = 0
+        self._silent_checks = 0
+        self._check: asyncio.TimerHandle | None = None  # armed while bodies are outstanding
         self._results = asyncio.create_task(self._read_results(), name=f"decode worker {self.pid}")
 
     @property
@@ -151,8 +197,11 @@ class _Worker:
         return self._process.returncode
 
     async def submit(self, body: bytes) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
+        future = self._loop.create_future()
         self.pending.append(future)
+        if self._check is None:  # it had nothing outstanding: its silence counts from now
+            self._answers_at_check, self._silent_checks = self._answers, 0
+            self._check = self._loop.call_later(self._check_interval_s, self._check_silence)
         try:
             self._writer.write(_LENGTH.pack(len(body)))
             self._writer.write(body)
@@ -161,39 +210,86 @@ class _Worker:
             pass  # the reader sees it exit and answers every pending future with None
         return future
 
+    def _check_silence(self) -> None:
+        """The timer: re-armed while bodies are outstanding; `_abandon` the worker if it
+        answered nothing across `_CHECKS_PER_BOUND` checks in a row."""
+        self._check = None
+        if not self.pending or not self.alive:
+            return  # re-armed by the next `submit`
+        if self._answers != self._answers_at_check:
+            self._answers_at_check, self._silent_checks = self._answers, 0
+        else:
+            self._silent_checks += 1
+            if self._silent_checks >= _CHECKS_PER_BOUND:
+                self._abandon()
+                return
+        self._check = self._loop.call_later(self._check_interval_s, self._check_silence)
+
+    def _abandon(self) -> None:
+        """It hung: its bodies go back to their callers as None (decoded on the event loop,
+        in order), it is killed, and its socket closed; the reader then sees the end,
+        ignores any answer still buffered, reaps it and has it replaced."""
+        self.hung = True
+        self.alive = self.ready = False
+        bodies = len(self.pending)
+        self._resolve_pending()
+        with contextlib.suppress(ProcessLookupError):
+            self._process.kill()  # SIGKILL: it ends a stopped process too
+        self._writer.transport.abort()  # wakes a `submit` waiting for room in the socket
+        log.warning(
+            "decode worker %d answered nothing for %g s with %d body(ies) outstanding: killed it; "
+            "those bodies are decoded on the event loop; starting another in %g s",
+            self.pid, self._reply_timeout_s, bodies, _REPLACE_DELAY_S,
+        )
+
+    def _resolve_pending(self) -> None:
+        """Answer every outstanding body with None: its caller decodes it instead."""
+        for future in self.pending:
+            if not future.done():  # its connection may have gone
+                future.set_result(None)
+        self.pending.clear()
+
     async def _read_results(self) -> None:
+        """Mark it ready when it says so, then answer each body's future in order; once
+        it exits (or is killed), answer the rest with None, reap it and have it replaced."""
         try:
+            await self._reader.readexactly(_LENGTH.size)  # the empty frame: started up
+            self.ready = self.alive
             while True:
                 (size,) = _LENGTH.unpack(await self._reader.readexactly(_LENGTH.size))
                 result = pickle.loads(await self._reader.readexactly(size))
+                if self.hung:
+                    break  # too late: its bodies were answered with None
+                self._answers += 1
                 self.decoded += result is not None
                 future = self.pending.popleft()
                 if not future.done():  # its connection may have gone
                     future.set_result(result)
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # it exited
+            pass  # it exited, or was killed as hung
         except Exception as exc:  # unpickling: a bug of ours
             log.error("decode worker %d sent something unreadable: %r", self.pid, exc)
             self._process.kill()
         finally:
-            self.alive = False
+            self.alive = self.ready = False
+            if self._check is not None:
+                self._check.cancel()
+                self._check = None
             self._writer.close()
-            for future in self.pending:
-                if not future.done():
-                    future.set_result(None)  # decoded by the caller instead
-            self.pending.clear()
+            self._resolve_pending()
         await self._process.wait()
         await self._on_exit(self)
 
     async def stop(self) -> None:
         """Close its input (it exits at end of input), kill it if it does not."""
-        self.alive = False
+        self.alive = self.ready = False
         if self._process.returncode is None:
             self._writer.close()
             try:
                 await asyncio.wait_for(self._process.wait(), _STOP_TIMEOUT_S)
             except TimeoutError:
                 self._process.kill()
+                await self._process.wait()
         self._results.cancel()
         await asyncio.gather(self._results, return_exceptions=True)
 
@@ -222,6 +318,8 @@ def main(keys: frozenset[str]) -> None:
     """The worker: decode each body from stdin, write each result to stdout."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the results
+    stdout.write(_LENGTH.pack(0))  # ready: imported, bodies may come
+    stdout.flush()
     while len(header := stdin.read(_LENGTH.size)) == _LENGTH.size:
         (size,) = _LENGTH.unpack(header)
         body = stdin.read(size)

@@ -1,45 +1,40 @@
 """Decode worker processes: same results as decoding on the event loop, in order, and
-nothing lost when a worker dies or a client leaves with bodies still being decoded."""
+nothing lost when a worker dies, hangs, or a client leaves with bodies still being decoded."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
-import random
 import signal
 import socket
-import time
 
+import httpx
 import numpy as np
 import pytest
 
 from app.decode_workers import OFFLOAD_MIN_BODY_BYTES, DecodeWorkers
 from app.json_arrays import loads_with_arrays
-from app.protocol import FrameRejected, RequestReceived, Session, encode_frame
+from app.protocol import FrameDecoder, FrameRejected, RequestReceived, Session, encode_frame
 from app.schemas import ARRAY_FIELDS, SpacesContext
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 
 from .conftest import gateway_settings, running_gateway
-from .test_transports import PING, recv_frames, tcp_socket
+from .helpers import chunk, frame, wait_until
 
 STEPS = 400
-
-
-def chunk(steps: int = STEPS, seed: int = 0) -> dict:
-    rng = random.Random(seed)
-    return {
-        "obs": [[rng.uniform(-1, 1) for _ in range(4)] for _ in range(steps + 1)],
-        "actions": [rng.randrange(2) for _ in range(steps)],
-        "rewards": [1.0] * steps,
-        "action_logp": [rng.uniform(-1, 0) for _ in range(steps)],
-        "is_terminated": True,
-        "episode_id": f"e{seed}",
-    }
+PING = frame({"type": "PING"})
+HANG_BOUND_S = 1.0  # the reply bound in the hung-worker tests: short, so they are quick
+NO_HANG_BOUND_S = 60.0  # where a worker is stopped on purpose and must not count as hung
 
 
 def large_body(seed: int = 0, **changes) -> bytes:
-    body = json.dumps({"type": "EPISODES", "episodes": [{**chunk(seed=seed), **changes}]}).encode()
+    """An EPISODES body large enough to go to a worker: one 400-step chunk."""
+    rng = np.random.default_rng(seed + 1000)
+    episode = chunk(STEPS, seed=seed, action_logp=rng.uniform(-1, 0, STEPS).tolist(), episode_id=f"e{seed}")
+    body = json.dumps({"type": "EPISODES", "episodes": [{**episode, **changes}]}).encode()
     assert len(body) >= OFFLOAD_MIN_BODY_BYTES
     return body
 
@@ -61,6 +56,61 @@ def assert_same(a, b) -> None:
         assert type(a) is type(b) and a == b
 
 
+def tcp_socket(gateway, timeout_s: float = 60) -> socket.socket:
+    """A TCP connection to the gateway's RLlink bridge; `timeout_s` guards against a hang."""
+    sock = socket.create_connection(("127.0.0.1", gateway.tcp_port), timeout=timeout_s)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def recv_frames(sock: socket.socket, count: int) -> list[dict]:
+    """The next `count` frames from the gateway, as JSON."""
+    decoder, frames = FrameDecoder(), []
+    while len(frames) < count:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed")
+        decoder.feed(data)
+        frames += [json.loads(body) for body in decoder.frames()]
+    return frames
+
+
+def env_steps_ingested(gateway) -> int:
+    """Env steps the gateway has taken in, as GET /api/metrics reports them."""
+    return httpx.get(f"{gateway.base_url}/api/metrics").json()["num_env_steps_sampled_lifetime"]
+
+
+def process_exists(pid: int) -> bool:
+    """True while `pid` runs or is an unreaped zombie: False once killed and reaped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def stopped(pid: int):
+    """SIGSTOP the process; SIGCONT it on the way out, should it still be there."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def hang_warnings(caplog, pid: int) -> list[str]:
+    """The warnings logged about worker `pid`."""
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name == "app.decode_workers"
+        and record.levelno == logging.WARNING
+        and f"decode worker {pid} " in record.getMessage()
+    ]
+
+
 def test_workers_decode_large_bodies_as_the_event_loop_would():
     bodies = [
         large_body(),
@@ -75,6 +125,7 @@ def test_workers_decode_large_bodies_as_the_event_loop_would():
         workers = DecodeWorkers(1, ARRAY_FIELDS)
         await workers.start()
         try:
+            await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
             futures = [await workers.submit(body) for body in bodies]
             assert await workers.submit(b'{"type": "PING"}') is None  # small: decoded here
             assert futures[-1] is None  # not an object: decoded here
@@ -100,64 +151,138 @@ def test_workers_decode_large_bodies_as_the_event_loop_would():
             assert isinstance(here, FrameRejected) and here.error.message == there.error.message
 
 
+def test_a_worker_still_starting_up_is_given_no_bodies():
+    async def submit_before_ready() -> None:
+        workers = DecodeWorkers(1, ARRAY_FIELDS)
+        await workers.start()
+        try:
+            (pid,) = workers.pids
+            with stopped(pid):  # it cannot have said it is ready: it gets nothing to hold
+                assert workers.ready == 0
+                assert await workers.submit(large_body()) is None
+        finally:
+            await workers.stop()
+
+    asyncio.run(submit_before_ready())
+
+
+def test_a_hung_worker_is_killed_its_bodies_come_back_as_none_and_another_decodes(caplog):
+    bodies = [large_body(seed) for seed in range(4)]
+
+    async def hang_one() -> None:
+        workers = DecodeWorkers(1, ARRAY_FIELDS, reply_timeout_s=HANG_BOUND_S)
+        await workers.start()
+        try:
+            await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
+            (first,) = workers.pids
+            assert_same(await (await workers.submit(bodies[0])), loads_with_arrays(bodies[0], ARRAY_FIELDS))
+            with stopped(first):
+                futures = [await workers.submit(body) for body in bodies[1:]]
+                assert None not in futures  # the stopped worker took them
+                assert not any(future.done() for future in futures)
+                # They come back without the worker: None, decode them here. (60 s: a hang guard.)
+                assert await asyncio.wait_for(asyncio.gather(*futures), 60) == [None] * 3
+                await asyncio.to_thread(wait_until, lambda: not process_exists(first), what="the hung worker reaped")
+            await asyncio.to_thread(
+                wait_until, lambda: workers.ready == 1 and workers.pids != [first], what="a new worker"
+            )
+            (second,) = workers.pids
+            assert second != first
+            assert_same(await (await workers.submit(bodies[1])), loads_with_arrays(bodies[1], ARRAY_FIELDS))
+            assert workers.decoded == 1  # the new one's
+            (warning,) = hang_warnings(caplog, first)  # one line, not one more when it is reaped
+            assert f"decode worker {first} answered nothing for {HANG_BOUND_S:g} s" in warning
+            assert "3 body(ies) outstanding" in warning
+        finally:
+            await workers.stop()
+
+    with caplog.at_level(logging.WARNING, logger="app.decode_workers"):
+        asyncio.run(hang_one())
+
+
 def test_a_ping_after_large_episodes_is_answered_after_they_are_ingested(tmp_path):
-    settings = gateway_settings(tmp_path, decode_workers=1, train_batch_size=10**9)
+    settings = gateway_settings(
+        tmp_path, decode_workers=1, decode_timeout_s=NO_HANG_BOUND_S, train_batch_size=10**9
+    )
     with running_gateway(settings) as gateway:
-        metrics, (worker,) = gateway.app.state.service.metrics, gateway.app.state.decoders.pids
+        decoders = gateway.app.state.gateway.decoders
+        metrics = gateway.app.state.gateway.service.metrics
+        wait_until(lambda: decoders.ready == 1, what="the worker to start up")
+        (worker,) = decoders.pids
         with tcp_socket(gateway) as sock:
-            os.kill(worker, signal.SIGSTOP)  # nothing comes back from the worker until SIGCONT
-            try:
-                sock.sendall(encode_frame(large_body()))
-                time.sleep(0.3)  # nothing else is queued now: the body is with the worker
-                sock.sendall(PING)
+            with stopped(worker):  # nothing comes back from the worker until SIGCONT
+                sock.sendall(encode_frame(large_body()) + PING)
                 sock.settimeout(0.5)
                 with pytest.raises(TimeoutError):
                     sock.recv(1)  # no PONG ahead of the EPISODES it follows
                 assert metrics.num_env_steps_sampled_lifetime == 0
-            finally:
-                os.kill(worker, signal.SIGCONT)
-            sock.settimeout(30)
+            sock.settimeout(60)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
             assert metrics.num_env_steps_sampled_lifetime == STEPS
             for round_ in range(1, 4):
                 sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(8)) + PING)
                 assert recv_frames(sock, 1) == [{"type": "PONG"}]
                 assert metrics.num_env_steps_sampled_lifetime == (1 + round_ * 8) * STEPS
-        assert gateway.app.state.decoders.pids == [worker]
+        assert decoders.pids == [worker]
+        assert decoders.decoded == 1 + 3 * 8
 
 
 def test_a_dead_worker_costs_no_data_and_is_replaced(tmp_path):
     settings = gateway_settings(tmp_path, decode_workers=1, train_batch_size=10**9)
     with running_gateway(settings) as gateway:
-        metrics, decoders = gateway.app.state.service.metrics, gateway.app.state.decoders
+        decoders = gateway.app.state.gateway.decoders
+        wait_until(lambda: decoders.ready == 1, what="the worker to start up")
         (first,) = decoders.pids
         with tcp_socket(gateway) as sock:
             sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(40)))
             os.kill(first, signal.SIGKILL)  # while bodies are on their way to it or in it
             sock.sendall(PING)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert metrics.num_env_steps_sampled_lifetime == 40 * STEPS
-            deadline = time.monotonic() + 30
-            while decoders.pids in ([], [first]) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            assert env_steps_ingested(gateway) == 40 * STEPS
+            wait_until(lambda: decoders.ready == 1 and decoders.pids != [first], what="a new worker")
             (second,) = decoders.pids
             assert second != first
             sock.sendall(encode_frame(large_body()) + PING)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert metrics.num_env_steps_sampled_lifetime == 41 * STEPS
-            assert decoders.decoded >= 1  # the new worker did decode
+            assert env_steps_ingested(gateway) == 41 * STEPS
+            assert decoders.decoded == 1  # the new worker did decode
+
+
+def test_a_hung_worker_costs_no_data_and_is_replaced(tmp_path, caplog):
+    settings = gateway_settings(
+        tmp_path, decode_workers=1, decode_timeout_s=HANG_BOUND_S, train_batch_size=10**9
+    )
+    caplog.set_level(logging.WARNING, logger="app.decode_workers")
+    with running_gateway(settings) as gateway:
+        decoders = gateway.app.state.gateway.decoders
+        wait_until(lambda: decoders.ready == 1, what="the worker to start up")
+        (first,) = decoders.pids
+        with tcp_socket(gateway) as sock, stopped(first):
+            # The stopped worker takes these bodies and answers none of them: the PONG
+            # behind them comes once they are decoded on the event loop instead.
+            sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(6)) + PING)
+            assert recv_frames(sock, 1) == [{"type": "PONG"}]
+            assert env_steps_ingested(gateway) == 6 * STEPS
+            wait_until(lambda: not process_exists(first), what="the hung worker killed and reaped")
+            wait_until(lambda: decoders.ready == 1 and decoders.pids != [first], what="a new worker")
+            (second,) = decoders.pids
+            assert second != first
+            sock.sendall(encode_frame(large_body(6)) + PING)
+            assert recv_frames(sock, 1) == [{"type": "PONG"}]
+            assert env_steps_ingested(gateway) == 7 * STEPS
+            assert decoders.decoded == 1  # the new worker did decode
+        (warning,) = hang_warnings(caplog, first)
+        assert f"decode worker {first} answered nothing for {HANG_BOUND_S:g} s" in warning
 
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_episodes_still_being_decoded_when_the_client_leaves_are_kept(tmp_path, workers):
     settings = gateway_settings(tmp_path, decode_workers=workers, train_batch_size=10**9)
     with running_gateway(settings) as gateway:
-        metrics = gateway.app.state.service.metrics
+        decoders = gateway.app.state.gateway.decoders
+        wait_until(lambda: decoders.ready == workers, what="the workers to start up")
         sock = socket.create_connection(("127.0.0.1", gateway.tcp_port))
         sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(20)))
         sock.close()
-        deadline = time.monotonic() + 30
-        while metrics.num_env_steps_sampled_lifetime < 20 * STEPS and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert metrics.num_env_steps_sampled_lifetime == 20 * STEPS
-        assert gateway.app.state.decoders.running == workers
+        wait_until(lambda: env_steps_ingested(gateway) == 20 * STEPS, what="every env step ingested")
+        assert decoders.running == workers
