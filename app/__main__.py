@@ -1,16 +1,29 @@
-"""`python -m app`: start the gateway (HTTP + WebSocket, and the TCP bridge) from settings."""
+"""`python -m app`: start the gateway (HTTP + WebSocket, and the TCP bridge) from settings.
+
+Start-up problems a person can fix (a port in use, a checkpoint of other spaces, TLS
+files that cannot be read) end the process with one line saying what to do, exit 2.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import gc
 import logging
+import socket
+import sys
 
 import uvicorn
 
 from app.config import Settings
+from app.gateway import StartupError
+from app.log_redaction import install_redaction
 from app.main import create_app
 
+log = logging.getLogger("app")
+
 WS_HEADER_ROOM = 1024  # a WebSocket message holds a frame header besides the body
+EXIT_STARTUP_ERROR = 2
 
 
 def uvicorn_options(settings: Settings) -> dict:
@@ -24,24 +37,57 @@ def uvicorn_options(settings: Settings) -> dict:
     return options
 
 
+def bind_http(settings: Settings) -> socket.socket:
+    """The listening socket for HTTP and WebSocket, or a StartupError saying what to change."""
+    try:
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((settings.host, settings.http_port))
+    except OSError as exc:
+        where = f"{settings.host}:{settings.http_port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(
+                f"HTTP port {where} is already in use: stop the program using it, or choose another port "
+                "with --http-port (0 picks a free one)"
+            ) from None
+        raise StartupError(f"cannot listen for HTTP on {where}: {exc.strerror or exc}; check --host and --http-port") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(settings: Settings) -> None:
+    """Bind HTTP, start the gateway (restore, workers, TCP), then serve until stopped."""
+    app = create_app(settings)
+    gateway = app.state.gateway
+    sock = bind_http(settings)
+    try:
+        await gateway.start()
+        # The ~200k objects the imports made (torch's mostly) live as long as the process:
+        # out of the collector's way, each full collection no longer walks them (~85 ms of
+        # the event loop, every few seconds while experience streams in).
+        gc.collect()
+        gc.freeze()
+        config = uvicorn.Config(app, log_level=settings.log_level.lower(), lifespan="on", **uvicorn_options(settings))
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        await gateway.stop()
+        sock.close()
+
+
 def main() -> None:
     settings = Settings(_cli_parse_args=True)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    app = create_app(settings)
-    # The ~200k objects the imports made (torch's mostly) live as long as the process:
-    # out of the collector's way, each full collection no longer walks them (~85 ms of
-    # the event loop, every few seconds while experience streams in).
-    gc.collect()
-    gc.freeze()
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.http_port,
-        log_level=settings.log_level.lower(),
-        **uvicorn_options(settings),
-    )
+    install_redaction()
+    try:
+        asyncio.run(serve(settings))
+    except StartupError as exc:
+        log.error("cannot start: %s", exc)
+        sys.exit(EXIT_STARTUP_ERROR)
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -10,12 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.routing import compile_path
 
 from app.auth import require_token
-from app.config import Settings
-from app.dependencies import get_service, get_settings, get_traffic
+from app.dependencies import get_gateway
+from app.gateway import Gateway
 from app.prometheus import render_prometheus
 from app.rest_models import Client, ConfigPatch, GatewayConfig, Health, Limits, Metrics
-from app.traffic import TrafficStats
-from app.training.service import TrainingService
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -25,10 +23,11 @@ metrics_router = APIRouter(tags=["gateway"], dependencies=[Depends(require_token
 ONNX_MEDIA_TYPE = "application/octet-stream"
 
 
-def collect_metrics(service: TrainingService, traffic: TrafficStats) -> Metrics:
+def collect_metrics(gateway: Gateway) -> Metrics:
     """One consistent snapshot of training progress and traffic. Call it on the event
     loop (from `async def` routes), where the service changes: read from a worker thread,
     the counters could change halfway through and not add up."""
+    service, traffic = gateway.service, gateway.traffic
     snapshot = service.metrics.snapshot()
     clients: dict[str, int] = {"tcp": 0, "ws": 0}
     for client in service.clients:
@@ -50,21 +49,17 @@ def collect_metrics(service: TrainingService, traffic: TrafficStats) -> Metrics:
 
 
 @health_router.get("/health", response_model=Health, summary="Liveness and the current policy version")
-def health(
-    service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
-) -> Health:
+def health(gateway: Gateway = Depends(get_gateway)) -> Health:
     return Health(
         status="ok",
-        weights_seq_no=service.current_state().weights_seq_no,
-        uptime_s=time.monotonic() - traffic.started_at,
+        weights_seq_no=gateway.service.current_state().weights_seq_no,
+        uptime_s=time.monotonic() - gateway.traffic.started_at,
     )
 
 
 @router.get("/metrics", response_model=Metrics, summary="Training progress, learner stats and traffic")
-async def metrics(
-    service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
-) -> Metrics:
-    return collect_metrics(service, traffic)
+async def metrics(gateway: Gateway = Depends(get_gateway)) -> Metrics:
+    return collect_metrics(gateway)
 
 
 @metrics_router.get(
@@ -73,18 +68,17 @@ async def metrics(
     summary="The same metrics in Prometheus text format",
     responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus exposition format."}},
 )
-async def prometheus_metrics(
-    service: TrainingService = Depends(get_service), traffic: TrafficStats = Depends(get_traffic)
-) -> Response:
-    return Response(render_prometheus(collect_metrics(service, traffic)), media_type=CONTENT_TYPE_LATEST)
+async def prometheus_metrics(gateway: Gateway = Depends(get_gateway)) -> Response:
+    return Response(render_prometheus(collect_metrics(gateway)), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/clients", response_model=list[Client], summary="Connected simulators")
-def clients(service: TrainingService = Depends(get_service)) -> list[Client]:
-    return [Client.model_validate(client, from_attributes=True) for client in service.clients]
+def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
+    return [Client.model_validate(client, from_attributes=True) for client in gateway.service.clients]
 
 
-def current_config(settings: Settings, service: TrainingService) -> GatewayConfig:
+def current_config(gateway: Gateway) -> GatewayConfig:
+    settings, service = gateway.settings, gateway.service
     derived = {"onnx_output_names", "ppo", "limits", "auth_enabled", "tls_enabled"}
     return GatewayConfig(
         **settings.model_dump(include=set(GatewayConfig.model_fields) - derived),
@@ -97,10 +91,8 @@ def current_config(settings: Settings, service: TrainingService) -> GatewayConfi
 
 
 @router.get("/config", response_model=GatewayConfig, summary="The current gateway and training configuration")
-def get_config(
-    settings: Settings = Depends(get_settings), service: TrainingService = Depends(get_service)
-) -> GatewayConfig:
-    return current_config(settings, service)
+def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
+    return current_config(gateway)
 
 
 @router.patch(
@@ -110,16 +102,12 @@ def get_config(
     description="Takes effect from the next training step. Invalid values are refused with 422.",
     responses={400: {"description": "The body could not be read (not UTF-8 text)."}},
 )
-def patch_config(
-    patch: ConfigPatch,
-    settings: Settings = Depends(get_settings),
-    service: TrainingService = Depends(get_service),
-) -> GatewayConfig:
+def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
     try:
-        service.update_ppo_config(patch.ppo.changes())
+        gateway.service.update_ppo_config(patch.ppo.changes())
     except ValueError as exc:  # shaped like FastAPI's own 422, as the schema says
         raise HTTPException(status_code=422, detail=[{"loc": ["body", "ppo"], "msg": str(exc), "type": "value_error"}]) from None
-    return current_config(settings, service)
+    return current_config(gateway)
 
 
 @router.get(
@@ -139,8 +127,9 @@ def patch_config(
 def model_onnx(
     version: int | None = Query(None, ge=0, description="A kept older version; default the current one."),
     if_none_match: str | None = Header(None),
-    service: TrainingService = Depends(get_service),
+    gateway: Gateway = Depends(get_gateway),
 ) -> Response:
+    service = gateway.service
     state = service.current_state() if version is None else service.kept_state(version)
     if state is None:
         kept = ", ".join(str(v) for v in service.kept_versions)

@@ -1,9 +1,10 @@
-"""One client connection, whatever its transport: protocol session + training service.
+"""One client connection, whatever its transport: a pump between the bytes and the service.
 
 A transport adapter (TCP bridge, WebSocket route) calls `serve` with three callables,
-`receive`, `send` and `close`; everything else happens here, identically for both:
-admission (connection limits), auth, timeouts, and answering requests strictly in
-the order they arrived. Reading and answering run apart, so a client that waits for
+`receive`, `send` and `close`. The protocol itself (frames, validation, the auth
+handshake, error replies, reply order) is the sans-I/O `Session`'s; here, bytes go in,
+requests go to the training service in the order they arrived, and the replies the
+session releases go out. Reading and answering run apart, so a client that waits for
 `SET_STATE` is still seen when it disconnects, and one slow client blocks nobody else.
 """
 
@@ -13,35 +14,22 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from app.auth import token_matches, unauthorized
-from app.config import Settings
-from app.decode_workers import DecodeWorkers
-from app.protocol import Encoding, ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
-from app.schemas import (
-    Episodes,
-    EpisodesAndGetState,
-    GetConfig,
-    GetState,
-    Ping,
-    Pong,
-    SetConfig,
-    SetState,
-    SpacesContext,
-)
-from app.traffic import TrafficStats
-from app.training.service import PolicyState, TrainingService
+from app.auth import token_matches
+from app.protocol import ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
+from app.schemas import Episodes, EpisodesAndGetState, GetConfig, GetState, Ping, Pong, SetConfig, SetState
+from app.training.service import PolicyState
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.gateway import Gateway
 
 log = logging.getLogger("app.connection")
 
 Tag = TypeVar("Tag")  # what the transport needs to answer in kind (the WebSocket opcode)
 
 MAX_QUEUED_EVENTS = 64  # reading pauses beyond this, which pushes back on the client
-
-
-def spaces_context(settings: Settings) -> SpacesContext:
-    return SpacesContext(settings.observation_space, settings.action_space)
 
 
 @dataclass(frozen=True)
@@ -53,39 +41,37 @@ class _Decoding:
 
 
 class Connection(Generic[Tag]):
-    """Serves one client: feeds its bytes to a `Session`, answers through `send`."""
+    """Serves one client: feeds its bytes to a `Session`, its requests to the service."""
 
     def __init__(
         self,
+        gateway: Gateway,
         *,
-        settings: Settings,
-        service: TrainingService,
-        traffic: TrafficStats,
-        decoders: DecodeWorkers,
         transport: str,
         peer: str,
         send: Callable[[bytes, Tag], Awaitable[None]],
         authenticated: bool,
     ) -> None:
-        self._settings = settings
-        self._service = service
-        self._traffic = traffic
-        self._decoders = decoders
+        settings = gateway.settings
+        self._gateway = gateway
+        self._service = gateway.service
+        self._traffic = gateway.traffic
         self._send = send
         self._session = Session(
-            spaces_context(settings),
+            gateway.spaces,
             settings.max_frame_bytes,
             settings.max_episodes_per_message,
             settings.max_steps_per_message,
+            check_token=None if authenticated else lambda token: token_matches(settings, token),
+            encoder=gateway.replies,
         )
+        self._tags: dict[int, Tag] = {}  # of each request owed a reply: the opcode to answer in
         self._queue: asyncio.Queue[tuple[Event | _Decoding, Tag] | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
-        self._rejected = False  # a fatal error is queued: read nothing more
         self._busy = False  # the responder is working on a request (e.g. waiting for SET_STATE)
         self._decoding: _Decoding | None = None  # the body the responder waits on a worker for
-        self.authenticated = authenticated
-        self.client = service.connect(transport, peer)
+        self.client = self._service.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
-        traffic.connections_total[transport] += 1
+        self._traffic.connections_total[transport] += 1
         self.read_deadline: asyncio.Timeout | None = None  # of the read under way, set by serve()
         self.responder = asyncio.create_task(self._answer_requests(), name=f"responder {self.name}")
         self.responder.add_done_callback(self._stop_reading)
@@ -94,7 +80,7 @@ class Connection(Generic[Tag]):
     @property
     def closing(self) -> bool:
         """True once the connection must stop reading (fatal error or responder gone)."""
-        return self._rejected or self._session.closed or self.responder.done()
+        return self._session.closed or self.responder.done()
 
     def _stop_reading(self, _responder: asyncio.Task) -> None:
         """The responder ended (after a fatal error): end the read under way now."""
@@ -113,37 +99,34 @@ class Connection(Generic[Tag]):
     async def data_received(self, data: bytes, tag: Tag) -> None:
         """Feed bytes from the client; waits while too many requests are pending.
 
-        A large JSON body goes to a decode worker and is answered, in its turn, by the
-        responder. A request answered without waiting (any but EPISODES_AND_GET_STATE)
-        is answered right here if nothing is queued or being answered: the order is the
-        same, and the reply skips a hop through the responder task.
+        A large JSON body goes to a decode worker and is handled, in its turn, by the
+        responder. Anything else is handled right here if nothing is queued or being
+        answered (same order, one task hop less), else queued behind the rest.
         """
         self._traffic.bytes_received += len(data)
         for frame in self._session.receive_frames(data):
-            if type(frame) is bytes:
-                if (decoded := await self._decoders.submit(frame)) is not None:
-                    await self._queue.put((_Decoding(frame, decoded), tag))
-                    continue
-                frame = self._session.parse(frame)
-            if self._answerable_at_once(frame):
-                await self._answer(frame, tag)
+            if type(frame) is bytes and (decoded := await self._gateway.decoders.submit(frame)) is not None:
+                await self._queue.put((_Decoding(frame, decoded), tag))
+                continue
+            if (event := self._session.parse(frame)) is None:
+                break  # a fatal error ended the session
+            if self._answerable_at_once(event):
+                await self._answer(event, tag)
             else:
-                await self._queue.put((frame, tag))
+                await self._queue.put((event, tag))
 
     def _answerable_at_once(self, event: Event) -> bool:
         return (
-            self.authenticated
-            and not self._busy
+            not self._busy
             and self._decoding is None
             and self._queue.empty()
-            and isinstance(event, RequestReceived)
-            and not isinstance(event.request, EpisodesAndGetState)
+            and not (isinstance(event, RequestReceived) and isinstance(event.request, EpisodesAndGetState))
         )
 
     async def reject(self, error: ProtocolError, tag: Tag) -> None:
-        """Queue a fatal error: it is sent after the replies already due, then we close."""
-        self._rejected = True
-        await self._queue.put((FrameRejected(error, Encoding.JSON), tag))
+        """A fatal error found by the transport (a timeout): sent after the replies already due."""
+        if (event := self._session.reject(error)) is not None:
+            await self._queue.put((event, tag))
 
     async def finish(self) -> None:
         """Answer every request received, then stop (after a fatal error)."""
@@ -170,7 +153,7 @@ class Connection(Generic[Tag]):
         for event in unanswered:
             if isinstance(event, _Decoding):
                 event = self._parse_now(event)
-            if isinstance(event, RequestReceived) and isinstance(event.request, Episodes) and self.authenticated:
+            if isinstance(event, RequestReceived) and isinstance(event.request, Episodes):
                 self._service.ingest(self.client, event.request.episodes)
         self._service.disconnect(self.client)
         log.info("%s disconnected (%s); %d env steps received", self.name, reason, self.client.env_steps_sent)
@@ -182,56 +165,44 @@ class Connection(Generic[Tag]):
                 self._decoding = event  # close() ingests it if we are cancelled while it decodes
                 decoded = await event.decoded
                 self._decoding = None
-                event = self._session.parse(event.body, decoded)
+                if (event := self._session.parse(event.body, decoded)) is None:
+                    return
             if not await self._answer(event, tag):
                 return
 
-    def _parse_now(self, decoding: _Decoding) -> Event:
+    def _parse_now(self, decoding: _Decoding) -> Event | None:
         """The event of a body sent to a worker: from its result if back, else decoded here."""
         future = decoding.decoded
         decoded = future.result() if future.done() and not future.cancelled() else None
         return self._session.parse(decoding.body, decoded)
 
     async def _answer(self, event: Event, tag: Tag) -> bool:
-        """Reply to one event; False after a fatal error, when nothing more is answered."""
+        """Handle one event and send the replies it releases; False after a fatal error."""
         self._busy = True
         try:
-            event = self._authenticate(event)
+            if event.expects_reply:
+                self._tags[event.seq] = tag
             reply = await self._reply_to(event)
-            if reply is not None:
-                self._traffic.bytes_sent += len(reply)
-                await self._send(reply, tag)
+            for answered, frame in self._session.send(event, reply):
+                self._traffic.bytes_sent += len(frame)
+                await self._send(frame, self._tags.pop(answered.seq))
         finally:
             self._busy = False
         return not (isinstance(event, FrameRejected) and event.fatal)
 
-    def _authenticate(self, event: Event) -> Event:
-        """Before auth, only a PING with the right token passes; anything else is fatal."""
-        if self.authenticated:
-            return event
-        if isinstance(event, RequestReceived) and isinstance(event.request, Ping):
-            token = event.request.token
-            if token_matches(self._settings, token.get_secret_value() if token else None):
-                self.authenticated = True
-                return event
-        self._rejected = True
-        error = unauthorized("auth is on: the first message must be a PING with the gateway's token in 'token'")
-        return FrameRejected(error, event.encoding)
-
-    async def _reply_to(self, event: Event) -> bytes | None:
+    async def _reply_to(self, event: Event) -> Pong | SetConfig | SetState | None:
+        """The reply to a request (None for a rejected frame: the session words its error)."""
         if isinstance(event, FrameRejected):
             log.warning("%s: %s: %s", self.name, event.error.code.value, event.error.message)
             self._traffic.errors[event.error.code.value] += 1
-            return self._session.reply(event.error.to_message(), event.encoding)
+            return None
         self._traffic.frames_received[event.request.type] += 1
         try:
-            reply = await self._handle(event.request)
+            return await self._handle(event.request)
         except Exception:
             log.exception("%s: failed to handle %s", self.name, event.request.type)
-            error = ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}")
-            self._traffic.errors[error.code.value] += 1
-            return self._session.reply(error.to_message(), event.encoding)
-        return None if reply is None else self._session.reply(reply, event.encoding)
+            self._traffic.errors[ErrorCode.INTERNAL_ERROR.value] += 1
+            return ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}").to_message()
 
     async def _handle(self, request) -> Pong | SetConfig | SetState | None:
         match request:
@@ -244,7 +215,7 @@ class Connection(Generic[Tag]):
                 return self._set_state(self._service.current_state())
             case EpisodesAndGetState():
                 self._service.ingest(self.client, request.episodes)
-                if self._settings.force_on_policy:
+                if self._gateway.settings.force_on_policy:
                     return self._set_state(await self._service.wait_for_training(self.client))
                 return self._set_state(self._service.current_state())
             case Episodes():
@@ -253,7 +224,7 @@ class Connection(Generic[Tag]):
         raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
 
     def _set_config(self) -> SetConfig:
-        settings = self._settings
+        settings = self._gateway.settings
         return SetConfig(
             env_steps_per_sample=settings.env_steps_per_sample,
             force_on_policy=settings.force_on_policy,
@@ -268,25 +239,32 @@ class Connection(Generic[Tag]):
         return SetState(onnx_file=state.onnx_gzip_b64, weights_seq_no=state.weights_seq_no)
 
 
-def admission_error(settings: Settings, service: TrainingService, transport: str) -> ProtocolError | None:
+def admission_error(gateway: Gateway, transport: str) -> ProtocolError | None:
     """Why a new connection on `transport` is refused, or None if there is room."""
+    settings, clients = gateway.settings, gateway.service.clients
     per_transport = {"tcp": settings.max_tcp_connections, "ws": settings.max_ws_connections}[transport]
-    open_here = sum(1 for client in service.clients if client.transport == transport)
+    open_here = sum(1 for client in clients if client.transport == transport)
     if open_here >= per_transport:
         limit = f"{per_transport} {transport} connections (max_{transport}_connections)"
-    elif len(service.clients) >= settings.max_connections:
+    elif len(clients) >= settings.max_connections:
         limit = f"{settings.max_connections} connections (max_connections)"
     else:
         return None
     return ProtocolError(ErrorCode.TOO_MANY_CONNECTIONS, f"the gateway is at its limit of {limit}; retry later", fatal=True)
 
 
+async def refuse(gateway: Gateway, error: ProtocolError, send: Callable[[bytes], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
+    """Answer a connection refused before it had a session with its ERROR, then close it."""
+    gateway.traffic.errors[error.code.value] += 1
+    try:
+        await send(encode_message(error.to_message()))
+    finally:
+        await close()
+
+
 async def serve(
+    gateway: Gateway,
     *,
-    settings: Settings,
-    service: TrainingService,
-    traffic: TrafficStats,
-    decoders: DecodeWorkers,
     transport: str,
     peer: str,
     receive: Callable[[], Awaitable[tuple[bytes, Tag] | None]],
@@ -300,23 +278,18 @@ async def serve(
     `receive` returns the next bytes read (with their tag) or None at end of stream.
     `authenticated` is False when the client must still present the token in a PING.
     """
-    if (error := admission_error(settings, service, transport)) is not None:
+    if (error := admission_error(gateway, transport)) is not None:
         log.warning("%s:%s refused: %s", transport, peer, error.message)
-        traffic.errors[error.code.value] += 1
-        try:
-            await send(encode_message(error.to_message()), default_tag)
-        finally:
-            await close()
+        await refuse(gateway, error, lambda frame: send(frame, default_tag), close)
         return
 
     connection: Connection[Tag] = Connection(
-        settings=settings, service=service, traffic=traffic, decoders=decoders, transport=transport,
-        peer=peer, send=send, authenticated=authenticated,
+        gateway, transport=transport, peer=peer, send=send, authenticated=authenticated
     )
     reason = "closed by client"
     try:
         while not connection.closing:
-            received = await _receive_within_limits(connection, receive, settings)
+            received = await _receive_within_limits(connection, receive, gateway.settings)
             if isinstance(received, ProtocolError):
                 await connection.reject(received, default_tag)
                 break

@@ -1,26 +1,21 @@
-"""FastAPI dependencies for the state shared by every route: settings, service, counters, workers."""
+"""FastAPI dependencies for the state every route shares: the one `Gateway`, its settings."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 
 from app.config import Settings
-from app.decode_workers import DecodeWorkers
-from app.traffic import TrafficStats
-from app.training.service import TrainingService
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
+
+
+def get_gateway(connection: HTTPConnection) -> Gateway:
+    """The gateway the app serves (set by `create_app`)."""
+    return connection.app.state.gateway
 
 
 def get_settings(connection: HTTPConnection) -> Settings:
-    return connection.app.state.settings
-
-
-def get_service(connection: HTTPConnection) -> TrainingService:
-    return connection.app.state.service
-
-
-def get_traffic(connection: HTTPConnection) -> TrafficStats:
-    return connection.app.state.traffic
-
-
-def get_decoders(connection: HTTPConnection) -> DecodeWorkers:
-    return connection.app.state.decoders
+    return connection.app.state.gateway.settings

@@ -1,7 +1,9 @@
-"""Wiring: the FastAPI app, its routers, and the lifespan that runs the shared service.
+"""Wiring: the FastAPI app, its routers, and the lifespan that runs the gateway.
 
-`create_app(settings)` builds one gateway: a training service shared by the
-WebSocket endpoint and the TCP bridge, both started and stopped with the app.
+`create_app(settings)` builds one `Gateway` (app/gateway.py) and an app that serves
+it: REST, the RLlink WebSocket, the pages. The lifespan starts the gateway unless it
+was started already (`python -m app` starts it first, to report start-up errors in
+one line) and stops it on the way out.
 """
 
 from __future__ import annotations
@@ -15,52 +17,39 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from app import api, web, ws_rllink
 from app.config import Settings
-from app.decode_workers import DecodeWorkers
-from app.schemas import ARRAY_FIELDS
-from app.tcp_bridge import TcpBridge
-from app.traffic import TrafficStats
-from app.training.service import TrainingService
+from app.gateway import Gateway
 
 log = logging.getLogger("app.main")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """A gateway app; nothing listens or trains until its lifespan starts."""
-    settings = settings or Settings()
+    """A gateway app; nothing listens or trains until its lifespan (or `app.state.gateway.start()`) runs."""
+    gateway = Gateway(settings or Settings())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service = TrainingService(settings)
-        traffic = TrafficStats()
-        decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS)
-        app.state.settings, app.state.service, app.state.traffic = settings, service, traffic
-        app.state.decoders = decoders
-        await service.start()
-        await decoders.start()
-        bridge = TcpBridge(settings, service, traffic, decoders) if settings.tcp_enabled else None
-        if bridge is not None:
-            await bridge.start()
-        app.state.tcp_bridge = bridge
+        if not gateway.started:
+            await gateway.start()
+        web.warn_if_vendor_missing()
         try:
             yield
         finally:
-            if bridge is not None:
-                await bridge.stop()
-            await decoders.stop()
-            await service.stop()
-            log.info("gateway stopped")
+            await gateway.stop()
 
     app = FastAPI(
         title="RLlink gateway",
         summary="Train one PPO policy from many external simulators over RLlink (TCP and WebSocket).",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served by app/web.py from local files, not a CDN
+        redoc_url=None,
     )
-    if settings.cors_origins:
+    app.state.gateway = gateway
+    if gateway.settings.cors_origins:
         # Browser clients on other origins (a game page, a Unity WebGL build) may call the REST API.
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=settings.cors_origins,
+            allow_origins=gateway.settings.cors_origins,
             allow_methods=["GET", "PATCH"],
             allow_headers=["Authorization", "Content-Type", "If-None-Match"],
             expose_headers=["ETag", "X-Weights-Seq-No"],
@@ -70,5 +59,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api.health_router)
     app.include_router(api.router)
     app.include_router(api.metrics_router)
-    app.include_router(web.router)  # dashboard, demo, vendor files (app/web.py)
+    web.mount_web(app)
     return app

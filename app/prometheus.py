@@ -22,10 +22,14 @@ SCALARS = [
     ("episode_return_mean", "gauge", "Mean return of the recent whole episodes."),
     ("episode_return_min", "gauge", "Lowest return of the recent whole episodes."),
     ("episode_return_max", "gauge", "Highest return of the recent whole episodes."),
+    ("episodes_in_window", "gauge", "Whole episodes the episode_* statistics cover (the most recent)."),
     ("episode_len_mean", "gauge", "Mean length of the recent whole episodes."),
+    ("episode_len_min", "gauge", "Shortest of the recent whole episodes."),
+    ("episode_len_max", "gauge", "Longest of the recent whole episodes."),
     ("env_steps_per_s", "gauge", "Env steps received per second."),
     ("pending_env_steps", "gauge", "Env steps waiting for the next training step."),
     ("training_env_steps", "gauge", "Env steps in the training step under way."),
+    ("training_in_progress", "gauge", "1 while a training step runs, else 0."),
     ("last_training_step_s", "gauge", "Wall seconds of the latest training step."),
     ("bytes_received", "counter", "Bytes received on RLlink connections."),
     ("bytes_sent", "counter", "Bytes sent on RLlink connections."),
@@ -52,7 +56,7 @@ class _SnapshotCollector(Collector):
         for name, kind, help_text in SCALARS:
             value = getattr(self.metrics, name)
             if value is not None:
-                yield FAMILIES[kind](PREFIX + name.removesuffix("_total"), help_text, value=value)
+                yield FAMILIES[kind](PREFIX + name.removesuffix("_total"), help_text, value=float(value))
         for name, label, kind, help_text in LABELLED:
             family = FAMILIES[kind](PREFIX + name.removesuffix("_total"), help_text, labels=[label])
             for key, value in sorted(getattr(self.metrics, name).items()):

@@ -11,11 +11,14 @@ that fails to decode or validate gets an `ERROR` reply and the connection stays 
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import enum
 import json
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import msgpack
 import orjson
@@ -27,6 +30,7 @@ from app.schemas import (
     REQUEST_TYPES,
     RESPONSE_TYPES,
     Episodes,
+    Ping,
     Error,
     Request,
     SetState,
@@ -200,39 +204,45 @@ def encode_body(message: BaseModel, encoding: Encoding) -> bytes:
 
 
 def encode_message(message: BaseModel, encoding: Encoding = Encoding.JSON) -> bytes:
-    """A whole frame for a message.
-
-    Replies that many clients get alike are encoded once: a message with no field but
-    its type (PONG), and SET_STATE for the latest version, whose ~24 kB payload is the
-    same for every client (encoding it costs ~0.1 ms, per client, on the event loop).
-    """
-    cls = type(message)
-    if cls is SetState:
-        key = (cls, encoding)
-        cached = _frames.get(key)
-        if (
-            cached is not None
-            and cached[0] == message.weights_seq_no
-            and (cached[1] is message.onnx_file or cached[1] == message.onnx_file)
-        ):
-            return cached[2]
-        frame = encode_frame(encode_body(message, encoding))
-        _frames[key] = (message.weights_seq_no, message.onnx_file, frame)
-        return frame
-    if (fieldless := _fieldless.get(cls)) is None:
-        fieldless = _fieldless[cls] = set(cls.model_fields) == {"type"}
-    if fieldless:
-        key = (cls, encoding)
-        if (frame := _frames.get(key)) is None:
-            frame = _frames[key] = encode_frame(encode_body(message, encoding))
-        return frame
+    """A whole frame for a message."""
     return encode_frame(encode_body(message, encoding))
 
 
-# encode_message's caches: one frame per (message class, encoding); which classes have
-# no field but their type.
-_frames: dict[tuple[type, Encoding], Any] = {}
-_fieldless: dict[type, bool] = {}
+class ReplyEncoder:
+    """Encodes replies, once for those that many clients get alike.
+
+    A message with no field but its type (PONG) always encodes the same, and SET_STATE
+    for the latest version carries the same ~24 kB payload to every client (encoding it
+    costs ~0.1 ms, per client, on the event loop). One encoder serves every session of
+    a gateway; it keeps one frame per (message class, encoding).
+    """
+
+    def __init__(self) -> None:
+        self._set_state: dict[Encoding, tuple[int, str, bytes]] = {}  # weights_seq_no, onnx_file, frame
+        self._fieldless: dict[tuple[type, Encoding], bytes] = {}
+        self._has_fields: set[type] = set()
+
+    def encode(self, message: BaseModel, encoding: Encoding) -> bytes:
+        cls = type(message)
+        if cls is SetState:
+            cached = self._set_state.get(encoding)
+            if (
+                cached is not None
+                and cached[0] == message.weights_seq_no
+                and (cached[1] is message.onnx_file or cached[1] == message.onnx_file)
+            ):
+                return cached[2]
+            frame = encode_message(message, encoding)
+            self._set_state[encoding] = (message.weights_seq_no, message.onnx_file, frame)
+            return frame
+        if cls in self._has_fields:
+            return encode_message(message, encoding)
+        if (frame := self._fieldless.get((cls, encoding))) is None:
+            if set(cls.model_fields) != {"type"}:
+                self._has_fields.add(cls)
+                return encode_message(message, encoding)
+            frame = self._fieldless[(cls, encoding)] = encode_message(message, encoding)
+        return frame
 
 
 # -- Session -----------------------------------------------------------------------
@@ -240,18 +250,26 @@ _fieldless: dict[type, bool] = {}
 
 @dataclass(frozen=True)
 class RequestReceived:
-    """A valid request, and the encoding its reply must use."""
+    """A valid request, the encoding its reply must use, and its place in the stream."""
 
     request: Request
     encoding: Encoding
+    seq: int = 0
+
+    @property
+    def expects_reply(self) -> bool:
+        """EPISODES is the one request RLlink answers with nothing."""
+        return type(self.request) is not Episodes
 
 
 @dataclass(frozen=True)
 class FrameRejected:
-    """A frame refused with an error; the reply is `error.to_message()`."""
+    """A frame refused with an error; its reply is `error.to_message()`."""
 
     error: ProtocolError
     encoding: Encoding
+    seq: int = 0
+    expects_reply = True
 
     @property
     def fatal(self) -> bool:
@@ -273,8 +291,25 @@ def _describe_validation_error(message_type: str, exc: ValidationError) -> Proto
     return ProtocolError(ErrorCode.INVALID_MESSAGE, f"invalid {message_type}: {summary}", details=problems)
 
 
+UNAUTHORIZED_FIRST_MESSAGE = "auth is on: the first message must be a PING with the gateway's token in 'token'"
+
+
 class Session:
-    """One connection's protocol state: bytes in -> events; replies -> bytes."""
+    """One connection's whole protocol state, without I/O: bytes in -> events, replies -> bytes.
+
+    It cuts and validates frames, runs the auth handshake, knows which requests get a
+    reply and releases replies strictly in the order of the requests, whatever order
+    they are produced in; after a fatal error it reads nothing more. The caller:
+
+        for item in session.receive_frames(data):     # bodies, in stream order
+            event = session.parse(item) if type(item) is bytes else item
+            ... handle event.request, then:
+            for answered, frame in session.send(event, reply):
+                write(frame)                          # answered says in reply to what
+
+    `parse` must be called in the order `receive_frames` returned the bodies (it numbers
+    the events); `receive_data` does both steps at once.
+    """
 
     def __init__(
         self,
@@ -282,26 +317,49 @@ class Session:
         max_frame_bytes: int,
         max_episodes_per_message: int | None = None,
         max_steps_per_message: int | None = None,
+        *,
+        check_token: Callable[[str | None], bool] | None = None,
+        encoder: ReplyEncoder | None = None,
     ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
         # JSON bodies say so: the chunk validators then skip a check (see schemas).
         self._contexts = {Encoding.JSON: {"spaces": spaces, "from_json": True}, Encoding.MSGPACK: {"spaces": spaces}}
         self._max_episodes = max_episodes_per_message
         self._max_steps = max_steps_per_message
-        self.closed = False  # set after a fatal error: further bytes are ignored
+        self._check_token = check_token
+        self.authenticated = check_token is None  # else the first request must be a PING with the token
+        self._encoder = encoder or ReplyEncoder()
+        self._next_seq = 0
+        self._unanswered: collections.deque[int] = collections.deque()  # seqs owed a reply, oldest first
+        self._ready: dict[int, tuple[Event, bytes]] = {}  # replies produced ahead of an older one
+        self._broken = False  # the stream lost its frame boundaries: nothing more is cut
+        self._ended = False  # a fatal error was admitted: nothing after it is read
 
     @property
     def buffered(self) -> int:
         """Bytes of an unfinished frame."""
         return self._decoder.buffered
 
+    @property
+    def closed(self) -> bool:
+        """A fatal error was found: the connection must end once its reply is out."""
+        return self._broken or self._ended
+
+    @property
+    def unanswered(self) -> int:
+        """Requests read whose reply has not been released yet."""
+        return len(self._unanswered)
+
+    # -- Bytes in ---------------------------------------------------------------------
+
     def receive_data(self, data: bytes) -> list[Event]:
         """Feed received bytes; return one event per complete frame (the last may be fatal)."""
-        return [self.parse(frame) if type(frame) is bytes else frame for frame in self.receive_frames(data)]
+        events = (self.parse(frame) for frame in self.receive_frames(data))
+        return [event for event in events if event is not None]
 
     def receive_frames(self, data: bytes) -> list[bytes | FrameRejected]:
-        """Feed received bytes; return the body of each complete frame, for `parse`, and
-        last, if the stream broke, the fatal rejection that ends it."""
+        """Feed received bytes; return the body of each complete frame and last, if the
+        stream broke, the fatal rejection that ends it: each for `parse`, in this order."""
         if self.closed:
             return []
         self._decoder.feed(data)
@@ -309,32 +367,72 @@ class Session:
         try:
             frames.extend(self._decoder.frames())
         except ProtocolError as exc:
-            self.closed = True
+            self._broken = True
             frames.append(FrameRejected(exc, Encoding.JSON))
         return frames
 
-    def parse(self, body: bytes, decoded: dict[str, Any] | None = None) -> Event:
-        """The event for one frame body; `decoded` is what `loads_with_arrays` made of it
-        elsewhere (a worker process), if it could."""
-        encoding = detect_encoding(body)
+    def parse(self, frame: bytes | FrameRejected, decoded: dict[str, Any] | None = None) -> Event | None:
+        """The event for one item of `receive_frames`, in its turn (None once a fatal error
+        ended the session); `decoded` is what `loads_with_arrays` made of a body elsewhere
+        (a worker process), if it could."""
+        if self._ended:
+            return None
+        seq = self._next_seq
+        self._next_seq += 1
+        if type(frame) is FrameRejected:  # the stream broke here
+            return self._admit(dataclasses.replace(frame, seq=seq))
+        encoding = detect_encoding(frame)
         try:
-            data, encoding = (decoded, encoding) if decoded is not None else decode_body(body)
-            message_type = data.get("type")
-            if not isinstance(message_type, str) or message_type not in REQUEST_TYPES:
-                raise self._unknown_type(message_type)
-            try:
-                request = request_adapter.validate_python(data, context=self._contexts[encoding])
-            except ValidationError as exc:
-                raise _describe_validation_error(message_type, exc) from None
-            if isinstance(request, Episodes):
-                self._check_size(request)
+            data, encoding = (decoded, encoding) if decoded is not None else decode_body(frame)
+            event: Event = RequestReceived(self._validate(data, encoding), encoding, seq)
         except ProtocolError as exc:
-            return FrameRejected(exc, encoding)
+            event = FrameRejected(exc, encoding, seq)
         except Exception as exc:  # a bug of ours must cost the client one reply, not its connection
             log.exception("failed to parse a frame")
             error = ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to read this frame ({type(exc).__name__})")
-            return FrameRejected(error, encoding)
-        return RequestReceived(request, encoding)
+            event = FrameRejected(error, encoding, seq)
+        return self._admit(self._authenticate(event))
+
+    def reject(self, error: ProtocolError) -> FrameRejected | None:
+        """An event for an error the transport found (a timeout), answered in its turn
+        (None once a fatal error ended the session)."""
+        if self._ended:
+            return None
+        seq = self._next_seq
+        self._next_seq += 1
+        return self._admit(FrameRejected(error, Encoding.JSON, seq))
+
+    def _validate(self, data: dict[str, Any], encoding: Encoding) -> Request:
+        message_type = data.get("type")
+        if not isinstance(message_type, str) or message_type not in REQUEST_TYPES:
+            raise self._unknown_type(message_type)
+        try:
+            request = request_adapter.validate_python(data, context=self._contexts[encoding])
+        except ValidationError as exc:
+            raise _describe_validation_error(message_type, exc) from None
+        if isinstance(request, Episodes):
+            self._check_size(request)
+        return request
+
+    def _authenticate(self, event: Event) -> Event:
+        """Before auth, only a PING with the right token passes; anything else is fatal."""
+        if self.authenticated:
+            return event
+        if isinstance(event, RequestReceived) and isinstance(event.request, Ping):
+            token = event.request.token
+            if self._check_token(token.get_secret_value() if token else None):
+                self.authenticated = True
+                return event
+        error = ProtocolError(ErrorCode.UNAUTHORIZED, UNAUTHORIZED_FIRST_MESSAGE, fatal=True)
+        return FrameRejected(error, event.encoding, event.seq)
+
+    def _admit(self, event: Event) -> Event:
+        """Note an event owed a reply; a fatal one ends the stream."""
+        if event.expects_reply:
+            self._unanswered.append(event.seq)
+        if type(event) is FrameRejected and event.fatal:
+            self._ended = True
+        return event
 
     def _check_size(self, request: Episodes) -> None:
         if self._max_episodes is not None and len(request.episodes) > self._max_episodes:
@@ -361,6 +459,26 @@ class Session:
             text = f"unknown message type {message_type!r}; expected one of {', '.join(expected)}"
         return ProtocolError(ErrorCode.UNKNOWN_TYPE, text, details={"expected": expected})
 
+    # -- Bytes out --------------------------------------------------------------------
+
+    def send(self, event: Event, reply: BaseModel | None = None) -> list[tuple[Event, bytes]]:
+        """Answer `event` (a rejected frame answers with its error; pass `reply` for a
+        request); return every reply now due, oldest first, with the event it answers.
+
+        A reply produced before that of an older request waits here for it.
+        """
+        if not event.expects_reply:
+            return []
+        if isinstance(event, FrameRejected):
+            reply = event.error.to_message()
+        elif reply is None:
+            raise ValueError(f"{event.request.type} needs a reply")
+        self._ready[event.seq] = (event, self._encoder.encode(reply, event.encoding))
+        due = []
+        while self._unanswered and self._unanswered[0] in self._ready:
+            due.append(self._ready.pop(self._unanswered.popleft()))
+        return due
+
     def reply(self, message: BaseModel, encoding: Encoding) -> bytes:
-        """The frame that answers a request in the client's encoding."""
-        return encode_message(message, encoding)
+        """The frame of a message in the client's encoding (outside the request order)."""
+        return self._encoder.encode(message, encoding)

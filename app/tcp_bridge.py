@@ -9,12 +9,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from typing import TYPE_CHECKING
 
-from app.config import Settings
 from app.connection import serve
-from app.decode_workers import DecodeWorkers
-from app.traffic import TrafficStats
-from app.training.service import TrainingService
+
+if TYPE_CHECKING:
+    from app.gateway import Gateway
 
 log = logging.getLogger("app.tcp_bridge")
 
@@ -22,15 +22,11 @@ READ_SIZE = 256 * 1024
 
 
 class TcpBridge:
-    """An asyncio TCP server feeding every connection into one training service."""
+    """An asyncio TCP server feeding every connection into the gateway's one training service."""
 
-    def __init__(
-        self, settings: Settings, service: TrainingService, traffic: TrafficStats, decoders: DecodeWorkers
-    ) -> None:
-        self._settings = settings
-        self._service = service
-        self._traffic = traffic
-        self._decoders = decoders
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+        self._settings = gateway.settings
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
 
@@ -41,6 +37,7 @@ class TcpBridge:
         return self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
+        """Listen; raises OSError if the address is taken or the TLS files cannot be read."""
         self._server = await asyncio.start_server(
             self._handle,
             self._settings.tcp_bind_host,
@@ -91,10 +88,7 @@ class TcpBridge:
 
         try:
             await serve(
-                settings=self._settings,
-                service=self._service,
-                traffic=self._traffic,
-                decoders=self._decoders,
+                self._gateway,
                 transport="tcp",
                 peer=f"{host}:{port}",
                 receive=receive,

@@ -1,29 +1,32 @@
-"""The browser side of the gateway: the dashboard at `/`, `static/`, and npm's vendor files.
+"""The browser side of the gateway: the dashboard, `static/`, npm's vendor files and /docs.
 
-    /                      static/index.html, the live dashboard
-    /static/<file>         static/ (the RLlink ES module, the CartPole demo, styles)
-    /vendor/ort/<file>     node_modules/onnxruntime-web/dist/ (the policy runs in the page)
-    /vendor/uplot/<file>   node_modules/uplot/dist/ (the charts)
+    /                           static/index.html, the live dashboard
+    /static/<file>              static/ (the RLlink ES module, the CartPole demo, styles)
+    /vendor/ort/<file>          node_modules/onnxruntime-web/dist/ (the policy runs in the page)
+    /vendor/uplot/<file>        node_modules/uplot/dist/ (the charts)
+    /vendor/swagger-ui/<file>   node_modules/swagger-ui-dist/ (the API docs page)
+    /docs                       Swagger UI on /openapi.json, with the files above
 
 Everything is served from this machine: `npm ci` installs the pinned vendor packages
 (package-lock.json) into node_modules/, and no page loads anything from elsewhere. If
 node_modules is missing the gateway still starts and logs a warning; /vendor/ answers
 404 with the fix, and the pages say which files are missing.
 
-Media types are set here rather than guessed: a browser refuses an ES module (.mjs)
-served with a non-JavaScript type, and compiles .wasm in streaming mode only when it
-comes as application/wasm. Both depend on the machine's mime.types when guessed.
+These routes stay open when auth is on: they serve the project's own code and the API's
+description, never data; the pages ask for the token and send it on every API call.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import mimetypes
 from pathlib import Path
 
-from fastapi import APIRouter, FastAPI, HTTPException
-from fastapi.responses import FileResponse
+from fastapi import FastAPI, HTTPException
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 log = logging.getLogger("app.web")
 
@@ -33,36 +36,22 @@ NODE_MODULES = ROOT / "node_modules"
 VENDOR_DIRS = {  # URL prefix under /vendor/ -> the npm package's folder of browser files
     "ort": NODE_MODULES / "onnxruntime-web" / "dist",
     "uplot": NODE_MODULES / "uplot" / "dist",
-}
-MEDIA_TYPES = {
-    ".html": "text/html; charset=utf-8",
-    ".js": "text/javascript; charset=utf-8",
-    ".mjs": "text/javascript; charset=utf-8",
-    ".css": "text/css; charset=utf-8",
-    ".json": "application/json",
-    ".map": "application/json",
-    ".wasm": "application/wasm",
-    ".svg": "image/svg+xml",
-    ".png": "image/png",
+    "swagger-ui": NODE_MODULES / "swagger-ui-dist",
 }
 MISSING_VENDOR_HINT = "front-end packages are not installed: run `npm ci` in the repository root"
 
-
-def missing_vendor_dirs() -> list[str]:
-    """The vendor folders that are absent (all of them before `npm ci`)."""
-    return [str(path) for path in VENDOR_DIRS.values() if not path.is_dir()]
-
-
-@asynccontextmanager
-async def _warn_if_vendor_missing(_app: FastAPI) -> AsyncIterator[None]:
-    """At startup: say once, clearly, when the pages cannot work."""
-    if missing := missing_vendor_dirs():
-        log.warning("%s; missing %s. The dashboard and the demo will not work.", MISSING_VENDOR_HINT, ", ".join(missing))
-    yield
-
-
-router = APIRouter(lifespan=_warn_if_vendor_missing)
-
+# A browser refuses an ES module (.mjs) served with a non-JavaScript type, and compiles
+# .wasm in streaming mode only when it comes as application/wasm; the machine's
+# mime.types may know neither, so they are set here.
+for _media_type, _suffix in [
+    ("text/javascript", ".js"),
+    ("text/javascript", ".mjs"),
+    ("application/wasm", ".wasm"),
+    ("application/json", ".map"),
+    ("text/css", ".css"),
+    ("image/svg+xml", ".svg"),
+]:
+    mimetypes.add_type(_media_type, _suffix)
 
 # Our own files change with the code, so browsers revalidate them; the vendor files are
 # fixed by the pinned versions in package-lock.json, so browsers keep them for a day.
@@ -70,28 +59,53 @@ STATIC_CACHE = "no-cache"
 VENDOR_CACHE = "public, max-age=86400"
 
 
-def _file(root: Path, relative: str, cache_control: str, missing_detail: str = "not found") -> FileResponse:
-    """A file below `root` with its media type; 404 for anything else (no `..` escapes)."""
-    path = (root / relative).resolve()
-    if not path.is_relative_to(root.resolve()) or not path.is_file():
-        raise HTTPException(404, missing_detail)
-    media_type = MEDIA_TYPES.get(path.suffix.lower(), "application/octet-stream")
-    return FileResponse(path, media_type=media_type, headers={"Cache-Control": cache_control})
+class _Files(StaticFiles):
+    """Starlette's static files with a Cache-Control header and a 404 that says what is missing."""
+
+    def __init__(self, directory: Path, cache_control: str, missing_detail: str = "Not Found") -> None:
+        super().__init__(directory=directory, check_dir=False)
+        self.cache_control = cache_control
+        self.missing_detail = missing_detail
+
+    async def check_config(self) -> None:
+        """Starlette fails every request when the folder is missing; get_response says why instead."""
+
+    async def get_response(self, path: str, scope: Scope):
+        if not Path(self.directory).is_dir():
+            raise HTTPException(404, self.missing_detail)
+        response = await super().get_response(path, scope)
+        response.headers["Cache-Control"] = self.cache_control
+        return response
 
 
-@router.get("/", include_in_schema=False)
-async def dashboard() -> FileResponse:
-    return _file(STATIC_DIR, "index.html", STATIC_CACHE)
+def missing_vendor_dirs() -> list[str]:
+    """The vendor folders that are absent (all of them before `npm ci`)."""
+    return [str(path) for path in VENDOR_DIRS.values() if not path.is_dir()]
 
 
-@router.get("/static/{relative:path}", include_in_schema=False)
-async def static_file(relative: str) -> FileResponse:
-    return _file(STATIC_DIR, relative, STATIC_CACHE)
+def warn_if_vendor_missing() -> None:
+    """At startup: say once, clearly, when the pages cannot work."""
+    if missing := missing_vendor_dirs():
+        log.warning("%s; missing %s. The dashboard, the demo and /docs will not work.", MISSING_VENDOR_HINT, ", ".join(missing))
 
 
-@router.get("/vendor/{package}/{relative:path}", include_in_schema=False)
-async def vendor_file(package: str, relative: str) -> FileResponse:
-    if package not in VENDOR_DIRS:
-        raise HTTPException(404, f"no vendor package {package!r}; there are {sorted(VENDOR_DIRS)}")
-    root = VENDOR_DIRS[package]
-    return _file(root, relative, VENDOR_CACHE, "not found" if root.is_dir() else MISSING_VENDOR_HINT)
+def mount_web(app: FastAPI) -> None:
+    """Add the dashboard, the static and vendor files, and /docs to the app."""
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": STATIC_CACHE})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title=f"{app.title} - API docs",
+            swagger_js_url="/vendor/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url="/vendor/swagger-ui/swagger-ui.css",
+            swagger_favicon_url="/vendor/swagger-ui/favicon-32x32.png",
+        )
+
+    app.mount("/static", _Files(STATIC_DIR, STATIC_CACHE), name="static")
+    for package, directory in VENDOR_DIRS.items():
+        app.mount(f"/vendor/{package}", _Files(directory, VENDOR_CACHE, MISSING_VENDOR_HINT), name=f"vendor-{package}")

@@ -10,17 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
-from fastapi import APIRouter, Depends, WebSocket
+from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from app.config import Settings
-from app.auth import bearer_token, token_matches, unauthorized
-from app.connection import serve
-from app.protocol import ErrorCode, encode_message
-from app.traffic import TrafficStats
-from app.training.service import TrainingService
-from app.decode_workers import DecodeWorkers
-from app.dependencies import get_decoders, get_service, get_settings, get_traffic
+from app.auth import bearer_token, token_matches
+from app.connection import refuse, serve
+from app.dependencies import get_gateway
+from app.protocol import ErrorCode, ProtocolError
 
 log = logging.getLogger("app.ws_rllink")
 
@@ -30,18 +26,14 @@ Opcode = Literal["text", "binary"]
 
 
 @router.websocket("/rllink")
-async def rllink_websocket(
-    websocket: WebSocket,
-    settings: Settings = Depends(get_settings),
-    service: TrainingService = Depends(get_service),
-    traffic: TrafficStats = Depends(get_traffic),
-    decoders: DecodeWorkers = Depends(get_decoders),
-) -> None:
+async def rllink_websocket(websocket: WebSocket) -> None:
     """RLlink over WebSocket: text or binary messages carrying length-prefixed frames.
 
     With auth on, the token comes as `Authorization: Bearer <token>`, as a `token` query
     parameter (browsers cannot set headers), or in the first PING as on TCP.
     """
+    gateway = get_gateway(websocket)
+    settings = gateway.settings
     await websocket.accept()
     client = websocket.client
     peer = f"{client.host}:{client.port}" if client else "unknown"
@@ -76,15 +68,12 @@ async def rllink_websocket(
 
     if presented is not None and not token_matches(settings, presented):
         # A wrong token is refused at once; no token at all may still come in a PING.
-        await send(encode_message(unauthorized("the token presented is not the gateway's").to_message()), "text")
-        traffic.errors[ErrorCode.UNAUTHORIZED.value] += 1
-        await close()
+        log.warning("ws:%s refused: wrong token", peer)
+        error = ProtocolError(ErrorCode.UNAUTHORIZED, "the token presented is not the gateway's", fatal=True)
+        await refuse(gateway, error, lambda frame: send(frame, "text"), close)
         return
     await serve(
-        settings=settings,
-        service=service,
-        traffic=traffic,
-        decoders=decoders,
+        gateway,
         transport="ws",
         peer=peer,
         receive=receive,

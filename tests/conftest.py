@@ -56,7 +56,7 @@ def running_gateway(settings: Settings) -> Iterator[RunningGateway]:
             raise RuntimeError("the gateway did not start")
         time.sleep(0.01)
     http_port = server.servers[0].sockets[0].getsockname()[1]
-    bridge = app.state.tcp_bridge
+    bridge = app.state.gateway.tcp_bridge
     try:
         yield RunningGateway(app, settings, http_port, bridge.port if bridge else 0)
     finally:

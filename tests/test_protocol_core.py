@@ -15,14 +15,17 @@ from app.protocol import (
     FrameDecoder,
     FrameRejected,
     ProtocolError,
+    ReplyEncoder,
     RequestReceived,
     Session,
     decode_body,
     encode_frame,
     encode_message,
 )
-from app.schemas import EpisodesAndGetState, Ping, Pong, SpacesContext
+from app.schemas import EpisodesAndGetState, Ping, Pong, SetState, SpacesContext
 from app.spaces import BoxSpace, DiscreteSpace
+
+from .helpers import chunk, frame
 
 CARTPOLE = SpacesContext(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
 
@@ -33,14 +36,7 @@ def decode_all(decoder: FrameDecoder, data: bytes) -> list[bytes]:
 
 
 def episode(steps: int = 3, **extra) -> dict:
-    chunk = {
-        "obs": [[0.1 * i, 0.0, -0.1, 0.2] for i in range(steps + 1)],
-        "actions": [i % 2 for i in range(steps)],
-        "rewards": [1.0] * steps,
-        "is_terminated": True,
-    }
-    chunk.update(extra)
-    return chunk
+    return chunk(steps, **{"obs": [[0.1 * i, 0.0, -0.1, 0.2] for i in range(steps + 1)], **extra})
 
 
 def test_docs_ping_frame_is_answered_by_the_docs_pong_frame():
@@ -98,18 +94,18 @@ def test_well_framed_bad_bodies_get_a_non_fatal_error(body, code):
     assert isinstance(event, FrameRejected) and event.error.code is code and not event.fatal
     (after,) = session.receive_data(b'00000016{"type": "PING"}')
     assert isinstance(after, RequestReceived)
+    assert [reply for _, reply in session.send(event)] == [encode_message(event.error.to_message(), event.encoding)]
 
 
 def test_episode_aliases_from_docs_and_reference_client_are_accepted():
     message = {
         "type": "EPISODES_AND_GET_STATE",
         "timesteps": 6,
-        "episodes": [
-            episode(is_terminated=False, terminateds=True),
-            {**episode(), "is_terminated": False, "truncated": True, "id_": "ep-1"},
-        ],
+        "episodes": [episode(), {**episode(), "is_terminated": False, "truncated": True, "id_": "ep-1"}],
     }
-    del message["episodes"][0]["is_terminated"]
+    first, second = message["episodes"]
+    first["terminateds"], first["truncateds"] = first.pop("is_terminated"), first.pop("is_truncated")
+    del second["is_truncated"]
     (event,) = Session(CARTPOLE, 10_000).receive_data(encode_frame(json.dumps(message).encode()))
     request = event.request
     assert isinstance(request, EpisodesAndGetState) and request.env_steps == 6
@@ -138,9 +134,8 @@ def test_invalid_episodes_name_the_wrong_field(chunk, field):
 
 
 def test_non_finite_numbers_in_msgpack_are_refused():
-    chunk = episode(rewards=[1.0, float("nan"), 1.0])
     (event,) = Session(CARTPOLE, 10_000).receive_data(
-        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk]}))
+        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [episode(rewards=[1.0, float("nan"), 1.0])]}))
     )
     assert event.error.code is ErrorCode.INVALID_MESSAGE and "finite" in event.error.message
 
@@ -150,6 +145,85 @@ def test_encode_message_round_trips_both_encodings():
         frame = encode_message(Pong(), encoding)
         assert int(frame[:8]) == len(frame) - 8
         assert decode_body(frame[8:]) == ({"type": "PONG"}, encoding)
+
+
+# -- Reply order, the auth handshake, error replies --------------------------------
+
+PING = frame({"type": "PING"})
+STATE = SetState(onnx_file="b25ueA==", weights_seq_no=3)
+
+
+def test_replies_leave_in_request_order_whatever_order_they_are_produced_in():
+    session = Session(CARTPOLE, 10_000)
+    waits, ping = session.receive_data(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [episode()]}) + PING)
+    assert session.send(ping, Pong()) == []  # held: the SET_STATE before it is not out yet
+    assert session.unanswered == 2
+    released = session.send(waits, STATE)
+    assert [answered.seq for answered, _ in released] == [waits.seq, ping.seq]
+    assert [reply for _, reply in released] == [encode_message(STATE), encode_message(Pong())]
+    assert session.unanswered == 0
+
+
+def test_episodes_owe_no_reply_and_hold_nothing_back():
+    session = Session(CARTPOLE, 10_000)
+    episodes, ping = session.receive_data(frame({"type": "EPISODES", "episodes": [episode()]}) + PING)
+    assert not episodes.expects_reply and session.unanswered == 1
+    assert session.send(episodes) == []
+    assert [reply for _, reply in session.send(ping, Pong())] == [encode_message(Pong())]
+
+
+def test_an_error_reply_takes_its_turn_between_requests():
+    session = Session(CARTPOLE, 10_000)
+    first, bad, last = session.receive_data(PING + frame({"type": "HELLO"}) + PING)
+    assert bad.error.code is ErrorCode.UNKNOWN_TYPE
+    assert session.send(last, Pong()) == [] and session.send(bad) == []
+    codes = [json.loads(reply[8:])["type"] for _, reply in session.send(first, Pong())]
+    assert codes == ["PONG", "ERROR", "PONG"]
+
+
+def test_a_broken_stream_answers_the_frames_before_the_break_then_its_error_and_reads_no_more():
+    session = Session(CARTPOLE, 1000)
+    ping, broken = session.receive_data(PING + b"abcdefgh")
+    assert broken.fatal and broken.seq > ping.seq and session.closed
+    assert session.send(broken) == []  # the PING's reply comes first
+    assert [json.loads(reply[8:])["type"] for _, reply in session.send(ping, Pong())] == ["PONG", "ERROR"]
+    assert session.receive_data(PING) == []
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        frame({"type": "GET_CONFIG"}),
+        frame({"type": "PING"}),
+        frame({"type": "PING", "token": "wrong"}),
+        frame({"type": "EPISODES", "episodes": [episode()]}),
+    ],
+)
+def test_with_auth_on_anything_but_a_ping_with_the_token_first_is_fatal_and_ends_the_session(first):
+    session = Session(CARTPOLE, 10_000, check_token=lambda token: token == "s3cret")
+    events = session.receive_data(first + PING + frame({"type": "PING", "token": "s3cret"}))
+    assert len(events) == 1  # nothing after the refusal is read
+    (refused,) = events
+    assert refused.error.code is ErrorCode.UNAUTHORIZED and refused.fatal
+    assert session.closed and not session.authenticated
+    (_, reply), = session.send(refused)
+    assert json.loads(reply[8:])["code"] == "unauthorized" and b"s3cret" not in reply
+
+
+def test_with_auth_on_a_ping_with_the_token_opens_the_session():
+    session = Session(CARTPOLE, 10_000, check_token=lambda token: token == "s3cret")
+    hello, config = session.receive_data(frame({"type": "PING", "token": "s3cret"}) + frame({"type": "GET_CONFIG"}))
+    assert isinstance(hello.request, Ping) and session.authenticated
+    assert isinstance(config, RequestReceived) and not session.closed
+
+
+def test_replies_many_clients_get_alike_are_encoded_once_per_version():
+    encoder = ReplyEncoder()
+    assert encoder.encode(Pong(), Encoding.JSON) is encoder.encode(Pong(), Encoding.JSON)
+    state = encoder.encode(STATE, Encoding.MSGPACK)
+    assert encoder.encode(SetState(onnx_file=STATE.onnx_file, weights_seq_no=3), Encoding.MSGPACK) is state
+    newer = encoder.encode(SetState(onnx_file="bmV3", weights_seq_no=4), Encoding.MSGPACK)
+    assert msgpack.unpackb(newer[8:]) == {"type": "SET_STATE", "onnx_file": "bmV3", "weights_seq_no": 4}
 
 
 # -- Properties --------------------------------------------------------------------

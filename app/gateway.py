@@ -1,0 +1,88 @@
+"""The application object: one gateway's settings and the parts every connection shares.
+
+Transports and REST routes reach everything through one `Gateway` (FastAPI's
+dependency `get_gateway`), instead of four objects threaded through each of them.
+`start` fails with a `StartupError` whose text is one line saying what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+from app.config import Settings
+from app.decode_workers import DecodeWorkers
+from app.protocol import ReplyEncoder
+from app.schemas import ARRAY_FIELDS, SpacesContext
+from app.tcp_bridge import TcpBridge
+from app.traffic import TrafficStats
+from app.training.checkpoints import CheckpointMismatch
+from app.training.service import TrainingService
+
+log = logging.getLogger("app.gateway")
+
+
+class StartupError(Exception):
+    """The gateway cannot start; the message says why and what to change, in one line."""
+
+
+class Gateway:
+    """Settings, the training service, traffic counters, decode workers and the TCP bridge."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.spaces = SpacesContext(settings.observation_space, settings.action_space)
+        self.service = TrainingService(settings)
+        self.traffic = TrafficStats()
+        self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)
+        self.replies = ReplyEncoder()  # encodes the replies many clients get alike once
+        self.tcp_bridge = TcpBridge(self) if settings.tcp_enabled else None
+        self.started = False
+
+    async def start(self) -> None:
+        """Restore the policy, start the decode workers and the TCP bridge."""
+        try:
+            await self.service.start()
+        except CheckpointMismatch as exc:
+            raise StartupError(str(exc)) from None
+        try:
+            await self.decoders.start()
+            if self.tcp_bridge is not None:
+                await self._start_tcp_bridge(self.tcp_bridge)
+        except BaseException:
+            await self._stop_parts()
+            raise
+        self.started = True
+
+    async def _start_tcp_bridge(self, bridge: TcpBridge) -> None:
+        settings = self.settings
+        try:
+            await bridge.start()
+        except OSError as exc:
+            where = f"{settings.tcp_bind_host}:{settings.tcp_port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise StartupError(
+                    f"TCP port {where} is already in use: stop the program using it, or choose another "
+                    "port with --tcp-port (0 picks a free one; --no-tcp-enabled turns the bridge off)"
+                ) from None
+            if settings.tls_enabled and not isinstance(exc, socket.gaierror) and exc.errno != errno.EADDRNOTAVAIL:
+                raise StartupError(
+                    f"cannot load the TLS certificate {settings.tls_certfile} and key {settings.tls_keyfile}: "
+                    f"{exc.strerror or exc}; check --tls-certfile and --tls-keyfile"
+                ) from None
+            raise StartupError(f"cannot listen for RLlink over TCP on {where}: {exc.strerror or exc}; check --tcp-host and --tcp-port") from None
+
+    async def stop(self) -> None:
+        """Close every connection, keep what they sent, save the policy."""
+        if not self.started:
+            return
+        self.started = False
+        await self._stop_parts()
+        log.info("gateway stopped")
+
+    async def _stop_parts(self) -> None:
+        if self.tcp_bridge is not None:
+            await self.tcp_bridge.stop()
+        await self.decoders.stop()
+        await self.service.stop()
