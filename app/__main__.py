@@ -15,6 +15,7 @@ import sys
 
 import uvicorn
 
+from app.cli import parse_command_line
 from app.config import Settings
 from app.gateway import StartupError
 from app.log_redaction import install_redaction
@@ -76,7 +77,7 @@ async def serve(settings: Settings) -> None:
 
 
 def main() -> None:
-    settings = Settings(_cli_parse_args=True)
+    settings = parse_command_line()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

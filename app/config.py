@@ -8,14 +8,11 @@ the same name in kebab case (`--http-port`, `--ppo.learning-rate`). Spaces are J
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, CliSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, BoxSpace, Space
 
@@ -118,20 +115,13 @@ class Settings(BaseSettings):
 
     # Security: all off by default (the gateway binds to 127.0.0.1).
     auth_token: SecretStr | None = Field(
-        None, description="Shared secret clients must present; unset means no auth. Never shown or logged."
+        None, description="Shared secret clients must present, never shown or logged; unset means no auth."
     )
     tls_certfile: Path | None = Field(None, description="PEM certificate: serve HTTPS/WSS and TLS on the TCP bridge.")
     tls_keyfile: Path | None = Field(None, description="PEM private key of --tls-certfile.")
     cors_origins: list[str] = Field(
         default_factory=list, description="Browser origins allowed to call the REST API (CORS); none: same origin only."
     )
-
-    def __init__(self, **values: Any) -> None:
-        """As BaseSettings; with `_cli_parse_args`, the flags are read by `gateway_cli` (this gateway's --help)."""
-        if values.get("_cli_parse_args") not in (None, False) and values.get("_cli_settings_source") is None:
-            options = {name[1:]: values.pop(name) for name in list(values) if name.startswith("_cli_")}
-            values["_cli_settings_source"] = gateway_cli(type(self), **options)
-        super().__init__(**values)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
@@ -146,94 +136,3 @@ class Settings(BaseSettings):
     @property
     def tcp_bind_host(self) -> str:
         return self.tcp_host or self.host
-
-
-# --- The command line: pydantic-settings builds the flags, the help text is written here. ---
-
-# Defaults that read better in words than as a value.
-_CLI_DEFAULTS = {
-    "tcp_host": "same as --host",
-    "decode_workers": "CPU cores - 1, at most 4",
-    "max_frame_bytes": f"{8 * MiB} = 8 MiB",
-    "auth_token": "off",
-    "tls_certfile": "off",
-    "tls_keyfile": "off",
-    "ppo": "the --ppo.* defaults below",
-    "ppo.target_kl": "off",
-}
-
-# Flags of no settings field of their own: a nested model at once as JSON, and the fields of the spaces (app/spaces.py).
-_FLAG_HELP = {
-    "observation_space": "The whole observation space as one JSON object.",
-    "action_space": 'The whole action space as one JSON object, e.g. {"type": "box", "shape": [1], "low": -2, "high": 2}.',
-    "ppo": """Any PPO hyperparameters as one JSON object, e.g. {"gamma": 0.98}.""",
-    "observation_space.type": "Kind of observation space; always box.",
-    "observation_space.shape": "Shape of one observation, e.g. [4].",
-    "observation_space.low": "Lower bound of every observation value; none: unbounded.",
-    "observation_space.high": "Upper bound of every observation value; none: unbounded.",
-    "action_space.type": "Kind of action space, discrete or box; give it with the other --action-space.* flags.",
-    "action_space.n": "Number of actions of a discrete action space.",
-    "action_space.shape": "Shape of one action of a box action space, e.g. [1].",
-    "action_space.low": "Lower bound of every box action value; none: unbounded.",
-    "action_space.high": "Upper bound of every box action value; none: unbounded.",
-}
-
-
-def cli_prog_name(argv0: str | None = None) -> str:
-    """The command the usage line shows: `rllink-gateway` when run as the console script, else `python -m app`."""
-    return "rllink-gateway" if Path(argv0 if argv0 is not None else sys.argv[0]).stem == "rllink-gateway" else "python -m app"
-
-
-def readable_default(value: Any) -> str:
-    """A default as a person would type or read it: on/off, none, JSON for spaces and lists, 0.003 not 3e-3."""
-    if value is None:
-        return "none"
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, BaseModel):
-        return json.dumps(value.model_dump(mode="json", exclude_none=True))
-    if isinstance(value, (list, tuple)):
-        return json.dumps(list(value)) if value else "none"
-    return str(value)
-
-
-def _field_default(model: type[BaseModel], name: str) -> Any:
-    return model.model_fields[name].get_default(call_default_factory=True)
-
-
-def cli_help(dest: str) -> str | None:
-    """The one-line help of the flag that sets `dest` (`http_port`, `ppo.gamma`, ...): what it does, then its default."""
-    top, _, sub = dest.partition(".")
-    if top not in Settings.model_fields:
-        return None
-    if dest in _FLAG_HELP:
-        description = _FLAG_HELP[dest]
-        default = _field_default(Settings, top)
-        if sub:
-            default = getattr(default, sub, None)  # a box-only field while the default space is discrete
-    elif not sub:
-        description = Settings.model_fields[top].description
-        default = _field_default(Settings, top)
-    elif top == "ppo" and sub in PPOConfig.model_fields:
-        description = PPOConfig.model_fields[sub].description
-        default = _field_default(PPOConfig, sub)
-    else:
-        return None
-    shown = _CLI_DEFAULTS.get(dest) or readable_default(default)
-    return f"{description} (default: {shown})".replace("%", "%%")
-
-
-def _add_argument(parser: Any, *names: str, **kwargs: Any) -> Any:
-    """argparse's add_argument, with the help text of cli_help and readable metavars."""
-    kwargs["help"] = cli_help(kwargs.get("dest", "")) or kwargs.get("help")
-    if kwargs.get("metavar") == "SecretStr":
-        kwargs["metavar"] = "str"
-    return parser.add_argument(*names, **kwargs)
-
-
-def gateway_cli(settings_cls: type[BaseSettings] = Settings, **options: Any) -> CliSettingsSource[Any]:
-    """The command-line source of the settings (`options` as CliSettingsSource's): flags of the fields, this help."""
-    options.setdefault("cli_prog_name", cli_prog_name())
-    return CliSettingsSource(settings_cls, add_argument_method=_add_argument, **options)
