@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictBool,
     TypeAdapter,
     ValidationInfo,
     field_validator,
@@ -172,6 +173,20 @@ def _kind_name(array: np.ndarray) -> str:
     return {"U": "strings", "b": "booleans"}.get(array.dtype.kind, str(array.dtype))
 
 
+def num_dist_inputs(action_space: BoxSpace | DiscreteSpace) -> int:
+    """Width of one step's `action_dist_inputs`: n logits for Discrete(n), a mean and a
+    log_std per dimension for a Box (as app.training.policy.ActorCritic outputs them)."""
+    if isinstance(action_space, DiscreteSpace):
+        return action_space.n
+    return 2 * action_space.flat_dim
+
+
+def _dist_inputs_layout(action_space: BoxSpace | DiscreteSpace) -> str:
+    if isinstance(action_space, DiscreteSpace):
+        return f"{action_space.n} logits for Discrete({action_space.n})"
+    return f"a mean and a log_std for each of the Box's {action_space.flat_dim} dimensions"
+
+
 class _Message(BaseModel):
     # RLlib clients ignore fields they do not know and so do we.
     model_config = ConfigDict(extra="ignore")
@@ -185,18 +200,22 @@ class EpisodeChunk(_Message):
     obs: np.ndarray = Field(description="T+1 observations: the first is the reset (or carried-over) one.")
     actions: np.ndarray = Field(description="T actions: ints (Discrete) or lists of floats (Box).")
     rewards: np.ndarray = Field(description="T rewards.")
-    is_terminated: bool = Field(
-        False,
+    # Both done flags are mandatory (RLlink's docs list them as fields of every chunk; a
+    # chunk without them would silently pass for one cut mid-episode), and strict: JSON
+    # true/false (msgpack booleans), never 1, 0 or "yes".
+    is_terminated: StrictBool = Field(
         validation_alias=AliasChoices("is_terminated", "terminated", "terminateds"),
-        description="The episode ended in a terminal state.",
+        description="The episode ended in a terminal state (required; true or false).",
     )
-    is_truncated: bool = Field(
-        False,
+    is_truncated: StrictBool = Field(
         validation_alias=AliasChoices("is_truncated", "truncated", "truncateds"),
-        description="The episode was cut by a time limit.",
+        description="The episode was cut by a time limit (required; true or false).",
     )
     action_logp: np.ndarray | None = Field(None, description="T log-probs of the actions under the collecting policy.")
-    action_dist_inputs: np.ndarray | None = Field(None, description="T policy outputs (logits) per step.")
+    action_dist_inputs: np.ndarray | None = Field(
+        None,
+        description="T policy outputs per step: n logits for Discrete(n), mean and log_std per dimension for a Box.",
+    )
     episode_id: str | None = Field(
         None,
         max_length=256,
@@ -257,6 +276,12 @@ class EpisodeChunk(_Message):
         array = _as_array(value, np.float32, "action_dist_inputs", _row_size(value), _from_json(info))
         if array.ndim != 2:
             raise ValueError("action_dist_inputs must be a list of T vectors")
+        spaces = _spaces(info)
+        if spaces is not None and array.shape[1] != (width := num_dist_inputs(spaces.action_space)):
+            raise ValueError(
+                f"each action_dist_inputs vector must hold {width} values for the action space "
+                f"({_dist_inputs_layout(spaces.action_space)}), got {array.shape[1]}"
+            )
         return array
 
     @model_validator(mode="after")

@@ -29,11 +29,21 @@ if str(ROOT) not in sys.path:
 
 from app.protocol import FrameDecoder, encode_frame  # noqa: E402
 
-# The launcher the tests use, from this checkout (ROOT may be an older one without it).
-_spec = importlib.util.spec_from_file_location("gateway_process", Path(__file__).resolve().parent.parent / "tests" / "gateway_process.py")
-_launcher = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_launcher)
+
+def _own_module(name: str, relative_path: str):
+    """A module of the benchmarks' own checkout, by its path: ROOT, first on sys.path,
+    may be an older checkout without it. Only self-contained modules (no imports from
+    `app` or `tests`), so they work against any gateway version."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / relative_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The launcher the tests use, and the thread-less WebSocket client the tests share.
+_launcher = _own_module("gateway_process", "tests/gateway_process.py")
 GatewayProcess, free_port, gateway_process = _launcher.GatewayProcess, _launcher.free_port, _launcher.gateway_process
+BlockingWebSocket = _own_module("blocking_ws", "app/clients/blocking_ws.py").BlockingWebSocket
 
 HOST = "127.0.0.1"
 PING_BODY = b'{"type": "PING"}'
@@ -243,68 +253,3 @@ def ws_connect(url: str, *, deflate: bool = False, timeout: float = 10.0):
 
 def ws_payload(message: str | bytes) -> bytes:
     return message if isinstance(message, bytes) else message.encode()
-
-
-class BlockingWs:
-    """A WebSocket client on a blocking socket, driven by websockets' sans-I/O protocol:
-    no background thread, so a round trip costs what the network and server cost."""
-
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
-        from websockets.client import ClientProtocol
-        from websockets.uri import parse_uri
-
-        uri = parse_uri(url)
-        self.sock = socket.create_connection((uri.host, uri.port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.protocol = ClientProtocol(uri, max_size=None)
-        self.protocol.send_request(self.protocol.connect())
-        self._flush()
-        deadline = time.monotonic() + timeout
-        while self.protocol.handshake_exc is None and self.protocol.state.name == "CONNECTING":
-            self._receive(deadline)
-        if self.protocol.handshake_exc is not None:
-            raise self.protocol.handshake_exc
-        self._messages: list[bytes] = []
-
-    def send(self, payload: bytes, *, text: bool = False) -> None:
-        if text:
-            self.protocol.send_text(payload)
-        else:
-            self.protocol.send_binary(payload)
-        self._flush()
-
-    def recv(self, deadline: float) -> bytes:
-        """The payload of the next data message."""
-        while not self._messages:
-            self._receive(deadline)
-        return self._messages.pop(0)
-
-    def _receive(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("no WebSocket message in time")
-        self.sock.settimeout(remaining)
-        data = self.sock.recv(1 << 16)
-        if data:
-            self.protocol.receive_data(data)
-        else:
-            self.protocol.receive_eof()
-        for event in self.protocol.events_received():
-            if getattr(event, "opcode", None) is not None and event.opcode.name in ("TEXT", "BINARY"):
-                self._messages.append(bytes(event.data))
-        self._flush()  # pongs, close frames
-        if not data:
-            raise ConnectionError("the server closed the connection")
-
-    def _flush(self) -> None:
-        for chunk in self.protocol.data_to_send():
-            if chunk:
-                self.sock.sendall(chunk)
-
-    def close(self) -> None:
-        try:
-            self.protocol.send_close()
-            self._flush()
-        except Exception:
-            pass
-        self.sock.close()

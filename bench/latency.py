@@ -35,7 +35,7 @@ from _common import (  # noqa: E402
     HOST,
     PING_FRAME,
     PONG_BODY,
-    BlockingWs,
+    BlockingWebSocket,
     emit,
     episodes_bodies,
     free_port,
@@ -130,7 +130,7 @@ class TcpPinger:
 
 class WsPinger:
     def __init__(self, url: str, expect: bytes) -> None:
-        self.ws = BlockingWs(url)
+        self.ws = BlockingWebSocket(url)
         self.expect = encode_frame(expect)
 
     def round_trip(self) -> float:

@@ -28,7 +28,7 @@ from app.clients import gym_client
 from app.clients.gym_client import RunResult
 from app.web import MISSING_VENDOR_HINT, missing_vendor_dirs
 
-from .conftest import RunningGateway, gateway_settings, running_gateway
+from .helpers import RunningGateway, gateway_settings, running_gateway
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [  # see shared/BROWSER.md; --no-sandbox because tests run as root
@@ -43,6 +43,7 @@ CHROMIUM_ARGS = [  # see shared/BROWSER.md; --no-sandbox because tests run as ro
 ]
 
 NEEDS_BROWSER = [
+    pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}: apt-get install -y chromium"),
     pytest.mark.skipif(bool(missing_vendor_dirs()), reason=MISSING_VENDOR_HINT),
 ]
@@ -115,8 +116,13 @@ class TrainingThread:
     """A reference client training CartPole-v1 over TCP in a background thread."""
 
     thread: threading.Thread
+    stop_event: threading.Event = field(default_factory=threading.Event)
     result: RunResult | None = None
     error: BaseException | None = None
+
+    def stop(self) -> None:
+        """Ask the client to end after its current SET_STATE."""
+        self.stop_event.set()
 
     def join(self, timeout_s: float) -> RunResult:
         self.thread.join(timeout_s)
@@ -128,12 +134,15 @@ class TrainingThread:
 
 
 def start_training(gateway: RunningGateway, **run_options) -> TrainingThread:
-    """Start `gym_client.run(client, "CartPole-v1", **run_options)` over TCP in a thread."""
+    """Start `gym_client.run(client, "CartPole-v1", **run_options)` over TCP in a thread;
+    `TrainingThread.stop()` ends it early."""
 
     def train() -> None:
         try:
             with gateway.client("tcp") as client:
-                training.result = gym_client.run(client, "CartPole-v1", target_return=None, **run_options)
+                training.result = gym_client.run(
+                    client, "CartPole-v1", target_return=None, stop=training.stop_event, **run_options
+                )
         except BaseException as error:  # noqa: BLE001 -- handed to the test by join()
             training.error = error
 

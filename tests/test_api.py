@@ -1,24 +1,15 @@
-"""The REST API with httpx against a running gateway, while real clients use RLlink."""
+"""The REST API: in-process (the `rest` fixture) where a test only calls REST routes;
+with httpx against a running gateway where real clients use RLlink meanwhile."""
 
 from __future__ import annotations
 
-import onnx
-import onnxruntime as ort
 import httpx
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
-from .conftest import gateway_settings, running_gateway
-
-
-def episode(steps: int, reward: float = 1.0, **extra) -> dict:
-    return {
-        "obs": [[0.01 * i, 0.0, 0.0, 0.0] for i in range(steps + 1)],
-        "actions": [i % 2 for i in range(steps)],
-        "rewards": [reward] * steps,
-        "is_terminated": True,
-        **extra,
-    }
+from .helpers import chunk, in_process
 
 
 @pytest.fixture
@@ -29,11 +20,11 @@ def http(gateway):
 
 def train_once(gateway, transport: str = "tcp", steps: int = 10) -> dict:
     with gateway.client(transport) as client:
-        return client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(steps, reward=2.0)]})
+        return client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(steps, reward=2.0)]})
 
 
-def test_health(http):
-    body = http.get("/api/health").json()
+def test_health(rest):
+    body = rest.get("/api/health").json()
     assert body["status"] == "ok" and body["weights_seq_no"] == 0 and body["uptime_s"] >= 0
 
 
@@ -70,7 +61,7 @@ def test_prometheus_metrics(gateway, http):
 
 def test_clients_lists_connected_sessions(gateway, http):
     with gateway.client("tcp") as tcp, gateway.client("ws") as ws:
-        tcp.send({"type": "EPISODES", "episodes": [episode(7)]})
+        tcp.send({"type": "EPISODES", "episodes": [chunk(7)]})
         assert tcp.request({"type": "PING"}) == {"type": "PONG"}
         assert ws.request({"type": "PING"}) == {"type": "PONG"}
         clients = http.get("/api/clients").json()
@@ -81,13 +72,12 @@ def test_clients_lists_connected_sessions(gateway, http):
 
 
 def test_config_shows_settings_but_never_the_token(tmp_path):
-    with running_gateway(gateway_settings(tmp_path, auth_token="hunter2")) as gateway:
-        headers = {"Authorization": "Bearer hunter2"}
-        body = httpx.get(gateway.base_url + "/api/config", headers=headers).json()
+    with in_process(tmp_path, auth_token="hunter2", max_frame_bytes=123_456) as rest:
+        body = rest.get("/api/config", headers={"Authorization": "Bearer hunter2"}).json()
     assert body["observation_space"] == {"type": "box", "shape": [4], "low": None, "high": None}
     assert body["action_space"] == {"type": "discrete", "n": 2}
     assert body["ppo"]["learning_rate"] > 0
-    assert body["limits"]["max_frame_bytes"] == gateway.settings.max_frame_bytes
+    assert body["limits"]["max_frame_bytes"] == 123_456
     assert body["auth_enabled"] is True
     assert "hunter2" not in str(body)
 
@@ -98,7 +88,7 @@ def test_patch_config_changes_hyperparameters_live(gateway, http):
     assert response.json()["ppo"]["learning_rate"] == 0.0123
     assert http.get("/api/config").json()["ppo"]["ent_coef"] == 0.02
     train_once(gateway)  # the next training step uses them
-    assert gateway.app.state.service.ppo_config.learning_rate == 0.0123
+    assert gateway.service.ppo_config.learning_rate == 0.0123
 
 
 @pytest.mark.parametrize(
@@ -115,25 +105,26 @@ def test_patch_config_changes_hyperparameters_live(gateway, http):
         {},
     ],
 )
-def test_patch_config_refuses_bad_bodies_with_422(http, body):
-    response = http.patch("/api/config", json=body)
+def test_patch_config_refuses_bad_bodies_with_422(rest, body):
+    before = rest.get("/api/config").json()
+    response = rest.patch("/api/config", json=body)
     assert response.status_code == 422
     assert response.json()["detail"]
-    assert http.get("/api/config").json()["ppo"]["learning_rate"] != -1
+    assert rest.get("/api/config").json() == before
 
 
-def test_patch_config_null_leaves_a_value_but_turns_target_kl_off(http):
-    assert http.patch("/api/config", json={"ppo": {"target_kl": 0.05, "update_epochs": 3.0}}).status_code == 200
-    response = http.patch("/api/config", json={"ppo": {"learning_rate": None, "target_kl": None}})
+def test_patch_config_null_leaves_a_value_but_turns_target_kl_off(rest):
+    assert rest.patch("/api/config", json={"ppo": {"target_kl": 0.05, "update_epochs": 3.0}}).status_code == 200
+    response = rest.patch("/api/config", json={"ppo": {"learning_rate": None, "target_kl": None}})
     assert response.status_code == 200, response.text
     ppo = response.json()["ppo"]
     assert ppo["learning_rate"] > 0 and ppo["target_kl"] is None and ppo["update_epochs"] == 3
 
 
-def test_a_wrong_method_gets_405_naming_every_allowed_one(http):
-    response = http.request("OPTIONS", "/api/config")
+def test_a_wrong_method_gets_405_naming_every_allowed_one(rest):
+    response = rest.request("OPTIONS", "/api/config")
     assert response.status_code == 405 and response.headers["allow"] == "GET, PATCH"
-    assert http.delete("/api/model.onnx").headers["allow"] == "GET"
+    assert rest.delete("/api/model.onnx").headers["allow"] == "GET"
 
 
 def test_model_download_with_etag_and_304(gateway, http):
@@ -158,29 +149,28 @@ def test_model_download_with_etag_and_304(gateway, http):
 
 
 def test_rest_needs_the_token_when_auth_is_on(tmp_path):
-    with running_gateway(gateway_settings(tmp_path, auth_token="hunter2")) as gateway:
-        base = gateway.base_url
-        denied = httpx.get(base + "/api/metrics")
+    with in_process(tmp_path, auth_token="hunter2") as rest:
+        denied = rest.get("/api/metrics")
         assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
-        assert httpx.get(base + "/api/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
-        assert httpx.get(base + "/api/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
-        assert httpx.get(base + "/api/model.onnx?token=hunter2").status_code == 200
-        assert httpx.get(base + "/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
-        assert httpx.get(base + "/metrics").status_code == 401
-        assert httpx.get(base + "/api/health").status_code == 200  # liveness stays open
+        assert rest.get("/api/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert rest.get("/api/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
+        assert rest.get("/api/model.onnx?token=hunter2").status_code == 200
+        assert rest.get("/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
+        assert rest.get("/metrics").status_code == 401
+        assert rest.get("/api/health").status_code == 200  # liveness stays open
 
 
 def test_cors_is_explicit(tmp_path):
     origin = "http://game.example"
-    with running_gateway(gateway_settings(tmp_path, cors_origins=[origin])) as gateway:
-        allowed = httpx.get(gateway.base_url + "/api/metrics", headers={"Origin": origin})
-        other = httpx.get(gateway.base_url + "/api/metrics", headers={"Origin": "http://evil.example"})
+    with in_process(tmp_path, cors_origins=[origin]) as rest:
+        allowed = rest.get("/api/metrics", headers={"Origin": origin})
+        other = rest.get("/api/metrics", headers={"Origin": "http://evil.example"})
     assert allowed.headers["access-control-allow-origin"] == origin
     assert "access-control-allow-origin" not in other.headers
 
 
-def test_openapi_describes_every_route(http):
-    spec = http.get("/openapi.json").json()
+def test_openapi_describes_every_route(rest):
+    spec = rest.get("/openapi.json").json()
     paths = spec["paths"]
     for path in ["/api/health", "/api/metrics", "/api/config", "/api/clients", "/api/model.onnx", "/metrics"]:
         assert path in paths, path

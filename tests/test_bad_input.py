@@ -6,53 +6,36 @@ others leave it open. After each, the gateway still serves everyone.
 
 from __future__ import annotations
 
-import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgpack
 import pytest
 
-from app.protocol import ARRAYS_MIN_BODY_BYTES, FrameDecoder, decode_body, encode_frame
+from app.protocol import ARRAYS_MIN_BODY_BYTES, encode_frame
+from app.spaces import BoxSpace
 
-from .conftest import RunningGateway, gateway_settings, running_gateway
+from .helpers import PING, RunningGateway, TcpPeer, chunk, frame, gateway_settings, running_gateway
 
 MAX_FRAME = 4096  # the catalogue's gateway runs with this limit
 
 
-def jframe(obj) -> bytes:
-    return encode_frame(json.dumps(obj).encode())
-
-
-def chunk(steps: int = 2, **changes) -> dict:
-    base = {
-        "obs": [[0.0, 0.1, 0.2, 0.3] for _ in range(steps + 1)],
-        "actions": [0] * steps,
-        "rewards": [1.0] * steps,
-        "is_terminated": True,
-    }
-    base.update(changes)
-    return {k: v for k, v in base.items() if v is not _DROP}
-
-
-_DROP = object()
+def omit(data: dict, *keys: str) -> dict:
+    return {key: value for key, value in data.items() if key not in keys}
 
 
 def large_chunk(row: list | None = None, action: object = 0) -> dict:
     """A chunk whose message is large enough for the array path (app.json_arrays),
     with observation 7 replaced by `row` and action 3 by `action`."""
-    steps = 80
-    obs = [[0.0, 0.1, 0.2, 0.3] for _ in range(steps + 1)]
+    data = chunk(80)
     if row is not None:
-        obs[7] = row
-    actions = [0] * steps
-    actions[3] = action
-    return chunk(steps, obs=obs, actions=actions, rewards=[1.0] * steps)
+        data["obs"][7] = row
+    data["actions"][3] = action
+    return data
 
 
 def episodes(*chunks, **fields) -> bytes:
-    return jframe({"type": "EPISODES", "episodes": list(chunks), **fields})
+    return frame({"type": "EPISODES", "episodes": list(chunks), **fields})
 
 
 FATAL = [
@@ -67,7 +50,7 @@ FATAL = [
     ("JSON without header", b'{"type": "PING"}', "bad_header"),
     ("huge length", b"99999999", "frame_too_large"),
     ("one byte over the limit", b"%08d" % (MAX_FRAME + 1), "frame_too_large"),
-    ("huge extra field", jframe({"type": "PING", "padding": "x" * MAX_FRAME}), "frame_too_large"),
+    ("huge extra field", frame({"type": "PING", "padding": "x" * MAX_FRAME}), "frame_too_large"),
 ]
 
 NON_FATAL = [
@@ -87,51 +70,64 @@ NON_FATAL = [
     ("byte order mark", encode_frame(b'\xef\xbb\xbf{"type": "PING"}'), "bad_json"),
     ("truncated msgpack", encode_frame(b"\x81\xa4type"), "bad_msgpack"),
     ("msgpack map too long", encode_frame(b"\xdf\xff\xff\xff\xff"), "bad_msgpack"),
-    ("no type", jframe({}), "unknown_type"),
-    ("null type", jframe({"type": None}), "unknown_type"),
-    ("number type", jframe({"type": 5}), "unknown_type"),
-    ("list type", jframe({"type": ["PING"]}), "unknown_type"),
-    ("lower-case type", jframe({"type": "ping"}), "unknown_type"),
-    ("server message PONG", jframe({"type": "PONG"}), "unknown_type"),
-    ("server message SET_STATE", jframe({"type": "SET_STATE", "onnx_file": "", "weights_seq_no": 0}), "unknown_type"),
-    ("server message ERROR", jframe({"type": "ERROR", "code": "x", "message": "y"}), "unknown_type"),
+    ("no type", frame({}), "unknown_type"),
+    ("null type", frame({"type": None}), "unknown_type"),
+    ("number type", frame({"type": 5}), "unknown_type"),
+    ("list type", frame({"type": ["PING"]}), "unknown_type"),
+    ("lower-case type", frame({"type": "ping"}), "unknown_type"),
+    ("server message PONG", frame({"type": "PONG"}), "unknown_type"),
+    ("server message SET_STATE", frame({"type": "SET_STATE", "onnx_file": "", "weights_seq_no": 0}), "unknown_type"),
+    ("server message ERROR", frame({"type": "ERROR", "code": "x", "message": "y"}), "unknown_type"),
     ("msgpack unknown type", encode_frame(msgpack.packb({"type": "HELLO"})), "unknown_type"),
-    ("no episodes", jframe({"type": "EPISODES"}), "invalid_message"),
+    ("no episodes", frame({"type": "EPISODES"}), "invalid_message"),
     ("empty episodes", episodes(), "invalid_message"),
-    ("episodes not a list", jframe({"type": "EPISODES", "episodes": {}}), "invalid_message"),
-    ("chunk not an object", jframe({"type": "EPISODES", "episodes": [1]}), "invalid_message"),
-    ("no obs", episodes(chunk(obs=_DROP)), "invalid_message"),
-    ("obs wrong shape", episodes(chunk(obs=[[0.0] * 3] * 3)), "invalid_message"),
-    ("obs ragged", episodes(chunk(obs=[[0.0] * 4, [0.0] * 3, [0.0] * 4])), "invalid_message"),
-    ("obs one too few", episodes(chunk(obs=[[0.0] * 4] * 2)), "invalid_message"),
-    ("obs empty", episodes(chunk(obs=[], actions=[], rewards=[])), "invalid_message"),
-    ("obs strings", episodes(chunk(obs=[["a"] * 4] * 3)), "invalid_message"),
-    ("rewards too short", episodes(chunk(rewards=[1.0])), "invalid_message"),
-    ("rewards null", episodes(chunk(rewards=[1.0, None])), "invalid_message"),
-    ("rewards string", episodes(chunk(rewards="12")), "invalid_message"),
-    ("action out of range", episodes(chunk(actions=[0, 2])), "invalid_message"),
-    ("negative action", episodes(chunk(actions=[-1, 0])), "invalid_message"),
-    ("fractional action", episodes(chunk(actions=[0.5, 0])), "invalid_message"),
-    ("action as string", episodes(chunk(actions=["0", "1"])), "invalid_message"),
-    ("nested action", episodes(chunk(actions=[[0], [1]])), "invalid_message"),
-    ("action_logp wrong length", episodes(chunk(action_logp=[0.0])), "invalid_message"),
-    ("is_terminated a list", episodes(chunk(is_terminated=[True])), "invalid_message"),
-    ("negative env_steps", episodes(chunk(), env_steps=-5), "invalid_message"),
-    ("env_steps a word", episodes(chunk(), env_steps="many"), "invalid_message"),
-    ("episode_id too long", episodes(chunk(episode_id="x" * 300)), "invalid_message"),
-    ("negative weights_seq_no", episodes(chunk(weights_seq_no=-1)), "invalid_message"),
+    ("episodes not a list", frame({"type": "EPISODES", "episodes": {}}), "invalid_message"),
+    ("chunk not an object", frame({"type": "EPISODES", "episodes": [1]}), "invalid_message"),
+    ("no obs", episodes(omit(chunk(2), "obs")), "invalid_message"),
+    ("obs wrong shape", episodes(chunk(2, obs=[[0.0] * 3] * 3)), "invalid_message"),
+    ("obs ragged", episodes(chunk(2, obs=[[0.0] * 4, [0.0] * 3, [0.0] * 4])), "invalid_message"),
+    ("obs one too few", episodes(chunk(2, obs=[[0.0] * 4] * 2)), "invalid_message"),
+    ("obs empty", episodes(chunk(2, obs=[], actions=[], rewards=[])), "invalid_message"),
+    ("obs strings", episodes(chunk(2, obs=[["a"] * 4] * 3)), "invalid_message"),
+    ("rewards too short", episodes(chunk(2, rewards=[1.0])), "invalid_message"),
+    ("rewards null", episodes(chunk(2, rewards=[1.0, None])), "invalid_message"),
+    ("rewards string", episodes(chunk(2, rewards="12")), "invalid_message"),
+    ("action out of range", episodes(chunk(2, actions=[0, 2])), "invalid_message"),
+    ("negative action", episodes(chunk(2, actions=[-1, 0])), "invalid_message"),
+    ("fractional action", episodes(chunk(2, actions=[0.5, 0])), "invalid_message"),
+    ("action as string", episodes(chunk(2, actions=["0", "1"])), "invalid_message"),
+    ("nested action", episodes(chunk(2, actions=[[0], [1]])), "invalid_message"),
+    ("action_logp wrong length", episodes(chunk(2, action_logp=[0.0])), "invalid_message"),
+    ("is_terminated a list", episodes(chunk(2, is_terminated=[True])), "invalid_message"),
+    ("no is_terminated", episodes(omit(chunk(2), "is_terminated")), "invalid_message"),
+    ("no is_truncated", episodes(omit(chunk(2), "is_truncated")), "invalid_message"),
+    ("no done flags", episodes(omit(chunk(2), "is_terminated", "is_truncated")), "invalid_message"),
+    ("is_terminated a word", episodes(chunk(2, is_terminated="yes")), "invalid_message"),
+    ("is_truncated a number", episodes(chunk(2, is_truncated=0)), "invalid_message"),
+    ("is_truncated null", episodes(chunk(2, is_truncated=None)), "invalid_message"),
+    ("action_dist_inputs too narrow", episodes(chunk(2, action_dist_inputs=[[0.0], [0.0]])), "invalid_message"),
+    ("action_dist_inputs too wide", episodes(chunk(2, action_dist_inputs=[[0.0] * 3] * 2)), "invalid_message"),
+    ("negative env_steps", episodes(chunk(2), env_steps=-5), "invalid_message"),
+    ("env_steps a word", episodes(chunk(2), env_steps="many"), "invalid_message"),
+    ("episode_id too long", episodes(chunk(2, episode_id="x" * 300)), "invalid_message"),
+    ("negative weights_seq_no", episodes(chunk(2, weights_seq_no=-1)), "invalid_message"),
     ("large: obs ragged", episodes(large_chunk(row=[0.0, 0.1, 0.2])), "invalid_message"),
     ("large: list in obs", episodes(large_chunk(row=[0.0, 0.1, 0.2, [0.3]])), "invalid_message"),
     ("large: float32 overflow", episodes(large_chunk(row=[1e39, 0.1, 0.2, 0.3])), "invalid_message"),
     ("large: action out of range", episodes(large_chunk(action=2)), "invalid_message"),
     (
+        "is_terminated 1 in msgpack",
+        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk(2, is_terminated=1)]})),
+        "invalid_message",
+    ),
+    (
         "NaN reward in msgpack",
-        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk(rewards=[1.0, float("nan")])]})),
+        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk(2, rewards=[1.0, float("nan")])]})),
         "invalid_message",
     ),
     (
         "infinite obs in msgpack",
-        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk(obs=[[float("inf")] * 4] * 3)]})),
+        encode_frame(msgpack.packb({"type": "EPISODES", "episodes": [chunk(2, obs=[[float("inf")] * 4] * 3)]})),
         "invalid_message",
     ),
 ]
@@ -144,30 +140,6 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway
         yield running
 
 
-class Peer:
-    """A raw TCP peer that reads whole frames."""
-
-    def __init__(self, gateway: RunningGateway) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", gateway.tcp_port), timeout=20)
-        self.decoder = FrameDecoder()
-        self.frames: list[bytes] = []
-
-    def receive(self) -> dict:
-        while not self.frames:
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("closed")
-            self.decoder.feed(data)
-            self.frames += list(self.decoder.frames())
-        return decode_body(self.frames.pop(0))[0]
-
-    def is_closed(self) -> bool:
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-
 def test_the_catalogue_is_large_and_distinct():
     names = [name for name, _, _ in FATAL + NON_FATAL]
     frames = [frame for _, frame, _ in FATAL + NON_FATAL]
@@ -178,8 +150,8 @@ def test_the_catalogue_is_large_and_distinct():
 
 @pytest.mark.parametrize(("name", "frame", "code"), FATAL, ids=[case[0] for case in FATAL])
 def test_fatal_frames_get_their_error_then_the_connection_closes(gateway, name, frame, code):
-    peer = Peer(gateway)
-    peer.sock.sendall(frame)
+    peer = TcpPeer.connect(gateway, timeout_s=20)
+    peer.send(frame)
     error = peer.receive()
     assert error["type"] == "ERROR" and error["code"] == code, error
     assert error["message"]
@@ -189,8 +161,8 @@ def test_fatal_frames_get_their_error_then_the_connection_closes(gateway, name, 
 
 @pytest.mark.parametrize(("name", "frame", "code"), NON_FATAL, ids=[case[0] for case in NON_FATAL])
 def test_invalid_messages_get_their_error_and_the_connection_stays_open(gateway, name, frame, code):
-    peer = Peer(gateway)
-    peer.sock.sendall(frame + b'00000016{"type": "PING"}')
+    peer = TcpPeer.connect(gateway, timeout_s=20)
+    peer.send(frame + PING)
     error = peer.receive()
     assert error["type"] == "ERROR" and error["code"] == code, error
     assert error["message"]
@@ -201,3 +173,71 @@ def test_invalid_messages_get_their_error_and_the_connection_stays_open(gateway,
 def assert_still_healthy(gateway: RunningGateway) -> None:
     with gateway.client("ws") as other:
         assert other.request({"type": "PING"}) == {"type": "PONG"}
+
+
+# -- Episode chunks the RLlink docs call invalid: each refusal names the field --------------
+
+BOX_ACTIONS = dict(observation_space=BoxSpace(shape=(3,)), action_space=BoxSpace(shape=(2,), low=-1.0, high=1.0))
+
+
+def box_chunk(steps: int = 2, **fields) -> dict:
+    """A chunk for BOX_ACTIONS: 3 numbers per observation, 2 per action."""
+    return chunk(steps, obs_dim=3, actions=[[0.5, -0.5]] * steps, **fields)
+
+
+@pytest.fixture(scope="module")
+def box_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    with running_gateway(gateway_settings(Path(tmp_path_factory.mktemp("box")), **BOX_ACTIONS)) as running:
+        yield running
+
+
+# (name, chunk, the field as the error names it, Box action space?)
+NAMED_FIELD_CASES = [
+    ("no is_terminated", omit(chunk(2), "is_terminated"), "is_terminated", False),
+    ("no is_truncated", omit(chunk(2), "is_truncated"), "is_truncated", False),
+    (
+        "only the reference client's terminateds",
+        omit(chunk(2, terminateds=True), "is_terminated", "is_truncated"),
+        "is_truncated",
+        False,
+    ),
+    ("is_terminated 'yes'", chunk(2, is_terminated="yes"), "is_terminated", False),
+    ("terminated 1", {**omit(chunk(2), "is_terminated"), "terminated": 1}, "terminated", False),
+    ("truncateds 'false'", {**omit(chunk(2), "is_truncated"), "truncateds": "false"}, "truncateds", False),
+    ("1 logit for Discrete(2)", chunk(2, action_dist_inputs=[[0.0], [0.0]]), "action_dist_inputs", False),
+    ("2 values for a 2-dimensional Box", box_chunk(action_dist_inputs=[[0.0, 0.0]] * 2), "action_dist_inputs", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "field", "box"), NAMED_FIELD_CASES, ids=[case[0] for case in NAMED_FIELD_CASES]
+)
+def test_invalid_chunks_get_an_error_naming_the_field(gateway, box_gateway, name, data, field, box):
+    with TcpPeer.connect(box_gateway if box else gateway, timeout_s=20) as peer:
+        peer.send(episodes(data) + PING)
+        error = peer.receive()
+        assert error["type"] == "ERROR" and error["code"] == "invalid_message", error
+        assert f"episodes.0.{field}" in error["message"], error
+        assert [problem["field"] for problem in error["details"]] == [f"episodes.0.{field}"], error
+        assert peer.receive() == {"type": "PONG"}
+
+
+@pytest.mark.parametrize(
+    ("terminated_key", "truncated_key"),
+    [("is_terminated", "is_truncated"), ("terminated", "truncated"), ("terminateds", "truncateds")],
+)
+def test_done_flags_under_every_alias_and_dist_inputs_of_the_right_width_are_accepted(
+    gateway, box_gateway, terminated_key, truncated_key
+):
+    """n logits for Discrete(n); a mean and a log_std per dimension for a Box."""
+    flags = {terminated_key: False, truncated_key: True}
+    discrete = {**omit(chunk(2), "is_terminated", "is_truncated"), **flags, "action_dist_inputs": [[0.1, -0.1]] * 2}
+    box = {
+        **omit(box_chunk(), "is_terminated", "is_truncated"),
+        **flags,
+        "action_dist_inputs": [[0.0, 0.0, -0.5, -0.5]] * 2,
+    }
+    for target, data in ((gateway, discrete), (box_gateway, box)):
+        with TcpPeer.connect(target, timeout_s=20) as peer:
+            peer.send(episodes(data) + PING)
+            assert peer.receive() == {"type": "PONG"}  # no ERROR first

@@ -2,19 +2,18 @@
 
 It draws its six charts, logs no errors, and its numbers (env steps, policy version,
 training steps, connected clients) move while the reference client trains over TCP and
-end equal to GET /api/metrics.
+end equal to GET /api/metrics. The client trains until the dashboard has shown it (and
+its numbers changing), however long that takes on this machine.
 
 Skipped when Chromium (/usr/bin/chromium) or the npm packages (`npm ci`) are missing.
 """
 
 from __future__ import annotations
 
-import time
-
 import httpx
 
 from .browser import NEEDS_BROWSER, BrowserPage, open_page, start_training
-from .conftest import RunningGateway, gateway_settings, running_gateway
+from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
 
 pytestmark = NEEDS_BROWSER
 
@@ -25,7 +24,8 @@ COUNTERS = [  # tiles showing one integer each, by id stat-<metric in /api/metri
     "num_env_steps_trained_lifetime",
     "num_episodes_lifetime",
 ]
-TRAIN_SECONDS = 8  # the dashboard polls every second: long enough to see several updates
+CHANGING = ("num_env_steps_sampled_lifetime", "weights_seq_no", "num_training_steps")  # seen to move while training
+TRAINING_BOUND_S = 180  # a bound for a hung gateway or page, not a measure of speed
 CHARTS = ["chart-return", "chart-length", "chart-throughput", "chart-clients", "chart-losses", "chart-entropy-kl"]
 
 READ_DASHBOARD_JS = """() => ({
@@ -69,18 +69,28 @@ def test_dashboard_draws_charts_and_its_numbers_follow_training_to_the_metrics(b
         before = _read(page)
         charts_before = page.page.evaluate(CHARTS_JS, CHARTS)
 
-        training = start_training(gateway, max_seconds=TRAIN_SECONDS)
+        training = start_training(gateway, max_seconds=TRAINING_BOUND_S)
         seen = []  # what the dashboard showed while the client trained
-        deadline = time.monotonic() + TRAIN_SECONDS + 30
-        while training.thread.is_alive() and time.monotonic() < deadline:
+
+        def showed_training() -> bool:
             seen.append(_read(page))
-            time.sleep(0.2)
-        result = training.join(timeout_s=5)
+            shown = [_shown(d) for d in seen]
+            return (
+                all(len({s[name] for s in shown} - {0}) >= 2 for name in CHANGING)
+                and (1, 0) in {s["clients"] for s in shown}
+                and any("tcp" in d["clientsTable"] for d in seen)
+            )
+
+        try:
+            what = "the dashboard to show the client and its numbers moving"
+            wait_until(showed_training, TRAINING_BOUND_S, what, interval_s=0.2)
+        finally:
+            training.stop()
+        result = training.join(timeout_s=60)
 
         # Once the client has gone, nothing changes: the dashboard must catch up exactly.
-        deadline = time.monotonic() + 10
-        while sum((final := _metrics(gateway))["clients"].values()) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: sum(_metrics(gateway)["clients"].values()) == 0, 10, "the client to be gone")
+        final = _metrics(gateway)
         _wait_for_polls(page, _read(page)["polls"] + 2)  # a poll that started after the client left
         after = _read(page)
         charts_after = page.page.evaluate(CHARTS_JS, CHARTS)
@@ -98,20 +108,16 @@ def test_dashboard_draws_charts_and_its_numbers_follow_training_to_the_metrics(b
     # Before the client: a fresh gateway.
     assert _shown(before) == dict.fromkeys(COUNTERS, 0) | {"clients": (0, 0)}
 
-    # While it trained: the numbers moved, only up, and showed the client.
+    # While it trained: the numbers moved (what the wait above waited for), only up.
     shown = [_shown(d) for d in seen]
-    assert len(shown) >= 10, f"only {len(shown)} readings while training"
     print(f"dashboard readings while training: {len(shown)}, polls {seen[0]['polls']}..{seen[-1]['polls']}")
-    for name in ("num_env_steps_sampled_lifetime", "weights_seq_no", "num_training_steps"):
+    for name in CHANGING:
         values = [s[name] for s in shown]
         assert values == sorted(values), f"{name} went down: {values}"
-        assert len(set(values) - {0}) >= 2, f"{name} did not change while the client trained: {values}\n{console}"
-    assert (1, 0) in {s["clients"] for s in shown}, "the dashboard never showed the TCP client"
-    assert any("tcp" in d["clientsTable"] for d in seen), "the clients table never listed the TCP client"
 
     # At the end: exactly what the REST API and the client say.
     end = _shown(after)
     assert end == {name: final[name] for name in COUNTERS} | {"clients": (0, 0)}, (end, final)
     assert end["num_env_steps_sampled_lifetime"] == result.env_steps > 0
-    assert end["weights_seq_no"] == result.weights_seq_no >= 3
+    assert end["weights_seq_no"] == result.weights_seq_no >= 2  # the dashboard showed two versions
     assert all(s[name] <= end[name] for s in shown for name in COUNTERS)

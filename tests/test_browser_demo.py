@@ -30,7 +30,7 @@ from app.training.checkpoints import load_checkpoint
 from app.training.policy import ActorCritic
 
 from .browser import NEEDS_BROWSER, module_page, open_page, start_training
-from .conftest import gateway_settings, running_gateway
+from .helpers import gateway_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
 
@@ -38,6 +38,7 @@ pytestmark = NEEDS_BROWSER
 # -- The demo ------------------------------------------------------------------------
 
 
+@pytest.mark.e2e  # real training to a target
 def test_demo_page_trains_cartpole_through_the_gateway_and_returns_rise(browser, tmp_path):
     # With learning_rate 1e-3 the page reaches a mean return of 150 over 20 episodes in
     # about 10 s here (a random policy gets ~22).
@@ -167,7 +168,7 @@ def test_rllink_js_rejects_on_error_frames_keeps_the_connection_and_unpacks_the_
     settings = gateway_settings(tmp_path, train_batch_size=100_000, barrier_timeout_s=60)  # no training here
     with running_gateway(settings) as gateway, module_page(browser, gateway) as page:
         result = page.page.evaluate(CLIENT_IN_JS)
-        state = gateway.app.state.service.current_state()
+        state = gateway.service.current_state()
 
     assert result["config"]["type"] == "SET_CONFIG"
     assert result["config"]["env_steps_per_sample"] == settings.env_steps_per_sample
@@ -210,7 +211,7 @@ POLICY_IN_JS = """async (observations) => {
 def test_policy_in_the_browser_matches_onnxruntime_in_python(browser, tmp_path):
     with running_gateway(gateway_settings(tmp_path)) as gateway, module_page(browser, gateway) as page:
         result = page.page.evaluate(POLICY_IN_JS, OBSERVATIONS.tolist())
-        state = gateway.app.state.service.current_state()
+        state = gateway.service.current_state()
         input_name = gateway.settings.onnx_input_name
 
     assert result["weights_seq_no"] == state.weights_seq_no
@@ -245,7 +246,7 @@ def test_model_downloaded_from_the_rest_api_runs_in_the_browser_like_the_torch_p
         trained = start_training(gateway, max_env_steps=2 * settings.env_steps_per_sample).join(timeout_s=60)
         with module_page(browser, gateway) as page:
             result = page.page.evaluate(DOWNLOADED_MODEL_IN_JS, OBSERVATIONS.tolist())
-        output_names = gateway.app.state.service.onnx_output_names
+        output_names = gateway.service.onnx_output_names
 
     # The gateway's torch policy at that version, as it checkpointed it after training.
     policy = ActorCritic(settings.observation_space, settings.action_space, settings.ppo.hidden_sizes)

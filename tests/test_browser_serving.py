@@ -1,21 +1,24 @@
-"""How the gateway serves the browser side (app/web.py), over real HTTP; no browser needed.
+"""How the gateway serves the browser side (app/web.py); no browser needed.
 
 The media types are what browsers insist on (an ES module must come as JavaScript, a
 wasm module as application/wasm), nothing outside static/ and the vendor folders can
 be reached, and without node_modules the gateway still starts, warns, and says why.
+In-process, except the paths that must not reach outside the served folders: they go
+over real HTTP to uvicorn exactly as written (an HTTP client would normalise the dots).
 """
 
 from __future__ import annotations
 
 import http.client
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 
-import httpx
 import pytest
 
 from app import web
 
-from .conftest import gateway_settings, running_gateway
+from .helpers import RunningGateway, gateway_settings, in_process, running_gateway
 
 VENDOR_FILES = {  # what the pages load, with the type each must have
     "/vendor/ort/ort.wasm.min.mjs": "text/javascript",
@@ -42,14 +45,19 @@ def _get_raw(port: int, path: str) -> int:
         connection.close()
 
 
-def test_pages_and_vendor_files_are_served_with_the_types_browsers_require(tmp_path):
+def test_pages_and_vendor_files_are_served_with_the_types_browsers_require(rest):
     if web.missing_vendor_dirs():
         pytest.skip(web.MISSING_VENDOR_HINT)
-    with running_gateway(gateway_settings(tmp_path)) as gateway:
-        for path, media_type in {**STATIC_FILES, **VENDOR_FILES}.items():
-            response = httpx.get(gateway.base_url + path)
-            assert response.status_code == 200, path
-            assert response.headers["content-type"].split(";")[0] == media_type, path
+    for path, media_type in {**STATIC_FILES, **VENDOR_FILES}.items():
+        response = rest.get(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-type"].split(";")[0] == media_type, path
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
+    with running_gateway(gateway_settings(Path(tmp_path_factory.mktemp("serving")))) as gateway:
+        yield gateway
 
 
 @pytest.mark.parametrize(
@@ -65,17 +73,16 @@ def test_pages_and_vendor_files_are_served_with_the_types_browsers_require(tmp_p
         "/static/missing.js",
     ],
 )
-def test_nothing_outside_the_served_folders_can_be_reached(tmp_path, path):
-    with running_gateway(gateway_settings(tmp_path)) as gateway:
-        assert _get_raw(gateway.http_port, path) == 404
+def test_nothing_outside_the_served_folders_can_be_reached(served, path):
+    assert _get_raw(served.http_port, path) == 404
 
 
 def test_without_node_modules_the_gateway_starts_warns_and_explains(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(web, "VENDOR_DIRS", {name: tmp_path / "node_modules" / name for name in web.VENDOR_DIRS})
     with caplog.at_level(logging.WARNING, logger="app.web"):
-        with running_gateway(gateway_settings(tmp_path)) as gateway:
-            vendor = httpx.get(gateway.base_url + "/vendor/ort/ort.wasm.min.mjs")
-            page = httpx.get(gateway.base_url + "/static/cartpole.html")
+        with in_process(tmp_path) as rest:
+            vendor = rest.get("/vendor/ort/ort.wasm.min.mjs")
+            page = rest.get("/static/cartpole.html")
     assert vendor.status_code == 404 and "npm ci" in vendor.json()["detail"]
     assert page.status_code == 200
     warnings = [r.getMessage() for r in caplog.records if r.name == "app.web" and r.levelno == logging.WARNING]

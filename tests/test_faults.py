@@ -9,7 +9,6 @@ is accounted for: sampled = trained + dropped + pending (+ the batch in training
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 import threading
@@ -20,14 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from websockets.client import ClientProtocol
-from websockets.uri import parse_uri
 
 from app.clients.rllink_client import RLlinkClient
-from app.protocol import Encoding, FrameDecoder, decode_body, encode_frame
+from app.protocol import Encoding
 
-from .conftest import RunningGateway, gateway_settings, running_gateway
-from .test_bad_input import Peer
+from .helpers import RunningGateway, TcpPeer, WsPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 
 # Only the barrier trains (every sampling client waits), and it times out after a minute:
 # the trainers progress within seconds only if the gateway forgets a killed client at once.
@@ -35,27 +31,6 @@ FAULT_SETTINGS = dict(train_batch_size=100_000, barrier_timeout_s=60.0, frame_ti
 PROGRESS_S = 20.0  # bound on "the trainers keep getting SET_STATE"
 GONE_S = 10.0  # bound on the gateway noticing a dead connection
 TRAINER_STEPS = 10
-
-
-def episode(steps: int, **extra) -> dict:
-    return {
-        "obs": [[0.01 * (i % 7), 0.0, -0.01, 0.02] for i in range(steps + 1)],
-        "actions": [i % 2 for i in range(steps)],
-        "rewards": [1.0] * steps,
-        "is_terminated": True,
-        **extra,
-    }
-
-
-def frame(message: dict) -> bytes:
-    return encode_frame(json.dumps(message).encode())
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.01)
 
 
 def kill(sock: socket.socket, how: str) -> None:
@@ -82,55 +57,6 @@ def unaccounted(metrics: dict) -> int:
     return metrics["num_env_steps_sampled_lifetime"] - accounted
 
 
-class RawWs:
-    """A WebSocket client on a plain socket (websockets' sans-I/O protocol), so a test can
-    put any prefix of a WebSocket frame on the wire and then kill the socket."""
-
-    def __init__(self, port: int, timeout: float = 20.0) -> None:
-        self.protocol = ClientProtocol(parse_uri(f"ws://127.0.0.1:{port}/rllink"), max_size=None)
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.protocol.send_request(self.protocol.connect())
-        self._flush()
-        self._messages: list[bytes] = []
-        while self.protocol.handshake_exc is None and self.protocol.state.name == "CONNECTING":
-            self._read()
-        assert self.protocol.handshake_exc is None, self.protocol.handshake_exc
-        self._decoder = FrameDecoder()
-        self._frames: list[bytes] = []
-
-    def wire_bytes(self, payload: bytes) -> bytes:
-        """The bytes of one binary WebSocket message carrying `payload` (not sent)."""
-        self.protocol.send_binary(payload)
-        return b"".join(self.protocol.data_to_send())
-
-    def send(self, payload: bytes) -> None:
-        self.sock.sendall(self.wire_bytes(payload))
-
-    def receive(self) -> dict:
-        """The next RLlink message from the gateway."""
-        while not self._frames:
-            while not self._messages:
-                self._read()
-            self._decoder.feed(self._messages.pop(0))
-            self._frames += list(self._decoder.frames())
-        return decode_body(self._frames.pop(0))[0]
-
-    def _read(self) -> None:
-        data = self.sock.recv(1 << 16)
-        if not data:
-            raise ConnectionError("closed")
-        self.protocol.receive_data(data)
-        for event in self.protocol.events_received():
-            if getattr(event, "opcode", None) is not None and event.opcode.name in ("TEXT", "BINARY"):
-                self._messages.append(bytes(event.data))
-        self._flush()
-
-    def _flush(self) -> None:
-        for chunk in self.protocol.data_to_send():
-            if chunk:
-                self.sock.sendall(chunk)
-
-
 # -- The world the faults happen in ------------------------------------------------
 
 
@@ -150,7 +76,7 @@ class Trainer(threading.Thread):
             with self.gateway.client(self.transport, timeout=PROGRESS_S + 30) as client:
                 assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
                 while not self.halt.is_set():
-                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(TRAINER_STEPS)]})
+                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(TRAINER_STEPS)]})
                     assert reply["type"] == "SET_STATE", reply
                     self.steps_acknowledged += TRAINER_STEPS
                     self.versions.append(reply["weights_seq_no"])
@@ -220,7 +146,7 @@ class World:
         SET_STATE and no step runs. Only `peer` leaving (or timing out) can go on from here."""
 
         def blocked() -> bool:
-            others = [c for c in self.http.get("/api/clients").json() if c["peer"] != peer]
+            others = [c for c in self.http.get("/api/clients").raise_for_status().json() if c["peer"] != peer]
             metrics = self.metrics()
             return len(others) == 2 and all(c["waiting"] for c in others) and not metrics["training_in_progress"]
 
@@ -240,6 +166,13 @@ class World:
     def finish(self) -> dict:
         """Stop the trainers, train on whatever is pending, and check that every env step
         acknowledged was sampled and every one sampled is trained or dropped."""
+        # The watcher has checked the metrics after the faults: a snapshot begun after now.
+        seen = self.watcher.snapshots
+        wait_until(
+            lambda: self.watcher.snapshots >= seen + 2 or not self.watcher.is_alive(),
+            PROGRESS_S,
+            "the metrics watcher to check the metrics after the faults",
+        )
         for thread in [*self.trainers, self.watcher]:
             thread.halt.set()
         for thread in [*self.trainers, self.watcher]:
@@ -249,10 +182,9 @@ class World:
             assert trainer.error is None, f"{trainer.name}: {trainer.error!r}"
             assert trainer.versions == sorted(set(trainer.versions)), f"{trainer.name}: versions not increasing"
         assert not self.watcher.problems, self.watcher.problems[:3]
-        assert self.watcher.snapshots >= 5
         wait_until(lambda: sum(self.metrics()["clients"].values()) == 0, GONE_S, "every client to be gone")
         with self.gateway.client("tcp") as last:  # alone, so its wait trains everything pending
-            assert last.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(1)]})["type"] == "SET_STATE"
+            assert last.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(1)]})["type"] == "SET_STATE"
         metrics = self.metrics()
         sent = sum(trainer.steps_acknowledged for trainer in self.trainers) + self.acknowledged_steps + 1
         assert metrics["num_env_steps_sampled_lifetime"] == sent
@@ -282,7 +214,7 @@ def training_under_faults(tmp_path: Path, **overrides) -> Iterator[World]:
 
 def episodes_then_ping(victim_send: Callable[[bytes], None], receive: Callable[[], dict], steps: int) -> None:
     """Send EPISODES and a PING; the PONG proves the episodes are in (replies keep order)."""
-    victim_send(frame({"type": "EPISODES", "episodes": [episode(steps)]}) + frame({"type": "PING"}))
+    victim_send(frame({"type": "EPISODES", "episodes": [chunk(steps)]}) + frame({"type": "PING"}))
     assert receive() == {"type": "PONG"}
 
 
@@ -292,12 +224,12 @@ def episodes_then_ping(victim_send: Callable[[bytes], None], receive: Callable[[
 @pytest.mark.parametrize("how", ["close", "reset"])
 def test_a_tcp_client_killed_mid_frame_harms_no_one(tmp_path, how):
     with training_under_faults(tmp_path) as world:
-        victim = Peer(world.gateway)
+        victim = TcpPeer.connect(world.gateway, timeout_s=20)
         peer = local_peer(victim.sock)
-        episodes_then_ping(victim.sock.sendall, victim.receive, 7)  # it samples now: the barrier waits for it
+        episodes_then_ping(victim.send, victim.receive, 7)  # it samples now: the barrier waits for it
         world.acknowledged_steps += 7
-        half = frame({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(9)]})
-        victim.sock.sendall(half[: len(half) // 2])
+        half = frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(9)]})
+        victim.send(half[: len(half) // 2])
         assert world.client_entry(peer)["env_steps_sent"] == 7
         world.blocked_by(peer)
         kill(victim.sock, how)
@@ -313,11 +245,11 @@ def test_a_tcp_client_killed_mid_frame_harms_no_one(tmp_path, how):
 @pytest.mark.parametrize("cut", ["inside a websocket frame", "inside an rllink frame"])
 def test_a_websocket_client_killed_mid_message_harms_no_one(tmp_path, cut, how):
     with training_under_faults(tmp_path) as world:
-        victim = RawWs(world.gateway.http_port)
+        victim = WsPeer(world.gateway)
         peer = local_peer(victim.sock)
         episodes_then_ping(victim.send, victim.receive, 5)
         world.acknowledged_steps += 5
-        rllink = frame({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(9)]})
+        rllink = frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(9)]})
         if cut == "inside a websocket frame":
             wire = victim.wire_bytes(rllink)
             victim.sock.sendall(wire[: len(wire) // 2])
@@ -338,23 +270,18 @@ BIG = 6000  # env steps: a training step on them takes long enough to kill the c
 @pytest.mark.parametrize("transport", ["tcp", "ws"])
 def test_a_client_killed_while_its_batch_trains_harms_no_one_and_its_data_is_trained(tmp_path, transport):
     with training_under_faults(tmp_path) as world:
-        if transport == "tcp":
-            tcp = Peer(world.gateway)
-            victim_sock, send, receive = tcp.sock, tcp.sock.sendall, tcp.receive
-        else:
-            ws = RawWs(world.gateway.http_port)
-            victim_sock, send, receive = ws.sock, ws.send, ws.receive
-        peer = local_peer(victim_sock)
-        send(frame({"type": "GET_CONFIG"}))
-        assert receive()["type"] == "SET_CONFIG"
-        send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(BIG)]}))
+        victim = TcpPeer.connect(world.gateway, timeout_s=20) if transport == "tcp" else WsPeer(world.gateway)
+        peer = local_peer(victim.sock)
+        victim.send(frame({"type": "GET_CONFIG"}))
+        assert victim.receive()["type"] == "SET_CONFIG"
+        victim.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(BIG)]}))
 
         def its_batch_trains() -> bool:
             entry, metrics = world.client_entry(peer), world.metrics()
             return bool(entry and entry["waiting"] and metrics["training_env_steps"] >= BIG)
 
         wait_until(its_batch_trains, PROGRESS_S, "the victim's batch to train while it waits")
-        kill(victim_sock, "reset")
+        kill(victim.sock, "reset")
         world.acknowledged_steps += BIG  # /api/clients showed it waiting: the gateway has its data
         world.wait_gone(peer)
         world.progress()
@@ -368,10 +295,10 @@ def test_a_client_killed_while_its_batch_trains_harms_no_one_and_its_data_is_tra
 
 def test_a_sampling_client_stalling_mid_header_holds_training_back_only_until_frame_timeout(tmp_path):
     with training_under_faults(tmp_path) as world:
-        staller = Peer(world.gateway)
-        episodes_then_ping(staller.sock.sendall, staller.receive, 4)  # samples: the barrier waits for it
+        staller = TcpPeer.connect(world.gateway, timeout_s=20)
+        episodes_then_ping(staller.send, staller.receive, 4)  # samples: the barrier waits for it
         world.acknowledged_steps += 4
-        staller.sock.sendall(b"0000")
+        staller.send(b"0000")
         world.blocked_by(local_peer(staller.sock))
         assert staller.receive()["code"] == "frame_timeout"  # after frame_timeout_s (1 s)
         assert staller.is_closed()
@@ -442,7 +369,7 @@ def test_every_env_step_acknowledged_is_trained_or_dropped_with_a_reason(tmp_pat
         late = world.gateway.client("ws")
         assert late.request({"type": "GET_STATE"})["weights_seq_no"] >= 0
         world.progress()
-        late.send({"type": "EPISODES", "episodes": [episode(6, weights_seq_no=0)]})
+        late.send({"type": "EPISODES", "episodes": [chunk(6, weights_seq_no=0)]})
         assert late.request({"type": "PING"}) == {"type": "PONG"}
         world.acknowledged_steps += 6
         late.close()
@@ -450,19 +377,19 @@ def test_every_env_step_acknowledged_is_trained_or_dropped_with_a_reason(tmp_pat
         # Clients that send EPISODES and leave, politely or not, over both transports.
         for index, how in enumerate(["close", "reset", "close", "reset"]):
             if index % 2:
-                ws = RawWs(world.gateway.http_port)
+                ws = WsPeer(world.gateway)
                 episodes_then_ping(ws.send, ws.receive, 3 + index)
                 kill(ws.sock, how)
             else:
-                tcp = Peer(world.gateway)
-                episodes_then_ping(tcp.sock.sendall, tcp.receive, 3 + index)
-                tcp.sock.sendall(frame({"type": "EPISODES", "episodes": [episode(50)]})[:100])  # and half more
+                tcp = TcpPeer.connect(world.gateway, timeout_s=20)
+                episodes_then_ping(tcp.send, tcp.receive, 3 + index)
+                tcp.send(frame({"type": "EPISODES", "episodes": [chunk(50)]})[:100])  # and half more
                 kill(tcp.sock, how)
             world.acknowledged_steps += 3 + index
 
         # A msgpack client that waits for SET_STATE and gets it.
         with RLlinkClient("tcp", port=world.gateway.tcp_port, encoding=Encoding.MSGPACK) as packed:
-            reply = packed.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(8)]})
+            reply = packed.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(8)]})
             assert reply["type"] == "SET_STATE"
             world.acknowledged_steps += 8
         world.progress()

@@ -7,7 +7,8 @@ gives one event. Here the inputs are nastier and the properties stronger:
   split give the same events as fed at once; never an exception, never
   `internal_error` (which means a bug of ours was caught), at most one fatal event, last;
 - messages that are structured but wrong (known types, near-valid episode chunks with
-  one field off, JSON and msgpack) get `invalid_message`/`unknown_type`/`bad_*`, and
+  one field off: a done flag missing or not a boolean, action_dist_inputs of the wrong
+  width..., JSON and msgpack; strategies in tests/helpers.py) get `invalid_message`/`unknown_type`/`bad_*`, and
   whatever is accepted is what the training code may rely on: shapes, lengths, ranges,
   finite numbers;
 - every refusal's ERROR reply encodes in the client's encoding;
@@ -25,7 +26,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from app.protocol import (
@@ -37,16 +38,12 @@ from app.protocol import (
     decode_body,
     encode_frame,
 )
-from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, Episodes, SpacesContext, _fast_floats, _fast_indices
-from app.spaces import BoxSpace, DiscreteSpace
+from app.schemas import Episodes, SpacesContext, _fast_floats, _fast_indices, num_dist_inputs
+from app.spaces import DiscreteSpace
 
-CARTPOLE = SpacesContext(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
-PENDULUM = SpacesContext(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0))
-GRID = SpacesContext(BoxSpace(shape=(2, 2)), DiscreteSpace(n=3))
-SPACES = {"cartpole": CARTPOLE, "pendulum": PENDULUM, "grid": GRID}
+from .helpers import CARTPOLE, FUZZ, SPACES, numbers, odd_numbers, structured_messages
+
 MAX_FRAME = 2048
-
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def new_session(spaces: SpacesContext = CARTPOLE) -> Session:
@@ -97,108 +94,12 @@ def check_accepted(request, session: Session) -> None:
         else:
             assert chunk.actions.shape == (steps, *spaces.action_space.shape)
             assert np.isfinite(chunk.actions).all()
-        for optional in (chunk.action_logp, chunk.action_dist_inputs):
-            assert optional is None or (len(optional) == steps and np.isfinite(optional).all())
+        assert type(chunk.is_terminated) is bool and type(chunk.is_truncated) is bool
+        assert chunk.action_logp is None or (chunk.action_logp.shape == (steps,) and np.isfinite(chunk.action_logp).all())
+        if chunk.action_dist_inputs is not None:
+            assert chunk.action_dist_inputs.shape == (steps, num_dist_inputs(spaces.action_space))
+            assert np.isfinite(chunk.action_dist_inputs).all()
         assert chunk.weights_seq_no is None or chunk.weights_seq_no >= 0
-
-
-# -- Strategies ----------------------------------------------------------------------
-
-json_leaves = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**64), max_value=2**64)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=6)
-)
-json_values = st.recursive(
-    json_leaves,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
-    max_leaves=10,
-)
-# Numbers as they arrive: mostly plain ones; sometimes floats of any size (float32
-# overflow included), int64 limits, booleans; NaN and infinities only in msgpack.
-plain_numbers = st.integers(min_value=-3, max_value=3) | st.floats(min_value=-10, max_value=10)
-numbers = st.one_of(
-    plain_numbers,
-    plain_numbers,
-    plain_numbers,
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from([1e39, -1e39, 2.0**53, 2**63, -(2**63) - 1, True, False]),
-)
-odd_numbers = st.one_of(numbers, numbers, numbers, st.sampled_from([float("nan"), float("inf"), float("-inf")]))
-CORRUPTIONS = [
-    "odd numbers", "obs length", "observation size", "rewards length", "replace a field", "drop a field", "action range"
-]
-
-
-@st.composite
-def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> dict:
-    """A chunk that is valid but for at most one thing (numbers of any size, sizes off
-    by one, a field of the wrong kind or missing, an action out of range), with aliases
-    and extra keys."""
-    corruption = draw(st.sampled_from([None, None, None, *CORRUPTIONS]))
-    num = plain_numbers if corruption != "odd numbers" else odd_numbers if allow_non_finite else numbers
-    steps = draw(st.integers(min_value=1, max_value=5))
-    obs_shape = list(spaces.observation_space.shape)
-    obs_len = steps + 1 + (draw(st.sampled_from([-1, 1, -steps - 1])) if corruption == "obs length" else 0)
-
-    def observation():
-        if len(obs_shape) == 1:
-            size = obs_shape[0] + (draw(st.sampled_from([-1, 1])) if corruption == "observation size" else 0)
-            return draw(st.lists(num, min_size=size, max_size=size))
-        return [[draw(num) for _ in range(obs_shape[1])] for _ in range(obs_shape[0])]
-
-    if isinstance(spaces.action_space, DiscreteSpace):
-        n = spaces.action_space.n
-        action = st.sampled_from([-1, n, 0.5]) if corruption == "action range" else st.integers(0, n - 1)
-    else:
-        action = st.lists(num, min_size=1, max_size=2 if corruption == "action range" else 1)
-    rewards_len = steps + (draw(st.sampled_from([-1, 1])) if corruption == "rewards length" else 0)
-    chunk: dict = {
-        "obs": [observation() for _ in range(obs_len)],
-        "actions": draw(st.lists(action, min_size=steps, max_size=steps)),
-        "rewards": draw(st.lists(num, min_size=rewards_len, max_size=rewards_len)),
-    }
-    done_key = draw(st.sampled_from(["is_terminated", "terminated", "terminateds", "is_truncated", "truncated", "truncateds"]))
-    chunk[done_key] = draw(st.booleans())
-    if draw(st.booleans()):
-        chunk["action_logp"] = draw(st.lists(num, min_size=steps, max_size=steps))
-    if draw(st.booleans()):
-        chunk["action_dist_inputs"] = draw(st.lists(st.lists(num, min_size=2, max_size=2), min_size=steps, max_size=steps))
-    if draw(st.booleans()):
-        chunk[draw(st.sampled_from(["episode_id", "id_"]))] = draw(st.text(max_size=300))
-    if draw(st.booleans()):
-        chunk["weights_seq_no"] = draw(st.integers(min_value=-1, max_value=2**70))
-    if corruption == "replace a field":
-        chunk[draw(st.sampled_from(sorted(chunk)))] = draw(json_values)
-    if corruption == "drop a field":
-        del chunk[draw(st.sampled_from(sorted(chunk)))]
-    if draw(st.booleans()):
-        chunk[draw(st.text(max_size=6))] = draw(json_values)  # unknown keys are ignored
-    return chunk
-
-
-@st.composite
-def structured_messages(draw, spaces: SpacesContext, allow_non_finite: bool) -> dict:
-    message_type = draw(
-        st.one_of(
-            st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]),
-            st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]),
-            st.sampled_from(sorted(REQUEST_TYPES | RESPONSE_TYPES)),
-            st.sampled_from(["ping", "", "EPISODES "]) | json_values,
-        )
-    )
-    message: dict = {} if draw(st.integers(0, 19)) == 0 else {"type": message_type}
-    chunks = st.lists(near_valid_chunks(spaces, allow_non_finite), min_size=1, max_size=5)
-    message["episodes"] = draw(st.one_of(chunks, chunks, chunks, json_values))
-    if draw(st.booleans()):
-        message[draw(st.sampled_from(["env_steps", "timesteps"]))] = draw(st.integers(-1, 2**70) | json_values)
-    if draw(st.booleans()):
-        message["token"] = draw(st.text(max_size=10) | json_values)
-    if draw(st.booleans()):
-        message[draw(st.text(max_size=6))] = draw(json_values)
-    return message
 
 
 def frames_of(messages: list[bytes]) -> bytes:
@@ -274,7 +175,10 @@ VALID_BODIES = [
     b'{"type": "GET_CONFIG"}',
     msgpack.packb({"type": "GET_STATE"}),
     json.dumps(
-        {"type": "EPISODES", "episodes": [{"obs": [[0.0] * 4] * 3, "actions": [0, 1], "rewards": [1, 1], "terminated": True}]}
+        {
+            "type": "EPISODES",
+            "episodes": [{"obs": [[0.0] * 4] * 3, "actions": [0, 1], "rewards": [1, 1], "terminated": True, "truncated": False}],
+        }
     ).encode(),
 ]
 

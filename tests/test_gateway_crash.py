@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 import torch
 
 from app.clients.rllink_client import RLlinkClient
@@ -16,7 +17,9 @@ from app.training.checkpoints import CHECKPOINT_FILE
 from app.training.onnx_export import load_payload
 
 from .gateway_process import gateway_process
-from .test_faults import episode
+from .helpers import chunk
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # gateways as their own processes, SIGKILLed; ~10 s
 
 BATCH = 64
 PROCESS_FLAGS = ("--train-batch-size", str(BATCH), "--barrier-timeout-s", "60")
@@ -55,14 +58,14 @@ def test_a_gateway_killed_while_training_resumes_from_its_checkpoint(tmp_path):
                 assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
                 last_received = restarted
                 for _ in range(3):  # each message fills a batch: one training step, one version
-                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(BATCH)]})
+                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(BATCH)]})
                     assert reply["weights_seq_no"] == last_received + 1
                     last_received = reply["weights_seq_no"]
                     served[last_received] = onnx_bytes(reply)
                 if round_ == KILLS:
                     break
                 # One more batch, and the gateway dies around its training step.
-                client.send({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(BATCH)]})
+                client.send({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(BATCH)]})
                 time.sleep(KILL_DELAYS[round_])
                 gateway.kill()
         # Never half a checkpoint: it loads, and holds one of the two possible versions.

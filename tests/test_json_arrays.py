@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -26,7 +24,7 @@ from app.json_arrays import loads_with_arrays
 from app.protocol import FrameRejected, RequestReceived, Session, encode_frame
 from app.schemas import ARRAY_FIELDS, Episodes
 
-from .test_fuzz import FUZZ, SPACES, json_values, structured_messages
+from .helpers import FUZZ, SPACES, chunk, json_values, structured_messages
 
 KEYS = frozenset({"obs", "rewards"})
 
@@ -173,17 +171,29 @@ def test_a_session_gives_the_same_events_and_messages_on_either_path(data, space
     assert_same_events(fast, reference)
 
 
+CARTPOLE_STEPS = 500  # a whole CartPole-v1 episode, as the ingest benchmark sends it
+
+
 def cartpole_sized_body() -> bytes:
-    """The ingest benchmark's message: one 500-step CartPole chunk, ~59 kB of JSON."""
+    """One 500-step CartPole chunk with log-probs, an id and a version: ~60 kB of JSON."""
     return cartpole_sized_bodies(1)[0]
 
 
 @functools.cache
 def cartpole_sized_bodies(count: int) -> list[bytes]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-    from _common import episodes_bodies
-
-    return episodes_bodies(count)
+    """`count` different such EPISODES bodies."""
+    bodies = []
+    for seed in range(count):
+        rng = np.random.default_rng(seed + 1000)
+        episode = chunk(
+            CARTPOLE_STEPS,
+            seed=seed,
+            action_logp=rng.uniform(-0.9, -0.5, CARTPOLE_STEPS).tolist(),
+            episode_id=f"{seed:032x}",
+            weights_seq_no=0,
+        )
+        bodies.append(json.dumps({"type": "EPISODES", "episodes": [episode], "timesteps": CARTPOLE_STEPS}).encode())
+    return bodies
 
 
 @pytest.mark.parametrize(
@@ -203,13 +213,13 @@ def cartpole_sized_bodies(count: int) -> list[bytes]:
 )
 def test_cartpole_sized_chunks_take_the_fast_path_and_read_the_same(change, declined, accepted):
     message = orjson.loads(cartpole_sized_body())
-    chunk = message["episodes"][0]
+    episode = message["episodes"][0]
     if "obs_row" in change:
-        chunk["obs"][7] = change["obs_row"]
+        episode["obs"][7] = change["obs_row"]
     if "action" in change:
-        chunk["actions"][3] = change["action"]
+        episode["actions"][3] = change["action"]
     if "reward" in change:
-        chunk["rewards"][5] = change["reward"]
+        episode["rewards"][5] = change["reward"]
     body = json.dumps(message).encode()
     assert len(body) >= protocol.ARRAYS_MIN_BODY_BYTES
     assert (loads_with_arrays(body, ARRAY_FIELDS) is None) == declined

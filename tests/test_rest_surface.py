@@ -9,19 +9,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
 from app.rest_models import Metrics
 
-from .conftest import gateway_settings
-from .helpers import chunk, frame
+from .helpers import chunk, frame, in_process
 
 TOKEN = "s3cret-token"
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    settings = gateway_settings(tmp_path, auth_token=TOKEN, tcp_enabled=False, decode_workers=0)
-    with TestClient(create_app(settings)) as client:
+    with in_process(tmp_path, auth_token=TOKEN) as client:
         yield client
 
 

@@ -1,4 +1,5 @@
-"""SLOW: real training, end to end (each test ~10-40 s; deselect with `-k "not learns"`).
+"""Real training, end to end, to a target (marked e2e: deselect with `-m "not e2e"`;
+each test takes a few seconds here, longer on a slower machine: it waits for the target).
 
 A real gateway (uvicorn + TCP bridge) and the reference clients of
 `app.clients.gym_client`, which do over the wire what RLlib's reference client does:
@@ -14,11 +15,15 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from app.clients.gym_client import RunResult, run
 from app.config import PPOConfig
 from app.spaces import BoxSpace
-from tests.conftest import RunningGateway, gateway_settings, running_gateway
+
+from .helpers import RunningGateway, gateway_settings, running_gateway
+
+pytestmark = pytest.mark.e2e
 
 PENDULUM_SPACES = dict(
     observation_space=BoxSpace(shape=(3,)),

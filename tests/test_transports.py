@@ -5,65 +5,30 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import socket
 import threading
 import time
 
-import msgpack
 import onnx
 import pytest
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from app.clients.rllink_client import RLlinkClient
-from app.protocol import Encoding, FrameDecoder, encode_frame
+from app.protocol import Encoding, encode_frame
 
-from .conftest import gateway_settings, running_gateway
+from .helpers import (
+    PING,
+    PONG,
+    TcpPeer,
+    chunk,
+    gateway_settings,
+    recv_exactly,
+    running_gateway,
+    tcp_socket,
+    wait_until,
+    waiting_transports,
+)
 
-PING = b'00000016{"type": "PING"}'
-PONG = b'00000016{"type": "PONG"}'
 TRANSPORTS = ["tcp", "ws"]
-
-
-def tcp_socket(gateway) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", gateway.tcp_port), timeout=30)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def recv_exactly(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {size} bytes")
-        data += chunk
-    return data
-
-
-def recv_frames(sock: socket.socket, count: int) -> list[dict]:
-    decoder, frames = FrameDecoder(), []
-    while len(frames) < count:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise ConnectionError("closed")
-        decoder.feed(chunk)
-        frames += [json.loads(body) for body in decoder.frames()]
-    return frames
-
-
-def assert_closed(sock: socket.socket) -> None:
-    sock.settimeout(10)
-    assert sock.recv(1) == b"", "the gateway should have closed the connection"
-
-
-def episode(steps: int, terminated: bool = True) -> dict:
-    return {
-        "obs": [[0.01 * i, 0.0, 0.0, 0.0] for i in range(steps + 1)],
-        "actions": [i % 2 for i in range(steps)],
-        "rewards": [1.0] * steps,
-        "is_terminated": terminated,
-        "is_truncated": False,
-    }
 
 
 # -- The documented frames -------------------------------------------------------
@@ -77,7 +42,7 @@ def test_docs_ping_frame_over_tcp_gets_the_docs_pong_frame(gateway):
 
 @pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
 def test_docs_ping_over_websocket_is_answered_in_the_same_opcode(gateway, binary):
-    with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+    with connect(gateway.ws_url) as ws:
         ws.send(PING if binary else PING.decode())
         reply = ws.recv(timeout=10)
         assert reply == (PONG if binary else PONG.decode())
@@ -87,17 +52,18 @@ def test_tcp_frames_split_byte_by_byte_and_coalesced(gateway):
     with tcp_socket(gateway) as sock:
         for byte in PING:
             sock.send(bytes([byte]))
-            time.sleep(0.001)
+            time.sleep(0.001)  # each byte in its own segment, most likely; the reply is the same either way
         assert recv_exactly(sock, len(PONG)) == PONG
-        sock.sendall(PING * 3 + b'00000022{"type": "GET_CONFIG"}' + PING[:5])
-        frames = recv_frames(sock, 4)
+        peer = TcpPeer(sock)
+        peer.send(PING * 3 + b'00000022{"type": "GET_CONFIG"}' + PING[:5])
+        frames = peer.receive_many(4)
         assert [f["type"] for f in frames] == ["PONG", "PONG", "PONG", "SET_CONFIG"]
-        sock.sendall(PING[5:])
-        assert recv_exactly(sock, len(PONG)) == PONG
+        peer.send(PING[5:])
+        assert peer.receive() == {"type": "PONG"}
 
 
 def test_websocket_frames_split_across_messages_and_coalesced(gateway):
-    with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+    with connect(gateway.ws_url) as ws:
         for i in range(len(PING)):
             ws.send(PING[i : i + 1])
         assert ws.recv(timeout=10) == PONG
@@ -125,10 +91,10 @@ def test_every_message_type_in_both_encodings(gateway, transport, encoding):
         assert [i.name for i in model.graph.input] == ["obs"]
         first_version = state["weights_seq_no"]
 
-        client.send({"type": "EPISODES", "episodes": [episode(5)], "env_steps": 5})
+        client.send({"type": "EPISODES", "episodes": [chunk(5)], "env_steps": 5})
         assert client.request({"type": "PING"}) == {"type": "PONG"}, "EPISODES must get no reply"
 
-        trained = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(8)], "timesteps": 8})
+        trained = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(8)], "timesteps": 8})
         assert trained["type"] == "SET_STATE"
         assert trained["weights_seq_no"] == first_version + 1
 
@@ -158,20 +124,22 @@ def test_invalid_frames_get_an_error_and_the_connection_stays_open(gateway, tran
 
 @pytest.mark.parametrize(("header", "code"), [(b"12ab5678", "bad_header"), (b"99999999", "frame_too_large")])
 def test_corrupt_or_oversized_header_gets_an_error_then_tcp_closes(gateway, header, code):
-    with tcp_socket(gateway) as sock:
-        sock.sendall(PING + header + b"{}")
-        frames = recv_frames(sock, 2)
+    with TcpPeer.connect(gateway, timeout_s=10) as peer:
+        peer.send(PING + header + b"{}")
+        frames = peer.receive_many(2)
         assert frames[0] == {"type": "PONG"}
         assert frames[1]["type"] == "ERROR" and frames[1]["code"] == code
-        assert_closed(sock)
+        assert peer.is_closed(), "the gateway should have closed the connection"
 
 
 def test_corrupt_header_over_websocket_gets_an_error_then_closes(gateway):
-    with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+    with connect(gateway.ws_url) as ws:
         ws.send(b"xxxxxxxx")
         error = json.loads(ws.recv(timeout=10)[8:])
         assert error["code"] == "bad_header"
-        with pytest.raises(Exception):
+        # The gateway closes the WebSocket: recv raises ConnectionClosed (a timeout, had
+        # the gateway kept the connection open, is a TimeoutError and fails the test).
+        with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
 
 
@@ -201,7 +169,7 @@ def test_fifty_clients_across_both_transports_train_one_policy(tmp_path):
                     assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
                     ready.wait(timeout=30)
                     first = client.request({"type": "GET_STATE"})["weights_seq_no"]
-                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
+                    reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(10)]})
                     results[index] = [first, reply["weights_seq_no"]]
             except BaseException as exc:  # reported below
                 errors.append(exc)
@@ -215,7 +183,7 @@ def test_fifty_clients_across_both_transports_train_one_policy(tmp_path):
         assert len(results) == 50
         # All 500 steps fill exactly one train batch: everyone gets the same new version.
         assert {tuple(v) for v in results.values()} == {(0, 1)}
-        clients = gateway.app.state.traffic.connections_total
+        clients = gateway.traffic.connections_total
         assert clients["tcp"] == 25 and clients["ws"] == 25
 
 
@@ -226,10 +194,11 @@ def test_a_client_leaving_while_waiting_for_state_harms_nobody(tmp_path):
         stayer = gateway.client("ws")
         for client in (leaver, stayer):  # both sample: the barrier waits for both
             assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
-        leaver.send({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
-        time.sleep(0.3)  # the leaver now waits: the barrier needs the stayer too
+        leaver.send({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(10)]})
+        # The leaver now waits: the barrier needs the stayer too.
+        wait_until(lambda: waiting_transports(gateway) == ["tcp"], what="the leaver to wait")
         leaver.close()
-        reply = stayer.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
+        reply = stayer.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(10)]})
         assert reply["type"] == "SET_STATE" and reply["weights_seq_no"] == 1
         stayer.close()
 
@@ -244,16 +213,21 @@ def test_replies_keep_request_order_while_one_waits_for_training(tmp_path, trans
         for client in (waiter, other):  # both sample: the barrier waits for both
             assert client.request({"type": "GET_CONFIG"})["type"] == "SET_CONFIG"
         assert waiter.request({"type": "PING"}) == {"type": "PONG"}  # nothing pending: at once
-        waiter.send({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})
-        for message in ({"type": "PING"}, {"type": "EPISODES", "episodes": [episode(5)]}, {"type": "GET_STATE"}):
-            waiter.send(message)
-        time.sleep(0.5)
-        assert gateway.app.state.service.metrics.num_env_steps_sampled_lifetime == 10  # EPISODES is queued
-        assert other.request({"type": "EPISODES_AND_GET_STATE", "episodes": [episode(10)]})["weights_seq_no"] == 1
+        queued = [{"type": "PING"}, {"type": "EPISODES", "episodes": [chunk(5)]}, {"type": "GET_STATE"}]
+        trade = {"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(10)]}
+        wire = [waiter.encode(message) for message in [trade, *queued]]
+        expected_bytes = gateway.traffic.bytes_received + sum(map(len, wire))
+        for data in wire:
+            waiter.send_raw(data)
+        # Once the gateway has read every byte, the three requests behind the waiting one are queued.
+        wait_until(lambda: gateway.traffic.bytes_received >= expected_bytes, what="the requests to arrive")
+        wait_until(lambda: waiting_transports(gateway) == [transport], what="the waiter to wait")
+        assert gateway.service.metrics.num_env_steps_sampled_lifetime == 10  # EPISODES is held back
+        assert other.request({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(10)]})["weights_seq_no"] == 1
         replies = [waiter.receive() for _ in range(3)]
         assert [reply["type"] for reply in replies] == ["SET_STATE", "PONG", "SET_STATE"]
         assert replies[0]["weights_seq_no"] == replies[2]["weights_seq_no"] == 1
-        assert gateway.app.state.service.metrics.num_env_steps_sampled_lifetime == 25
+        assert gateway.service.metrics.num_env_steps_sampled_lifetime == 25
         waiter.close()
         other.close()
 
@@ -262,7 +236,7 @@ def test_replies_keep_request_order_while_one_waits_for_training(tmp_path, trans
 def test_websocket_compression_follows_the_setting(tmp_path, deflate):
     with running_gateway(gateway_settings(tmp_path, ws_per_message_deflate=deflate)) as gateway:
         # The websockets client offers permessage-deflate, as browsers do.
-        with connect(f"ws://127.0.0.1:{gateway.http_port}/rllink") as ws:
+        with connect(gateway.ws_url) as ws:
             extensions = ws.response.headers.get("Sec-WebSocket-Extensions", "")
             ws.send(encode_frame(b'{"type": "PING"}'))
             assert ws.recv(timeout=10) == encode_frame(b'{"type": "PONG"}')

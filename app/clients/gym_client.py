@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import logging
+import threading
 import time
 import uuid
 from collections import deque
@@ -86,8 +87,10 @@ def run(
     max_seconds: float | None = None,
     seed: int = 0,
     plain: bool = False,
+    stop: threading.Event | None = None,
 ) -> RunResult:
-    """Train through the gateway until the target mean return (last 20 episodes) or a limit."""
+    """Train through the gateway until the target mean return (last 20 episodes), a
+    limit, or `stop` is set (checked after each SET_STATE)."""
     result, started = RunResult(), time.monotonic()
     rng = np.random.default_rng(seed)
     config = client.request({"type": "GET_CONFIG"})
@@ -138,6 +141,8 @@ def run(
             result.reached_target = True
             return result
         if (max_env_steps and result.env_steps >= max_env_steps) or (max_seconds and result.seconds >= max_seconds):
+            return result
+        if stop is not None and stop.is_set():
             return result
 
 
