@@ -21,8 +21,7 @@ from app.protocol import FrameDecoder, FrameRejected, RequestReceived, Session, 
 from app.schemas import ARRAY_FIELDS, SpacesContext
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 
-from .conftest import gateway_settings, running_gateway
-from .helpers import chunk, frame, wait_until
+from .helpers import chunk, frame, gateway_settings, running_gateway, wait_until
 
 STEPS = 400
 PING = frame({"type": "PING"})
@@ -205,8 +204,8 @@ def test_a_ping_after_large_episodes_is_answered_after_they_are_ingested(tmp_pat
         tmp_path, decode_workers=1, decode_timeout_s=NO_HANG_BOUND_S, train_batch_size=10**9
     )
     with running_gateway(settings) as gateway:
-        decoders = gateway.app.state.gateway.decoders
-        metrics = gateway.app.state.gateway.service.metrics
+        decoders = gateway.decoders
+        metrics = gateway.service.metrics
         wait_until(lambda: decoders.ready == 1, what="the worker to start up")
         (worker,) = decoders.pids
         with tcp_socket(gateway) as sock:
@@ -230,7 +229,7 @@ def test_a_ping_after_large_episodes_is_answered_after_they_are_ingested(tmp_pat
 def test_a_dead_worker_costs_no_data_and_is_replaced(tmp_path):
     settings = gateway_settings(tmp_path, decode_workers=1, train_batch_size=10**9)
     with running_gateway(settings) as gateway:
-        decoders = gateway.app.state.gateway.decoders
+        decoders = gateway.decoders
         wait_until(lambda: decoders.ready == 1, what="the worker to start up")
         (first,) = decoders.pids
         with tcp_socket(gateway) as sock:
@@ -254,7 +253,7 @@ def test_a_hung_worker_costs_no_data_and_is_replaced(tmp_path, caplog):
     )
     caplog.set_level(logging.WARNING, logger="app.decode_workers")
     with running_gateway(settings) as gateway:
-        decoders = gateway.app.state.gateway.decoders
+        decoders = gateway.decoders
         wait_until(lambda: decoders.ready == 1, what="the worker to start up")
         (first,) = decoders.pids
         with tcp_socket(gateway) as sock, stopped(first):
@@ -279,7 +278,7 @@ def test_a_hung_worker_costs_no_data_and_is_replaced(tmp_path, caplog):
 def test_episodes_still_being_decoded_when_the_client_leaves_are_kept(tmp_path, workers):
     settings = gateway_settings(tmp_path, decode_workers=workers, train_batch_size=10**9)
     with running_gateway(settings) as gateway:
-        decoders = gateway.app.state.gateway.decoders
+        decoders = gateway.decoders
         wait_until(lambda: decoders.ready == workers, what="the workers to start up")
         sock = socket.create_connection(("127.0.0.1", gateway.tcp_port))
         sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(20)))
