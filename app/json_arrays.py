@@ -15,16 +15,26 @@ it), integers beyond 64 bits, objects with many keys or a key twice, a list unde
 of `keys` that starts like numbers but is not a rectangular list of them, and any '['
 that is not a list this module accounted for (inside a string, or a list in place of
 a number: `[1, [2]]` flattens like `[1, 2]`).
+
+pysimdjson is optional: without it, `loads_with_arrays` declines every body (orjson
+decodes them all, with the same results, more slowly), and says so once in the log.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from typing import Any
 
 import numpy as np
-import simdjson
+
+try:
+    import simdjson
+except ImportError:  # a platform without a pysimdjson wheel: orjson decodes everything
+    simdjson = None
+
+log = logging.getLogger("app.json_arrays")
 
 _BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 _OPEN_BRACKET = ord("[")
@@ -41,6 +51,9 @@ class _Declined(Exception):
 
 def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     """The decoded JSON object, the number lists under `keys` as arrays; or None."""
+    if simdjson is None:
+        _say_simdjson_is_missing()
+        return None
     if body.startswith(_BYTE_ORDER_MARK):
         return None
     try:
@@ -59,12 +72,22 @@ def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | Non
     return data
 
 
+_missing_said = False
+
+
+def _say_simdjson_is_missing() -> None:
+    global _missing_said
+    if not _missing_said:
+        _missing_said = True
+        log.warning("pysimdjson cannot be imported: large JSON bodies are decoded with orjson (slower ingest)")
+
+
 class _KeptParser(threading.local):
     """One parser per thread. (A parser refuses to parse while a document of it lives;
     none outlives `loads_with_arrays`.)"""
 
     def __init__(self) -> None:
-        self.parser = simdjson.Parser()
+        self.parser = simdjson.Parser() if simdjson is not None else None
 
 
 _kept = _KeptParser()

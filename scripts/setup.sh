@@ -1,13 +1,36 @@
 #!/usr/bin/env bash
-# Install the gateway and its front-end packages. Safe to run again.
-#   bash scripts/setup.sh          the gateway (and the reference client)
-#   bash scripts/setup.sh test     plus what the tests need
+# Set up the project in its own virtual environment (.venv) from the lock files, and the
+# front-end packages in node_modules/ from package-lock.json. Safe to run again: what is
+# already installed from the same lock files is not installed again.
+#   bash scripts/setup.sh          the gateway (and the reference client): requirements/gateway.txt
+#   bash scripts/setup.sh test     plus what the tests need: requirements/test.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="client"
-[ "${1:-}" = "test" ] && extras="client,test"
-# torch pinned first: 2.13.0 is a CPU build; an unpinned torch pulls a multi-GB CUDA build.
-python3 -m pip install --quiet torch==2.13.0
-python3 -m pip install --quiet -e ".[${extras}]"
-# onnxruntime-web and uPlot for the dashboard and the browser demo, from package-lock.json.
-npm ci --ignore-scripts --no-audit --no-fund --silent
+lock="requirements/gateway.txt"
+[ "${1:-}" = "test" ] && lock="requirements/test.txt"
+
+if [ ! -x .venv/bin/python ]; then
+  if ! python3 -m venv .venv; then
+    rm -rf .venv
+    echo "setup: python3 cannot make a virtual environment; on Debian or Ubuntu: apt-get install python3-venv" >&2
+    exit 1
+  fi
+fi
+
+# The Python packages, exactly as locked (torch: its CPU build), then the project itself.
+stamp=".venv/.installed-$(basename "$lock" .txt)"
+wanted="$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+  echo "setup: installing $lock into .venv" >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$lock"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+  echo "$wanted" > "$stamp"
+fi
+
+# onnxruntime-web, uPlot and Swagger UI for the pages, as locked in package-lock.json.
+wanted="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [ "$(cat node_modules/.installed 2>/dev/null)" != "$wanted" ]; then
+  echo "setup: installing the front-end packages (npm ci)" >&2
+  npm ci --ignore-scripts --no-audit --no-fund --silent
+  echo "$wanted" > node_modules/.installed
+fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up and start the gateway on its embedded defaults (or the flags given).
+# Set up (scripts/setup.sh), then start the gateway on its embedded defaults (or the flags given).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec python3 -m app "$@"
+exec .venv/bin/python -m app "$@"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up (as scripts/setup.sh test) and run the whole test suite.
+# Set up with the test lock (scripts/setup.sh test), then run the whole test suite (or the
+# pytest arguments given) in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-python3 -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q "$@"
