@@ -43,7 +43,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="rllink-bench-") as tmp:
         settings = Settings(checkpoint_dir=Path(tmp) / "checkpoints", _cli_parse_args=False)
-        learner = Learner(settings)
+        learner = Learner(
+            settings.ppo, settings.observation_space, settings.action_space,
+            seed=settings.seed, checkpoint_dir=settings.checkpoint_dir, onnx_input_name=settings.onnx_input_name,
+        )
         policy, input_name = learner.policy, settings.onnx_input_name
         stages: dict[str, list[float]] = {
             name: []

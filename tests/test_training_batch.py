@@ -11,18 +11,15 @@ from app.spaces import BoxSpace, DiscreteSpace
 from app.training.batch import build_batch
 from app.training.policy import ActorCritic
 
+from . import helpers
+
 OBS, ACT = BoxSpace(shape=(4,)), DiscreteSpace(n=2)
 GAMMA = 0.9
 
 
 def chunk(steps: int, seed: int = 0, **fields) -> EpisodeChunk:
-    rng = np.random.default_rng(seed)
-    data = {
-        "obs": rng.standard_normal((steps + 1, 4)).astype(np.float32),
-        "actions": rng.integers(0, 2, steps),
-        "rewards": rng.uniform(0, 2, steps).astype(np.float32),
-        **fields,
-    }
+    rewards = np.random.default_rng(seed).uniform(0, 2, steps).astype(np.float32).tolist()
+    data = helpers.chunk(steps, seed=seed, terminated=False, **{"rewards": rewards, **fields})
     return EpisodeChunk.model_validate(data, context={"spaces": SpacesContext(OBS, ACT)})
 
 
@@ -103,7 +100,7 @@ def test_box_actions_batch_and_log_probs():
     policy = ActorCritic(obs_space, act_space, (8,))
     rng = np.random.default_rng(0)
     c = EpisodeChunk.model_validate(
-        {"obs": rng.standard_normal((5, 3)), "actions": rng.standard_normal((4, 2)), "rewards": [1, 1, 1, 1]},
+        {"obs": rng.standard_normal((5, 3)), "actions": rng.standard_normal((4, 2)), "rewards": [1, 1, 1, 1], "is_terminated": False, "is_truncated": False},
         context={"spaces": SpacesContext(obs_space, act_space)},
     )
     batch = build_batch([c], policy, GAMMA, 0.95)

@@ -14,9 +14,11 @@ import pytest
 
 from app.config import PPOConfig, Settings
 from app.schemas import EpisodeChunk, SpacesContext
-from app.training import TrainingService
+from app.training.service import TrainingService
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.onnx_export import load_payload
+
+from . import helpers
 
 WAIT_S = 20  # generous bound on anything that should happen "now"
 
@@ -38,14 +40,7 @@ async def running(settings: Settings):
 
 
 def chunk(steps: int = 10, reward: float = 1.0, **fields) -> EpisodeChunk:
-    rng = np.random.default_rng(steps)
-    data = {
-        "obs": rng.uniform(-0.05, 0.05, (steps + 1, 4)),
-        "actions": rng.integers(0, 2, steps),
-        "rewards": [reward] * steps,
-        "is_terminated": True,
-        **fields,
-    }
+    data = helpers.chunk(steps, reward=reward, seed=steps, **fields)
     return EpisodeChunk.model_validate(
         data, context={"spaces": SpacesContext(Settings().observation_space, Settings().action_space)}
     )

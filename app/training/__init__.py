@@ -1,6 +1,1 @@
-"""PPO training for the gateway: one shared learner fed by every connected simulator."""
-
-from app.training.onnx_export import PolicyState
-from app.training.service import ClientInfo, TrainingService
-
-__all__ = ["ClientInfo", "PolicyState", "TrainingService"]
+"""Training for the gateway: client registry, batch scheduler, learner, policy store (service.py joins them)."""

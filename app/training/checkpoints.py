@@ -76,7 +76,8 @@ def load_checkpoint(directory: Path, policy: ActorCritic, optimizer: torch.optim
         if data["architecture"].get(key) != value:
             raise CheckpointMismatch(
                 f"checkpoint {path} was saved with {key}={data['architecture'].get(key)} "
-                f"but the settings give {key}={value}; use another checkpoint_dir or remove the file"
+                f"but the settings give {key}={value}: start with another --checkpoint-dir, "
+                f"or move {path.name} out of {directory} to start afresh"
             )
     policy.load_state_dict(data["policy"])
     optimizer.load_state_dict(data["optimizer"])

@@ -1,17 +1,21 @@
 """The learner: policy, optimizer and version number, and one synchronous training
 step (batch, PPO update, new version, ONNX export, checkpoint). It runs in the
-TrainingService's single learner thread, never on the event loop.
+TrainingService's single learner thread, never on the event loop. It is given its
+algorithm's config and its spaces, not the gateway's settings: one learner per policy.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from app.config import Settings
+from app.config import PPOConfig
 from app.schemas import EpisodeChunk
 from app.training.batch import build_batch
 from app.training.checkpoints import load_checkpoint, save_checkpoint
 from app.training.onnx_export import PolicyState, policy_state
+from app.spaces import BoxSpace, DiscreteSpace
 from app.training.policy import ActorCritic
 from app.training.ppo import ppo_update
 
@@ -19,29 +23,39 @@ from app.training.ppo import ppo_update
 class Learner:
     """Owns the policy's weights; every method is called from one thread at a time."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.cfg = settings.ppo
-        torch.manual_seed(settings.seed)
-        self.policy = ActorCritic(settings.observation_space, settings.action_space, self.cfg.hidden_sizes)
+    def __init__(
+        self,
+        cfg: PPOConfig,
+        observation_space: BoxSpace,
+        action_space: BoxSpace | DiscreteSpace,
+        *,
+        seed: int,
+        checkpoint_dir: Path,
+        onnx_input_name: str,
+    ) -> None:
+        self.cfg = cfg
+        self.checkpoint_dir = checkpoint_dir
+        self.onnx_input_name = onnx_input_name
+        torch.manual_seed(seed)
+        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes)
         # fused: one kernel for all parameters, 4x faster than the default for small nets on CPU.
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.cfg.learning_rate, eps=1e-5, fused=True)
-        self.generator = torch.Generator().manual_seed(settings.seed)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
+        self.generator = torch.Generator().manual_seed(seed)
         self.weights_seq_no = 0
 
     def restore(self) -> bool:
-        """Load the checkpoint from settings.checkpoint_dir, if there is one."""
-        saved = load_checkpoint(self.settings.checkpoint_dir, self.policy, self.optimizer)
+        """Load the checkpoint from checkpoint_dir, if there is one."""
+        saved = load_checkpoint(self.checkpoint_dir, self.policy, self.optimizer)
         if saved is None:
             return False
         self.weights_seq_no = saved
         return True
 
     def save(self) -> None:
-        save_checkpoint(self.settings.checkpoint_dir, self.policy, self.optimizer, self.weights_seq_no)
+        save_checkpoint(self.checkpoint_dir, self.policy, self.optimizer, self.weights_seq_no)
 
     def export(self) -> PolicyState:
-        return policy_state(self.policy, self.weights_seq_no, self.settings.onnx_input_name)
+        return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name)
 
     def train(self, chunks: list[EpisodeChunk]) -> tuple[PolicyState, dict[str, float]]:
         """Train on the chunks, publish the next version and checkpoint it."""

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
+from app.schemas import num_dist_inputs
 from app.spaces import BoxSpace, DiscreteSpace
 
 
@@ -60,9 +61,7 @@ class ActorCritic(nn.Module):
     @property
     def num_dist_inputs(self) -> int:
         """Width of `action_dist_inputs`: n logits, or mean and log_std per action dimension."""
-        if isinstance(self.action_space, DiscreteSpace):
-            return self.action_space.n
-        return 2 * self.action_space.flat_dim
+        return num_dist_inputs(self.action_space)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape]."""

@@ -1,11 +1,12 @@
 """The one TrainingService every client connection feeds, on both transports.
 
-It gathers episode chunks from all clients into a pending batch and trains on it when
-the batch is full, when every sampling client (one that asked for GET_CONFIG or sent
-experience) is waiting for new weights (so a lone client never waits on others), or
-when the oldest pending data is `barrier_timeout_s` old. Training runs in a single learner thread so the event loop keeps serving; data
-that arrives meanwhile goes into the next batch. Every training step publishes the
-next weights_seq_no, exported to ONNX once and cached.
+A composition of four parts, each with one job:
+- `ClientRegistry` (registry.py): who is connected, who samples, who waits;
+- `BatchScheduler` (scheduler.py): the pending batch and when it trains (no torch);
+- `Learner` (learner.py): the policy's weights and one training step, in one thread;
+- `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
+Here they are wired together: the training step runs in the learner thread so the
+event loop keeps serving, and each new version is published and logged.
 
 All methods are called from the asyncio event loop.
 """
@@ -13,78 +14,54 @@ All methods are called from the asyncio event loop.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from app.config import PPOConfig, Settings
 from app.schemas import EpisodeChunk
+from app.training.checkpoints import CHECKPOINT_FILE
 from app.training.learner import Learner
 from app.training.metrics import TrainingMetrics
 from app.training.onnx_export import OUTPUT_NAME, PolicyState
+from app.training.policy_store import PolicyStore
+from app.training.registry import ClientInfo, ClientRegistry
+from app.training.scheduler import BatchScheduler
 
 __all__ = ["ClientInfo", "PolicyState", "TrainingService"]
 
 logger = logging.getLogger("app.training")
 
-KEPT_VERSIONS = 10  # recent policy versions kept for download (GET /api/model.onnx?version=)
-
-
-@dataclass
-class ClientInfo:
-    """One connected simulator, as the service and the REST API see it."""
-
-    id: int
-    transport: str  # "tcp" or "ws"
-    peer: str
-    connected_at: float = field(default_factory=time.time)  # Unix time
-    env_steps_sent: int = 0
-    sampling: bool = False  # asked for the sampling config or sent experience: the barrier waits for it
-    waiting: bool = False  # inside wait_for_training, its data not yet trained on
-    last_weights_seq_no_sent: int | None = None
-
-
-@dataclass(frozen=True)
-class _PendingChunk:
-    chunk: EpisodeChunk
-    weights_seq_no: int | None  # version that collected it, None if unknown
-
 
 class TrainingService:
-    """Collects experience from every client and trains the one shared policy.
-
-    Batches are numbered 1, 2, ... in the order they start training; the pending batch
-    is number `_batches_started + 1`. A client waits until the batch holding its latest
-    data has finished, which is when the version trained on it is published.
-    """
+    """Collects experience from every client and trains the one shared policy."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = TrainingMetrics()
-        self._learner = Learner(settings)
+        self._learner = Learner(
+            settings.ppo,
+            settings.observation_space,
+            settings.action_space,
+            seed=settings.seed,
+            checkpoint_dir=settings.checkpoint_dir,
+            onnx_input_name=settings.onnx_input_name,
+        )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
-        self._state: PolicyState | None = None
-        self._kept: OrderedDict[int, PolicyState] = OrderedDict()
-        self._clients: dict[int, ClientInfo] = {}
-        self._client_ids = itertools.count(1)
-        self._due_batch: dict[int, int] = {}  # client id -> batch number holding its latest data
-        self._pending: list[_PendingChunk] = []
-        self._pending_steps = 0
-        self._barrier_timer: asyncio.TimerHandle | None = None  # set while data is pending
-        self._barrier_timed_out = False
-        self._batches_started = 0
-        self._batches_finished = 0
-        self._batch_finished = asyncio.Condition()
-        self._training: asyncio.Task[None] | None = None
-        self._training_env_steps = 0  # of the batch under way, not yet counted trained or dropped
-        self._stopped = False
+        self._registry = ClientRegistry()
+        self._store = PolicyStore()
+        self._scheduler = BatchScheduler(
+            registry=self._registry,
+            metrics=self.metrics,
+            train=self._train,
+            current_version=lambda: self._store.current.weights_seq_no,
+            train_batch_size=settings.train_batch_size,
+            barrier_timeout_s=settings.barrier_timeout_s,
+            max_policy_lag=settings.max_policy_lag,
+        )
 
     # -- Lifecycle ----------------------------------------------------------------
 
@@ -93,46 +70,38 @@ class TrainingService:
 
         Raises CheckpointMismatch when the checkpoint was made for other spaces or sizes.
         """
-        loop = asyncio.get_running_loop()
         # One intra-op thread: the MLP is small, so more threads only add overhead,
         # and the second core stays free for the event loop.
-        await loop.run_in_executor(self._executor, torch.set_num_threads, 1)
-        restored = await loop.run_in_executor(self._executor, self._learner.restore)
-        self._publish(await loop.run_in_executor(self._executor, self._learner.export))
-        self.metrics.weights_seq_no = self._state.weights_seq_no
-        logger.info(
-            "policy %s at weights_seq_no %d (%s)",
-            "restored" if restored else "initialised",
-            self._state.weights_seq_no,
-            self.settings.checkpoint_dir,
-        )
+        await self._in_learner_thread(torch.set_num_threads, 1)
+        restored = await self._in_learner_thread(self._learner.restore)
+        self._store.publish(await self._in_learner_thread(self._learner.export))
+        self.metrics.weights_seq_no = self._store.current.weights_seq_no
+        checkpoint = self.settings.checkpoint_dir / CHECKPOINT_FILE
+        if restored:
+            logger.info("policy restored from %s at weights_seq_no %d", checkpoint.resolve(), self.metrics.weights_seq_no)
+        else:
+            logger.info("no checkpoint at %s: training starts fresh; checkpoints go there", checkpoint.resolve())
 
     async def stop(self) -> None:
         """Let a running training step finish, drop what is pending, save a checkpoint."""
-        self._stopped = True
-        if self._training is not None:
-            await self._training
-        dropped = self._take_pending()
-        self.metrics.dropped_env_steps["shutdown"] += sum(p.chunk.num_steps for p in dropped)
-        await self._finish_batch()  # releases anyone still waiting
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._learner.save)
+        await self._scheduler.stop()
+        await self._in_learner_thread(self._learner.save)
         self._executor.shutdown(wait=True)
+
+    async def _in_learner_thread(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # -- Clients ------------------------------------------------------------------
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
-        client = ClientInfo(id=next(self._client_ids), transport=transport, peer=peer)
-        self._clients[client.id] = client
-        return client
+        return self._registry.connect(transport, peer)
 
     def disconnect(self, client: ClientInfo) -> None:
         """Forget the client; its pending data stays in the batch. If everyone left is
         waiting now, train."""
-        self._clients.pop(client.id, None)
-        self._due_batch.pop(client.id, None)
+        self._registry.disconnect(client)
         self.metrics.forget_client(client.id)
-        self._maybe_train()
+        self._scheduler.forget(client)
 
     def start_sampling(self, client: ClientInfo) -> None:
         """The client samples (it asked for GET_CONFIG or sent experience): the barrier now waits for it."""
@@ -140,7 +109,7 @@ class TrainingService:
 
     @property
     def clients(self) -> list[ClientInfo]:
-        return list(self._clients.values())
+        return self._registry.clients
 
     # -- Experience in, weights out -----------------------------------------------
 
@@ -149,42 +118,19 @@ class TrainingService:
         self.start_sampling(client)
         if not episodes:
             return
-        steps = sum(chunk.num_steps for chunk in episodes)
         for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending
             self.metrics.record_chunk(client.id, chunk)
-        if self._stopped:
-            self.metrics.dropped_env_steps["shutdown"] += steps
-            return
-        for chunk in episodes:
-            version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
-            self._pending.append(_PendingChunk(chunk, version))
-        client.env_steps_sent += steps
-        self._pending_steps += steps
-        self._due_batch[client.id] = self._batches_started + 1
-        if self._barrier_timer is None:
-            loop = asyncio.get_running_loop()
-            self._barrier_timer = loop.call_later(self.settings.barrier_timeout_s, self._on_barrier_timeout)
-        self._maybe_train()
+        self._scheduler.add(client, episodes)
 
     async def wait_for_training(self, client: ClientInfo) -> PolicyState:
         """Wait until the policy has trained on a batch holding all the client's data
         ingested so far, then return the current state. Safe to cancel."""
-        due = self._due_batch.get(client.id, 0)
-        if due > self._batches_finished:
-            client.waiting = True
-            try:
-                self._maybe_train()
-                async with self._batch_finished:
-                    await self._batch_finished.wait_for(lambda: self._batches_finished >= due)
-            finally:
-                client.waiting = False
+        await self._scheduler.wait_for_training(client)
         return self.current_state()
 
     def current_state(self) -> PolicyState:
         """The latest published version (cached; no export happens here)."""
-        if self._state is None:
-            raise RuntimeError("TrainingService.start() has not run yet")
-        return self._state
+        return self._store.current
 
     def note_state_sent(self, client: ClientInfo, state: PolicyState) -> None:
         """Record that `state` went to the client in a SET_STATE. Call it for every
@@ -192,16 +138,29 @@ class TrainingService:
         client.last_weights_seq_no_sent = state.weights_seq_no
 
     def kept_state(self, weights_seq_no: int) -> PolicyState | None:
-        """One of the last KEPT_VERSIONS versions, or None if it is not kept."""
-        return self._kept.get(weights_seq_no)
+        """One of the last kept versions, or None if it is not kept."""
+        return self._store.kept(weights_seq_no)
 
     @property
     def kept_versions(self) -> list[int]:
-        return list(self._kept)
+        return self._store.kept_versions
 
     @property
     def onnx_output_names(self) -> list[str]:
         return [OUTPUT_NAME]
+
+    @property
+    def pending_env_steps(self) -> int:
+        return self._scheduler.pending_env_steps
+
+    @property
+    def training_env_steps(self) -> int:
+        """Env steps in the training step under way (neither trained nor dropped yet)."""
+        return self._scheduler.training_env_steps
+
+    @property
+    def training_in_progress(self) -> bool:
+        return self._scheduler.training_in_progress
 
     # -- Hyperparameters ------------------------------------------------------------
 
@@ -223,93 +182,16 @@ class TrainingService:
         logger.info("PPO hyperparameters changed: %s", changes)
         return updated
 
-    @property
-    def pending_env_steps(self) -> int:
-        return self._pending_steps
-
-    @property
-    def training_env_steps(self) -> int:
-        """Env steps in the training step under way (neither trained nor dropped yet)."""
-        return self._training_env_steps
-
-    @property
-    def training_in_progress(self) -> bool:
-        return self._training is not None
-
-    # -- When and how to train ------------------------------------------------------
-
-    def _samplers(self) -> Iterator[ClientInfo]:
-        """The clients the barrier waits for: those that asked for GET_CONFIG (as every
-        RLlink client does before sampling) or sent experience. A client that only
-        watches (PING, GET_STATE) holds nobody back."""
-        return (client for client in self._clients.values() if client.sampling)  # lazy: all() stops early
-
-    def _waits_for_pending_batch(self, client: ClientInfo) -> bool:
-        return client.waiting and self._due_batch.get(client.id) == self._batches_started + 1
-
-    def _maybe_train(self) -> None:
-        """Start a training step if none is running and the pending batch is due."""
-        if self._training is not None or not self._pending or self._stopped:
-            return
-        if self._pending_steps >= self.settings.train_batch_size:
-            reason = "batch full"
-        elif all(self._waits_for_pending_batch(c) for c in self._samplers()):
-            reason = "all clients waiting"
-        elif self._barrier_timed_out:
-            reason = "barrier timeout"
-        else:
-            return
-        steps = self._pending_steps
-        batch = self._take_pending()  # from now on, new data goes into the next batch
-        self._training_env_steps = steps
-        self._training = asyncio.get_running_loop().create_task(self._train_batch(batch, reason))
-
-    def _on_barrier_timeout(self) -> None:
-        """The oldest pending data is barrier_timeout_s old: train as soon as possible."""
-        self._barrier_timed_out = True
-        self._maybe_train()
-
-    def _take_pending(self) -> list[_PendingChunk]:
-        """Close the pending batch: it becomes batch number `_batches_started`."""
-        pending = self._pending
-        self._pending, self._pending_steps = [], 0
-        if self._barrier_timer is not None:
-            self._barrier_timer.cancel()
-        self._barrier_timer, self._barrier_timed_out = None, False
-        self._batches_started += 1
-        return pending
-
-    async def _train_batch(self, pending: list[_PendingChunk], reason: str) -> None:
-        """Drop the stale chunks, train on the rest, then wake the batch's waiters."""
-        current = self.current_state().weights_seq_no
-        fresh = [
-            p.chunk
-            for p in pending
-            if p.weights_seq_no is None or current - p.weights_seq_no <= self.settings.max_policy_lag
-        ]
-        stale_steps = sum(p.chunk.num_steps for p in pending) - sum(c.num_steps for c in fresh)
-        self.metrics.dropped_env_steps["stale"] += stale_steps
-        self._training_env_steps -= stale_steps
-        try:
-            if fresh:
-                await self._train(fresh, reason, stale_steps)
-        except Exception:
-            logger.exception("training step failed; its %d env steps are dropped", self._training_env_steps)
-            self.metrics.dropped_env_steps["training_error"] += self._training_env_steps
-        finally:
-            self._training_env_steps = 0
-            self._training = None
-            await self._finish_batch()
-            self._maybe_train()
+    # -- The training step (the scheduler calls it) ---------------------------------
 
     async def _train(self, chunks: list[EpisodeChunk], reason: str, stale_steps: int) -> None:
+        """Train on the chunks in the learner thread, publish the new version, count and log it."""
         steps = sum(c.num_steps for c in chunks)
         started = time.perf_counter()
-        state, stats = await asyncio.get_running_loop().run_in_executor(self._executor, self._learner.train, chunks)
+        state, stats = await self._in_learner_thread(self._learner.train, chunks)
         seconds = time.perf_counter() - started
-        self._publish(state)
-        self.metrics.record_training_step(state.weights_seq_no, steps, stats, seconds)
-        self._training_env_steps = 0  # counted as trained now
+        self._store.publish(state)
+        self.metrics.record_training_step(state.weights_seq_no, steps, stats, seconds)  # counted trained now
         snapshot = self.metrics.snapshot()
         mean_return = snapshot["episode_return_mean"]
         logger.info(
@@ -329,16 +211,3 @@ class TrainingService:
             stats["clip_frac"],
             stats["explained_var"],
         )
-
-    def _publish(self, state: PolicyState) -> None:
-        """Make `state` the current version and keep it for download."""
-        self._state = state
-        self._kept[state.weights_seq_no] = state
-        while len(self._kept) > KEPT_VERSIONS:
-            self._kept.popitem(last=False)
-
-    async def _finish_batch(self) -> None:
-        """Mark the batch that started last as done and wake the clients waiting on it."""
-        self._batches_finished = self._batches_started
-        async with self._batch_finished:
-            self._batch_finished.notify_all()

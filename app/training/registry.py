@@ -1,0 +1,48 @@
+"""The connected simulators, as the training service and the REST API see them."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ClientInfo:
+    """One connected simulator."""
+
+    id: int
+    transport: str  # "tcp" or "ws"
+    peer: str
+    connected_at: float = field(default_factory=time.time)  # Unix time
+    env_steps_sent: int = 0
+    sampling: bool = False  # asked for the sampling config or sent experience: the barrier waits for it
+    waiting: bool = False  # inside wait_for_training, its data not yet trained on
+    last_weights_seq_no_sent: int | None = None
+
+
+class ClientRegistry:
+    """Numbers clients as they connect and forgets them when they leave."""
+
+    def __init__(self) -> None:
+        self._clients: dict[int, ClientInfo] = {}
+        self._ids = itertools.count(1)
+
+    def connect(self, transport: str, peer: str) -> ClientInfo:
+        client = ClientInfo(id=next(self._ids), transport=transport, peer=peer)
+        self._clients[client.id] = client
+        return client
+
+    def disconnect(self, client: ClientInfo) -> None:
+        self._clients.pop(client.id, None)
+
+    @property
+    def clients(self) -> list[ClientInfo]:
+        return list(self._clients.values())
+
+    def samplers(self) -> Iterator[ClientInfo]:
+        """The clients the barrier waits for: those that asked for GET_CONFIG (as every
+        RLlink client does before sampling) or sent experience. A client that only
+        watches (PING, GET_STATE) holds nobody back. Lazy: all() stops early."""
+        return (client for client in self._clients.values() if client.sampling)
