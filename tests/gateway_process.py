@@ -8,6 +8,7 @@ The benchmarks (bench/_common.py) start their gateways with it too.
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -71,11 +72,13 @@ def gateway_process(
     log_level: str = "info",
     root: Path = ROOT,
     launcher: Sequence[str] = ("-m", "app"),
+    auth_token: str | None = None,
 ) -> Iterator[GatewayProcess]:
     """Run `python -m app` with these flags on free ports; stop it (SIGINT, then SIGKILL) on exit.
 
     `root` is the checkout whose gateway runs; `launcher` replaces `-m app` (the
-    benchmarks run code before the app that way).
+    benchmarks run code before the app that way); with `auth_token`, auth is on and the
+    readiness PING carries the token.
     """
     http_port, tcp_port = free_port(), free_port()
     cmd = [
@@ -83,12 +86,13 @@ def gateway_process(
         "--http-port", str(http_port), "--tcp-port", str(tcp_port),
         "--checkpoint-dir", str(checkpoint_dir), "--log-level", log_level,
         *flags,
+        *(["--auth-token", auth_token] if auth_token is not None else []),
     ]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     gateway = GatewayProcess(proc, http_port, tcp_port, log_path)
     try:
-        _wait_until_ready(gateway, startup_s)
+        _wait_until_ready(gateway, startup_s, _ping(auth_token))
         yield gateway
     finally:
         if proc.poll() is None:
@@ -99,7 +103,14 @@ def gateway_process(
                 gateway.kill()
 
 
-def _wait_until_ready(gateway: GatewayProcess, timeout_s: float) -> None:
+def _ping(token: str | None) -> bytes:
+    if token is None:
+        return PING
+    body = json.dumps({"type": "PING", "token": token}).encode()
+    return b"%08d" % len(body) + body
+
+
+def _wait_until_ready(gateway: GatewayProcess, timeout_s: float, ping: bytes) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if gateway.proc.poll() is not None:
@@ -107,7 +118,7 @@ def _wait_until_ready(gateway: GatewayProcess, timeout_s: float) -> None:
         try:
             with socket.create_connection(("127.0.0.1", gateway.tcp_port), timeout=2) as sock:
                 sock.settimeout(5)
-                sock.sendall(PING)
+                sock.sendall(ping)
                 received = b""
                 while len(received) < len(PONG) and (data := sock.recv(64)):
                     received += data

@@ -5,13 +5,9 @@ line with a readable default, and logs that never show the auth token, at any le
 from __future__ import annotations
 
 import re
-import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -23,7 +19,7 @@ from app.cli import parse_command_line
 from app.config import PPOConfig, Settings
 from app.log_redaction import redact
 
-from .gateway_process import PING, PONG, ROOT, free_port
+from .gateway_process import PING, PONG, ROOT, gateway_process
 from .helpers import frame, wait_until
 
 SECRET = "S3CRET-XYZ"
@@ -135,56 +131,6 @@ def test_installing_the_redaction_twice_installs_it_once():
     assert done.returncode == 0, done.stderr
 
 
-@dataclass
-class TokenGateway:
-    proc: subprocess.Popen
-    http_port: int
-    tcp_port: int
-    log_path: Path
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-@contextmanager
-def gateway_with_token(tmp_path: Path) -> Iterator[TokenGateway]:
-    """`python -m app` with auth on and debug logging, its stdout and stderr in one file; stopped with SIGINT.
-
-    Not tests.gateway_process: its readiness PING carries no token, which a gateway with auth refuses.
-    """
-    http_port, tcp_port = free_port(), free_port()
-    log_path = tmp_path / "gateway.log"
-    cmd = [
-        sys.executable, "-m", "app",
-        "--http-port", str(http_port), "--tcp-port", str(tcp_port),
-        "--auth-token", SECRET, "--log-level", "debug",
-        "--checkpoint-dir", str(tmp_path / "checkpoints"), "--decode-workers", "0",
-    ]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    gateway = TokenGateway(proc, http_port, tcp_port, log_path)
-
-    def ready() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"the gateway exited with {proc.returncode}:\n{gateway.output()}")
-        try:  # /api/health is open without the token; TCP listens before HTTP serves
-            return httpx.get(f"http://127.0.0.1:{http_port}/api/health", timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, timeout_s=180, what="the gateway to answer /api/health")
-        yield gateway
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-
-
 def read_frame(sock: socket.socket) -> bytes:
     data = b""
     while len(data) < 8 or len(data) < 8 + int(data[:8]):
@@ -195,7 +141,9 @@ def read_frame(sock: socket.socket) -> bytes:
 
 
 def test_the_token_never_reaches_the_log_while_the_requests_do(tmp_path):
-    with gateway_with_token(tmp_path) as gateway:
+    with gateway_process(
+        tmp_path / "checkpoints", tmp_path / "gateway.log", "--decode-workers", "0", log_level="debug", auth_token=SECRET
+    ) as gateway:
         http, ws_url = f"http://127.0.0.1:{gateway.http_port}", f"ws://127.0.0.1:{gateway.http_port}/rllink"
         assert httpx.get(f"{http}/api/metrics", params={"token": SECRET}, timeout=30).status_code == 200
         assert httpx.get(f"{http}/api/metrics", headers={"Authorization": f"Bearer {SECRET}"}, timeout=30).status_code == 200
@@ -221,14 +169,14 @@ def test_the_token_never_reaches_the_log_while_the_requests_do(tmp_path):
             '"token": "***"',
         )
         def all_logged() -> bool:
-            output = gateway.output()
+            output = gateway.log_path.read_text(errors="replace")
             leaked = [line for line in output.splitlines() if SECRET in line]
             assert not leaked, leaked
             return all(line in output for line in wanted) and output.count(" disconnected (") >= 4
 
         wait_until(all_logged, timeout_s=60, what=f"the log lines {wanted} and four disconnections")
     # ... and, with the process stopped and its output complete, the token is nowhere.
-    output = gateway.output()
+    output = gateway.log_path.read_text(errors="replace")
     assert gateway.proc.returncode is not None
     assert SECRET not in output, [line for line in output.splitlines() if SECRET in line]
     assert output.count("token=***") >= 3

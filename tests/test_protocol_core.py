@@ -247,8 +247,8 @@ def test_any_split_of_a_valid_stream_decodes_to_the_same_frames(bodies, cuts):
 def test_arbitrary_bytes_raise_nothing_but_the_decoders_own_error(data):
     decoder = FrameDecoder(max_frame_bytes=64)
     try:
-        for chunk in data:
-            for body in decode_all(decoder, chunk):
+        for piece in data:
+            for body in decode_all(decoder, piece):
                 assert len(body) <= 64
     except ProtocolError as exc:
         assert exc.fatal and exc.code in (ErrorCode.BAD_HEADER, ErrorCode.FRAME_TOO_LARGE)
