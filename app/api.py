@@ -10,10 +10,22 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.routing import compile_path
 
 from app.auth import require_token
+from app.config import DEFAULT_MODULE_ID
 from app.dependencies import get_gateway
 from app.gateway import Gateway
 from app.prometheus import render_prometheus
-from app.rest_models import Client, ConfigPatch, GatewayConfig, Health, Limits, Metrics
+from app.rest_models import (
+    Client,
+    ConfigPatch,
+    GatewayConfig,
+    Health,
+    Limits,
+    Metrics,
+    Policy,
+    PolicyConfigView,
+    SelfPlayStatus,
+)
+from app.training.onnx_export import PolicyState
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -29,6 +41,8 @@ def collect_metrics(gateway: Gateway) -> Metrics:
     the counters could change halfway through and not add up."""
     service, traffic = gateway.service, gateway.traffic
     snapshot = service.metrics.snapshot()
+    for module_id, league in service.leagues.items():
+        snapshot["policies"][module_id]["elo"] = league.elo
     clients: dict[str, int] = {"tcp": 0, "ws": 0}
     for client in service.clients:
         clients[client.transport] = clients.get(client.transport, 0) + 1
@@ -78,12 +92,25 @@ def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
 
 
 def current_config(gateway: Gateway) -> GatewayConfig:
-    settings, service = gateway.settings, gateway.service
-    derived = {"onnx_output_names", "ppo", "limits", "auth_enabled", "tls_enabled"}
+    settings, service, policies = gateway.settings, gateway.service, gateway.policies
+    derived = {"onnx_output_names", "ppo", "policies", "policy_mapping", "limits", "auth_enabled", "tls_enabled"}
     return GatewayConfig(
         **settings.model_dump(include=set(GatewayConfig.model_fields) - derived),
         onnx_output_names=service.onnx_output_names,
         ppo=service.ppo_config,
+        policies={
+            module.module_id: PolicyConfigView(
+                observation_space=module.observation_space,
+                action_space=module.action_space,
+                trainable=module.trainable,
+                opponent_of=module.opponent_of,
+                ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
+                self_play=module.self_play,
+            )
+            for module in policies.modules.values()
+        },
+        policy_mapping=policies.mapping,
+        default_module_id=policies.default_module_id,
         limits=Limits(**settings.model_dump(include=set(Limits.model_fields))),
         auth_enabled=settings.auth_token is not None,
         tls_enabled=settings.tls_enabled,
@@ -99,14 +126,31 @@ def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
     "/config",
     response_model=GatewayConfig,
     summary="Change PPO hyperparameters while training",
-    description="Takes effect from the next training step. Invalid values are refused with 422.",
-    responses={400: {"description": "The body could not be read (not UTF-8 text)."}},
+    description=(
+        "Takes effect from the next training step. `ppo` changes every trainable module; "
+        "`policies: {module_id: {ppo: ...}}` one module. Invalid values or modules are refused with 422, "
+        "and then nothing changes."
+    ),
+    responses={
+        400: {"description": "The body could not be read (not UTF-8 text)."},
+        404: {"description": "`policies` names a module the gateway does not have."},
+    },
 )
 def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
-    try:
-        gateway.service.update_ppo_config(patch.ppo.changes())
-    except ValueError as exc:  # shaped like FastAPI's own 422, as the schema says
-        raise HTTPException(status_code=422, detail=[{"loc": ["body", "ppo"], "msg": str(exc), "type": "value_error"}]) from None
+    service = gateway.service
+    if unknown := [module_id for module_id in patch.policies if module_id not in gateway.policies.modules]:
+        modules = ", ".join(gateway.policies.modules)
+        raise HTTPException(status_code=404, detail=f"no module {', '.join(map(repr, unknown))}; modules: {modules}")
+    changes = [(["body", "ppo"], module.module_id, patch.ppo.changes()) for module in gateway.policies.trainable if patch.ppo]
+    changes += [(["body", "policies", m], m, p.ppo.changes()) for m, p in patch.policies.items()]
+    updated = {}
+    for loc, module_id, ppo_changes in changes:  # check them all before changing any
+        try:
+            updated[module_id] = service.checked_ppo_config(ppo_changes, updated.get(module_id), module_id)
+        except ValueError as exc:  # shaped like FastAPI's own 422, as the schema says
+            raise HTTPException(status_code=422, detail=[{"loc": loc, "msg": str(exc), "type": "value_error"}]) from None
+    for module_id, cfg in updated.items():
+        service.set_ppo_config(cfg, module_id)
     return current_config(gateway)
 
 
@@ -129,17 +173,71 @@ def model_onnx(
     if_none_match: str | None = Header(None),
     gateway: Gateway = Depends(get_gateway),
 ) -> Response:
+    return onnx_response(gateway, gateway.policies.default_module_id, version, if_none_match)
+
+
+def onnx_response(gateway: Gateway, module_id: str, version: int | None, if_none_match: str | None) -> Response:
+    """One module's ONNX file at the current or a kept version; 304 when the client's ETag is current.
+    The ETag is the version in which that module's weights last changed."""
     service = gateway.service
-    state = service.current_state() if version is None else service.kept_state(version)
-    if state is None:
+    published = service.current_state() if version is None else service.kept_state(version)
+    if published is None:
         kept = ", ".join(str(v) for v in service.kept_versions)
         raise HTTPException(status_code=404, detail=f"version {version} is not kept; kept versions: {kept}")
+    state: PolicyState = published.modules[module_id]
     etag = f'"{state.weights_seq_no}"'
     headers = {"ETag": etag, "X-Weights-Seq-No": str(state.weights_seq_no), "Cache-Control": "no-cache"}
     if if_none_match is not None and etag in {tag.strip() for tag in if_none_match.split(",")}:
         return Response(status_code=304, headers=headers)
-    headers["Content-Disposition"] = f'attachment; filename="policy-v{state.weights_seq_no}.onnx"'
+    name = "policy" if module_id == DEFAULT_MODULE_ID else module_id
+    headers["Content-Disposition"] = f'attachment; filename="{name}-v{state.weights_seq_no}.onnx"'
     return Response(state.onnx_bytes, media_type=ONNX_MEDIA_TYPE, headers=headers)
+
+
+@router.get("/policies", response_model=list[Policy], summary="Every module: spaces, version, progress, rating")
+async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]:
+    service = gateway.service
+    metrics = collect_metrics(gateway).policies
+    listed = []
+    for module in gateway.policies.modules.values():
+        league = service.leagues.get(module.module_id)
+        listed.append(
+            Policy(
+                module_id=module.module_id,
+                observation_space=module.observation_space,
+                action_space=module.action_space,
+                action_distribution=module.action_distribution,
+                trainable=module.trainable,
+                opponent_of=module.opponent_of,
+                ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
+                self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
+                **metrics[module.module_id].model_dump(),
+            )
+        )
+    return listed
+
+
+@router.get(
+    "/policies/{module_id}/model.onnx",
+    response_class=Response,
+    summary="One module's policy as a plain ONNX file",
+    description="As `/api/model.onnx`, for any module (a self-play opponent's is the snapshot it plays now).",
+    responses={
+        200: {"content": {ONNX_MEDIA_TYPE: {}}, "description": "The ONNX model."},
+        304: {"description": "The client's copy (If-None-Match) is current."},
+        404: {"description": "No such module, or that version is not kept."},
+    },
+)
+def module_model_onnx(
+    module_id: str,
+    version: int | None = Query(None, ge=0, description="A kept older version; default the current one."),
+    if_none_match: str | None = Header(None),
+    gateway: Gateway = Depends(get_gateway),
+) -> Response:
+    if module_id not in gateway.policies.modules:
+        modules = ", ".join(gateway.policies.modules)
+        raise HTTPException(status_code=404, detail=f"no module {module_id!r}; modules: {modules}")
+    return onnx_response(gateway, module_id, version, if_none_match)
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:

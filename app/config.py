@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, BoxSpace, Space
@@ -42,6 +45,48 @@ class PPOConfig(BaseModel):
     hidden_sizes: tuple[int, ...] = Field((64, 64), min_length=1, description="MLP layer widths.")
 
 
+DEFAULT_MODULE_ID = "default_policy"
+MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a directory name under checkpoint_dir
+
+
+class SelfPlayConfig(BaseModel):
+    """A policy that plays against frozen snapshots of itself (as ML-Agents' self-play)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    opponent_module_id: str | None = Field(
+        None, description="Module id clients play the opponent with; default '<module_id>_opponent'."
+    )
+    snapshot_every: int = Field(5, ge=1, description="Versions between two snapshots of the learner.")
+    window: int = Field(10, ge=1, le=1000, description="Snapshots kept to play against (the most recent).")
+    play_against_latest_ratio: float = Field(
+        0.5, ge=0, le=1, description="Share of versions whose opponent is the learner's latest weights, not a snapshot."
+    )
+    elo_k: float = Field(16.0, gt=0, le=100, description="ELO K-factor: rating points moved per game at most.")
+    initial_elo: float = Field(1200.0, description="Rating of a fresh learner.")
+
+
+class PolicyConfig(BaseModel):
+    """One module of `policies`: its spaces, PPO hyperparameters that differ, self-play."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    observation_space: BoxSpace
+    action_space: Space
+    ppo: dict[str, Any] = Field(
+        default_factory=dict, description="PPO hyperparameters that differ from the gateway's --ppo for this module."
+    )
+    self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
+
+    @field_validator("ppo")
+    @classmethod
+    def _known_ppo_names(cls, ppo: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(ppo) - set(PPOConfig.model_fields)
+        if unknown:
+            raise ValueError(f"unknown PPO hyperparameters: {', '.join(sorted(unknown))}")
+        return ppo
+
+
 class Settings(BaseSettings):
     """Everything the gateway can be told; defaults train CartPole-v1 on localhost."""
 
@@ -66,6 +111,17 @@ class Settings(BaseSettings):
     observation_space: BoxSpace = Field(CARTPOLE_OBSERVATION_SPACE, description="Observation space, as JSON.")
     action_space: Space = Field(
         CARTPOLE_ACTION_SPACE, description="Action space, as JSON: discrete or box."
+    )
+
+    policies: dict[str, PolicyConfig] | None = Field(
+        None,
+        description="Several modules as JSON {module_id: {observation_space, action_space, ppo?, self_play?}}; "
+        "unset: one module, default_policy, of --observation-space and --action-space.",
+    )
+    policy_mapping: dict[str, str] | None = Field(
+        None,
+        description="Which module each agent plays, as JSON {agent_id_glob: module_id}: the first matching glob wins; "
+        "unset with one module: every agent plays it.",
     )
 
     # The RLlink contract with clients.
@@ -127,6 +183,26 @@ class Settings(BaseSettings):
     def _tls_pair(self) -> Settings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("tls_certfile and tls_keyfile must be set together")
+        return self
+
+    @model_validator(mode="after")
+    def _policies(self) -> Settings:
+        """Module ids that can name a directory, a mapping onto declared modules, valid
+        per-module PPO hyperparameters."""
+        if self.policies is not None:
+            if not self.policies:
+                raise ValueError("policies must declare at least one module (or be unset)")
+            for module_id, policy in self.policies.items():
+                PPOConfig.model_validate({**self.ppo.model_dump(), **policy.ppo})
+                opponent = policy.self_play and policy.self_play.opponent_module_id
+                for name in (module_id, opponent) if opponent else (module_id,):
+                    if not MODULE_ID_PATTERN.match(name):
+                        raise ValueError(
+                            f"module id {name!r} must be 1 to 64 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
+                        )
+        from app.policies import PolicySet  # noqa: PLC0415 - it imports this module; it checks the mapping
+
+        PolicySet.from_settings(self)
         return self
 
     @property

@@ -18,8 +18,18 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from app.auth import token_matches
 from app.protocol import ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
-from app.schemas import Episodes, EpisodesAndGetState, GetConfig, GetState, Ping, Pong, SetConfig, SetState
-from app.training.service import PolicyState
+from app.schemas import (
+    Episodes,
+    EpisodesAndGetState,
+    GetConfig,
+    GetState,
+    Ping,
+    PolicyDescription,
+    Pong,
+    SetConfig,
+    SetState,
+)
+from app.training.service import PolicySetState
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -58,7 +68,7 @@ class Connection(Generic[Tag]):
         self._traffic = gateway.traffic
         self._send = send
         self._session = Session(
-            gateway.spaces,
+            gateway.policies,
             settings.max_frame_bytes,
             settings.max_episodes_per_message,
             settings.max_steps_per_message,
@@ -224,19 +234,31 @@ class Connection(Generic[Tag]):
         raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
 
     def _set_config(self) -> SetConfig:
-        settings = self._gateway.settings
+        settings, policies = self._gateway.settings, self._gateway.policies
+        described = {
+            module.module_id: PolicyDescription(
+                observation_space=module.observation_space,
+                action_space=module.action_space,
+                onnx_input_name=settings.onnx_input_name,
+                onnx_output_names=self._service.onnx_output_names,
+                action_distribution=module.action_distribution,
+                trainable=module.trainable,
+            )
+            for module in policies.modules.values()
+        }
+        default = described[policies.default_module_id]
         return SetConfig(
             env_steps_per_sample=settings.env_steps_per_sample,
             force_on_policy=settings.force_on_policy,
-            observation_space=settings.observation_space,
-            action_space=settings.action_space,
-            onnx_input_name=settings.onnx_input_name,
-            onnx_output_names=self._service.onnx_output_names,
+            **default.model_dump(exclude={"trainable"}),
+            policies=described,
+            policy_mapping=policies.mapping,
+            default_module_id=policies.default_module_id,
         )
 
-    def _set_state(self, state: PolicyState) -> SetState:
+    def _set_state(self, state: PolicySetState) -> SetState:
         self._service.note_state_sent(self.client, state)
-        return SetState(onnx_file=state.onnx_gzip_b64, weights_seq_no=state.weights_seq_no)
+        return state.set_state
 
 
 def admission_error(gateway: Gateway, transport: str) -> ProtocolError | None:

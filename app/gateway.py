@@ -14,7 +14,8 @@ import socket
 from app.config import Settings
 from app.decode_workers import DecodeWorkers
 from app.protocol import ReplyEncoder
-from app.schemas import ARRAY_FIELDS, SpacesContext
+from app.policies import PolicySet
+from app.schemas import ARRAY_FIELDS
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
 from app.training.checkpoints import CheckpointMismatch
@@ -28,12 +29,12 @@ class StartupError(Exception):
 
 
 class Gateway:
-    """Settings, the training service, traffic counters, decode workers and the TCP bridge."""
+    """Settings, the modules, the training service, traffic counters, decode workers and the TCP bridge."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.spaces = SpacesContext(settings.observation_space, settings.action_space)
-        self.service = TrainingService(settings)
+        self.policies = PolicySet.from_settings(settings)
+        self.service = TrainingService(settings, self.policies)
         self.traffic = TrafficStats()
         self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)
         self.replies = ReplyEncoder()  # encodes the replies many clients get alike once

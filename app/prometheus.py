@@ -45,6 +45,18 @@ LABELLED = [
     ("dropped_env_steps", "reason", "counter", "Env steps not trained on."),
 ]
 
+# Per module, labelled module_id: (field of PolicyMetrics, Prometheus type, help).
+POLICY_SCALARS = [
+    ("weights_seq_no", "gauge", "Gateway version in which the module's weights last changed."),
+    ("num_env_steps_sampled_lifetime", "counter", "Env steps received for the module."),
+    ("num_env_steps_trained_lifetime", "counter", "Env steps the module trained on."),
+    ("num_episodes_lifetime", "counter", "Agent episodes of the module received."),
+    ("episode_return_mean", "gauge", "Mean return of the module's recent agent episodes."),
+    ("episode_len_mean", "gauge", "Mean length of the module's recent agent episodes."),
+    ("win_rate", "gauge", "Share of wins among the module's recent reported games."),
+    ("elo", "gauge", "ELO rating of a self-play learner."),
+]
+
 FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 
 
@@ -65,6 +77,32 @@ class _SnapshotCollector(Collector):
         learner = GaugeMetricFamily(PREFIX + "learner_stat", "Latest PPO update statistics.", labels=["stat"])
         for key, value in self.metrics.learner.model_dump(exclude_none=True).items():
             learner.add_metric([key], value)
+        yield learner
+        yield from self._per_module()
+        agent_return = GaugeMetricFamily(
+            PREFIX + "agent_episode_return_mean", "Mean return of the agent's recent episodes.", labels=["agent_id"]
+        )
+        for agent_id, window in sorted(self.metrics.agents.items()):
+            if window.episode_return_mean is not None:
+                agent_return.add_metric([agent_id], window.episode_return_mean)
+        yield agent_return
+
+    def _per_module(self) -> Iterator[Metric]:
+        policies = sorted(self.metrics.policies.items())
+        for name, kind, help_text in POLICY_SCALARS:
+            family = FAMILIES[kind](PREFIX + "policy_" + name.removesuffix("_lifetime"), help_text, labels=["module_id"])
+            for module_id, policy in policies:
+                if (value := getattr(policy, name)) is not None:
+                    family.add_metric([module_id], float(value))
+            yield family
+        games = CounterMetricFamily(PREFIX + "policy_games", "Games reported, by outcome.", labels=["module_id", "outcome"])
+        learner = GaugeMetricFamily(PREFIX + "policy_learner_stat", "Latest PPO update statistics.", labels=["module_id", "stat"])
+        for module_id, policy in policies:
+            for outcome, count in policy.games.model_dump().items():
+                games.add_metric([module_id, outcome], count)
+            for stat, value in policy.learner.model_dump(exclude_none=True).items():
+                learner.add_metric([module_id, stat], value)
+        yield games
         yield learner
 
 

@@ -25,6 +25,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from app.json_arrays import loads_with_arrays
+from app.policies import PolicySet
 from app.schemas import (
     ARRAY_FIELDS,
     REQUEST_TYPES,
@@ -34,7 +35,6 @@ from app.schemas import (
     Error,
     Request,
     SetState,
-    SpacesContext,
     request_adapter,
 )
 
@@ -218,7 +218,7 @@ class ReplyEncoder:
     """
 
     def __init__(self) -> None:
-        self._set_state: dict[Encoding, tuple[int, str, bytes]] = {}  # weights_seq_no, onnx_file, frame
+        self._set_state: dict[Encoding, tuple[int, str, dict[str, str], bytes]] = {}  # version, files, frame
         self._fieldless: dict[tuple[type, Encoding], bytes] = {}
         self._has_fields: set[type] = set()
 
@@ -230,10 +230,11 @@ class ReplyEncoder:
                 cached is not None
                 and cached[0] == message.weights_seq_no
                 and (cached[1] is message.onnx_file or cached[1] == message.onnx_file)
+                and cached[2] == message.onnx_files  # the same strings: compared by identity
             ):
-                return cached[2]
+                return cached[3]
             frame = encode_message(message, encoding)
-            self._set_state[encoding] = (message.weights_seq_no, message.onnx_file, frame)
+            self._set_state[encoding] = (message.weights_seq_no, message.onnx_file, message.onnx_files, frame)
             return frame
         if cls in self._has_fields:
             return encode_message(message, encoding)
@@ -313,7 +314,7 @@ class Session:
 
     def __init__(
         self,
-        spaces: SpacesContext,
+        policies: PolicySet,
         max_frame_bytes: int,
         max_episodes_per_message: int | None = None,
         max_steps_per_message: int | None = None,
@@ -323,7 +324,10 @@ class Session:
     ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
         # JSON bodies say so: the chunk validators then skip a check (see schemas).
-        self._contexts = {Encoding.JSON: {"spaces": spaces, "from_json": True}, Encoding.MSGPACK: {"spaces": spaces}}
+        self._contexts = {
+            Encoding.JSON: {"policies": policies, "from_json": True},
+            Encoding.MSGPACK: {"policies": policies},
+        }
         self._max_episodes = max_episodes_per_message
         self._max_steps = max_steps_per_message
         self._check_token = check_token

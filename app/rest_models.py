@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.config import PPOConfig
+from app.config import PPOConfig, SelfPlayConfig
 from app.spaces import BoxSpace, Space
 
 
@@ -27,6 +27,39 @@ class LearnerStats(BaseModel):
     explained_var: float | None = None
 
 
+class EpisodeWindow(BaseModel):
+    """Statistics over the most recent whole episodes (of one agent's trajectory each)."""
+
+    episodes_in_window: int
+    episode_return_mean: float | None
+    episode_return_min: float | None
+    episode_return_max: float | None
+
+
+class Games(BaseModel):
+    """Games reported through chunks' `outcome`, since start."""
+
+    win: int
+    loss: int
+    draw: int
+
+
+class PolicyMetrics(EpisodeWindow):
+    """What one module has seen and done."""
+
+    weights_seq_no: int = Field(description="The gateway version in which this module's weights last changed.")
+    num_env_steps_sampled_lifetime: int
+    num_env_steps_trained_lifetime: int
+    num_episodes_lifetime: int
+    episode_len_mean: float | None
+    episode_len_min: float | None
+    episode_len_max: float | None
+    learner: LearnerStats
+    games: Games
+    win_rate: float | None = Field(description="Share of wins among the recent games reported (None before any).")
+    elo: float | None = Field(None, description="ELO rating of a self-play learner (None for other modules).")
+
+
 class Metrics(BaseModel):
     """Training progress and traffic; names follow RLlib's where RLlib has one."""
 
@@ -42,7 +75,11 @@ class Metrics(BaseModel):
     episode_len_mean: float | None
     episode_len_min: float | None
     episode_len_max: float | None
-    learner: LearnerStats
+    learner: LearnerStats = Field(description="The default module's latest PPO statistics.")
+    policies: dict[str, PolicyMetrics] = Field(description="The same per module, by module_id.")
+    agents: dict[str, EpisodeWindow] = Field(
+        description="Returns per agent_id (chunks that name their agent; the 1,000 most recently seen agents)."
+    )
     last_training_step_s: float | None = Field(description="Wall time of the latest training step.")
     env_steps_per_s: float = Field(description="Env steps received per second, over the last few seconds.")
     pending_env_steps: int = Field(description="Env steps waiting for the next training step.")
@@ -88,6 +125,41 @@ class Limits(BaseModel):
     frame_timeout_s: float
 
 
+class SelfPlayStatus(BaseModel):
+    """The learner's rating and the snapshots it plays against."""
+
+    elo: float = Field(description="ELO rating of the learner, from the games clients report.")
+    rated_games: int = Field(description="Games rated (games against the latest weights, itself, are not).")
+    opponent_weights_seq_no: int | None = Field(
+        description="The snapshot the current version plays against; None: the latest weights."
+    )
+    snapshots: list[dict[str, float]] = Field(description="Kept snapshots: weights_seq_no and rating, oldest first.")
+
+
+class Policy(PolicyMetrics):
+    """One module: what it plays, how it trains and how it does (GET /api/policies)."""
+
+    module_id: str
+    observation_space: BoxSpace
+    action_space: Space
+    action_distribution: str
+    trainable: bool = Field(description="False for a frozen self-play opponent.")
+    opponent_of: str | None = Field(description="For a self-play opponent: the module whose snapshots it plays.")
+    ppo: PPOConfig | None = Field(description="Its PPO hyperparameters (None for a frozen opponent).")
+    self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
+
+
+class PolicyConfigView(BaseModel):
+    """One module in GET /api/config."""
+
+    observation_space: BoxSpace
+    action_space: Space
+    trainable: bool
+    opponent_of: str | None
+    ppo: PPOConfig | None
+    self_play: SelfPlayConfig | None
+
+
 class GatewayConfig(BaseModel):
     """The gateway's current configuration (secrets are never shown)."""
 
@@ -100,7 +172,10 @@ class GatewayConfig(BaseModel):
     train_batch_size: int
     barrier_timeout_s: float
     max_policy_lag: int
-    ppo: PPOConfig
+    ppo: PPOConfig = Field(description="The default module's PPO hyperparameters.")
+    policies: dict[str, PolicyConfigView] = Field(description="Every module, by module_id.")
+    policy_mapping: dict[str, str] = Field(description="agent_id glob -> module_id; the first glob that matches wins.")
+    default_module_id: str
     limits: Limits
     tcp_enabled: bool
     ws_per_message_deflate: bool
@@ -143,9 +218,18 @@ class PPOConfigPatch(BaseModel):
         return {name: value for name, value in given.items() if value is not None or name == "target_kl"}
 
 
-class ConfigPatch(BaseModel):
-    """Body of `PATCH /api/config`."""
+class PolicyPatch(BaseModel):
+    """One module's changes in `PATCH /api/config`."""
 
     model_config = ConfigDict(extra="forbid")
 
     ppo: PPOConfigPatch
+
+
+class ConfigPatch(BaseModel):
+    """Body of `PATCH /api/config`: `ppo` changes every trainable module, `policies` one by one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ppo: PPOConfigPatch | None = None
+    policies: dict[str, PolicyPatch] = Field(default_factory=dict)

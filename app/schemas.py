@@ -1,8 +1,8 @@
 """Pydantic models of every RLlink message, as one union discriminated on `type`.
 
 Requests accept every spelling found in RLlib's docs and code (see RLLINK.md).
-Episode chunks are checked against the configured spaces, which the caller passes
-as validation context: `parse_message(data, spaces=SpacesContext(obs, act))`.
+Episode chunks are checked against the spaces of their module; the caller passes the
+gateway's modules as validation context: `context={"policies": PolicySet(...)}`.
 Validated chunks hold numpy arrays, ready for the learner.
 """
 
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import (
@@ -27,22 +26,34 @@ from pydantic import (
     model_validator,
 )
 
+from app.config import DEFAULT_MODULE_ID
+from app.policies import UnknownModule
 from app.spaces import BoxSpace, DiscreteSpace, Space
+
+if TYPE_CHECKING:
+    from app.policies import Module, PolicySet
 
 PROTOCOL_VERSION = "rllink-gateway/1"
 
 
-@dataclass(frozen=True)
-class SpacesContext:
-    """The spaces incoming episodes are checked against (pydantic validation context)."""
-
-    observation_space: BoxSpace
-    action_space: BoxSpace | DiscreteSpace
-
-
-def _spaces(info: ValidationInfo) -> SpacesContext | None:
+def _policies(info: ValidationInfo) -> PolicySet | None:
+    """The gateway's modules, given as validation context `policies` (None: no checks)."""
     context = info.context or {}
-    return context.get("spaces")
+    return context.get("policies")
+
+
+def _spaces(info: ValidationInfo) -> Module | None:
+    """The module whose spaces the chunk is checked against; None without context, or
+    when the chunk's module could not be decided (that error is reported already)."""
+    policies = _policies(info)
+    if policies is None:
+        return None
+    return policies.modules.get(info.data.get("module_id"))
+
+
+def _of(module: Module) -> str:
+    """Which module's space an error is about, unless it is the one default module."""
+    return "" if module.module_id == DEFAULT_MODULE_ID else f" (module {module.module_id!r})"
 
 
 def _from_json(info: ValidationInfo) -> bool:
@@ -197,6 +208,16 @@ class EpisodeChunk(_Message):
 
     model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True, populate_by_name=True)
 
+    # agent_id and module_id come first: the module they decide gives the spaces checked below.
+    agent_id: str | None = Field(
+        None, max_length=256, description="The agent whose trajectory this is (several agents share an episode_id)."
+    )
+    module_id: str | None = Field(
+        None,
+        max_length=64,
+        validate_default=True,
+        description="The module to train on it; default: the first policy_mapping glob matching agent_id.",
+    )
     obs: np.ndarray = Field(description="T+1 observations: the first is the reset (or carried-over) one.")
     actions: np.ndarray = Field(description="T actions: ints (Discrete) or lists of floats (Box).")
     rewards: np.ndarray = Field(description="T rewards.")
@@ -223,6 +244,21 @@ class EpisodeChunk(_Message):
         description="Joins the chunks of one episode (gateway extension; RLlib's `id_`).",
     )
     weights_seq_no: int | None = Field(None, ge=0, description="Policy version that collected the chunk.")
+    outcome: Literal["win", "loss", "draw"] | None = Field(
+        None, description="How the agent's game ended, on the chunk that ends it (competitive games; feeds the rating)."
+    )
+
+    @field_validator("module_id")
+    @classmethod
+    def _module(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """The module the chunk trains: named, or mapped from its agent; refused if none or frozen."""
+        policies = _policies(info)
+        if policies is None or "agent_id" not in info.data:  # no checks, or agent_id is invalid itself
+            return value
+        try:
+            return policies.module_for(info.data["agent_id"], value).module_id
+        except UnknownModule as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("obs", mode="before")
     @classmethod
@@ -232,7 +268,7 @@ class EpisodeChunk(_Message):
         array = _as_array(value, np.float32, "obs", shape[0] if len(shape) == 1 else None, _from_json(info))
         if spaces is not None and array.shape[1:] != spaces.observation_space.shape:
             raise ValueError(
-                f"each observation must have shape {list(spaces.observation_space.shape)}, "
+                f"each observation must have shape {list(spaces.observation_space.shape)}{_of(spaces)}, "
                 f"got {list(array.shape[1:])}"
             )
         if array.ndim < 2 or len(array) < 2:
@@ -249,13 +285,13 @@ class EpisodeChunk(_Message):
                 return ints
             array = _as_array(value, np.float64, "actions")
             if array.ndim != 1 or not np.all(array == np.floor(array)):
-                raise ValueError("actions must be a list of integers for a Discrete action space")
+                raise ValueError(f"actions must be a list of integers for a Discrete action space{_of(spaces)}")
             if array.size and (array.min() < 0 or array.max() >= space.n):
-                raise ValueError(f"actions must lie in 0..{space.n - 1}")
+                raise ValueError(f"actions must lie in 0..{space.n - 1}{_of(spaces)}")
             return array.astype(np.int64)
         array = _as_array(value, np.float32, "actions", _row_size(value), _from_json(info))
         if isinstance(space, BoxSpace) and array.shape[1:] != space.shape:
-            raise ValueError(f"each action must have shape {list(space.shape)}, got {list(array.shape[1:])}")
+            raise ValueError(f"each action must have shape {list(space.shape)}{_of(spaces)}, got {list(array.shape[1:])}")
         return array
 
     @field_validator("rewards", "action_logp", mode="before")
@@ -280,7 +316,7 @@ class EpisodeChunk(_Message):
         if spaces is not None and array.shape[1] != (width := num_dist_inputs(spaces.action_space)):
             raise ValueError(
                 f"each action_dist_inputs vector must hold {width} values for the action space "
-                f"({_dist_inputs_layout(spaces.action_space)}), got {array.shape[1]}"
+                f"({_dist_inputs_layout(spaces.action_space)}){_of(spaces)}, got {array.shape[1]}"
             )
         return array
 
@@ -293,6 +329,8 @@ class EpisodeChunk(_Message):
             array = getattr(self, name)
             if array is not None and len(array) != steps:
                 raise ValueError(f"{name} must hold len(actions) = {steps} entries, got {len(array)}")
+        if self.outcome is not None and not (self.is_terminated or self.is_truncated):
+            raise ValueError("outcome belongs on the chunk that ends the agent's episode (is_terminated or is_truncated true)")
         return self
 
     @property
@@ -351,8 +389,23 @@ class Pong(_Message):
     type: Literal["PONG"] = "PONG"
 
 
+ActionDistribution = Literal["categorical", "gaussian"]
+
+
+class PolicyDescription(BaseModel):
+    """What a client needs to play one module: one entry of `SET_CONFIG.policies`."""
+
+    observation_space: BoxSpace
+    action_space: Space
+    onnx_input_name: str
+    onnx_output_names: list[str]
+    action_distribution: ActionDistribution = Field(description="How to turn the model's output into an action.")
+    trainable: bool = Field(description="False for a frozen self-play opponent: play it, send none of its experience.")
+
+
 class SetConfig(_Message):
-    """RLlink's config reply; fields after the first two are gateway extensions."""
+    """RLlink's config reply; fields after the first two are gateway extensions. The
+    unprefixed spaces and names are the default module's."""
 
     type: Literal["SET_CONFIG"] = "SET_CONFIG"
     env_steps_per_sample: int
@@ -361,13 +414,20 @@ class SetConfig(_Message):
     action_space: Space
     onnx_input_name: str
     onnx_output_names: list[str]
+    action_distribution: ActionDistribution
+    policies: dict[str, PolicyDescription] = Field(description="Every module, by module_id.")
+    policy_mapping: dict[str, str] = Field(description="agent_id glob -> module_id; the first glob that matches wins.")
+    default_module_id: str = Field(description="The module of chunks with neither agent_id nor module_id.")
     protocol_version: str = PROTOCOL_VERSION
 
 
 class SetState(_Message):
     type: Literal["SET_STATE"] = "SET_STATE"
-    onnx_file: str = Field(description="base64 of the gzip-compressed ONNX policy.")
+    onnx_file: str = Field(description="base64 of the gzip-compressed ONNX policy of the default module.")
     weights_seq_no: int = Field(ge=0, description="Version of those weights, strictly increasing.")
+    onnx_files: dict[str, str] = Field(
+        default_factory=dict, description="Every module's ONNX policy, by module_id (gateway extension)."
+    )
 
 
 class Error(_Message):

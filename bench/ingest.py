@@ -53,8 +53,8 @@ from _common import (  # noqa: E402
     ws_connect,
 )
 
+from app.policies import PolicySet  # noqa: E402
 from app.protocol import FrameDecoder, RequestReceived, Session, encode_frame  # noqa: E402
-from app.schemas import SpacesContext  # noqa: E402
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE  # noqa: E402
 
 STEPS = 500  # per EPISODES message
@@ -237,7 +237,7 @@ def _holder(gateway, frame: bytes) -> Iterator[None]:
 def measure_limits(bodies: list[bytes], seconds: float) -> dict[str, float]:
     """Env steps/s (wall clock, and per CPU second) of orjson.loads on the bodies, and
     of the gateway's sans-I/O core on the same frames, one core, best of 5 rounds."""
-    session = Session(SpacesContext(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 8 << 20)
+    session = Session(PolicySet.single(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 8 << 20)
     frames = [encode_frame(body) for body in bodies]
 
     def parse(frame: bytes) -> None:

@@ -14,13 +14,13 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports(include=["app"]):
+    from app.policies import PolicySet
     from app.protocol import ErrorCode, FrameRejected, RequestReceived, Session
-    from app.schemas import SpacesContext
     from app.spaces import BoxSpace, DiscreteSpace
 
 SPACES = [
-    SpacesContext(BoxSpace(shape=(4,)), DiscreteSpace(n=2)),
-    SpacesContext(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0)),
+    PolicySet.single(BoxSpace(shape=(4,)), DiscreteSpace(n=2)),
+    PolicySet.single(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0)),
 ]
 
 

@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from app.policies import PolicySet
 from app.__main__ import uvicorn_options
 from app.clients.blocking_ws import BlockingWebSocket
 from app.clients.rllink_client import RLlinkClient
@@ -31,7 +32,7 @@ from app.config import Settings
 from app.decode_workers import DecodeWorkers
 from app.main import create_app
 from app.protocol import FrameDecoder, decode_body, encode_frame
-from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, SpacesContext, num_dist_inputs
+from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, num_dist_inputs
 from app.spaces import BoxSpace, DiscreteSpace
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
@@ -322,9 +323,9 @@ class WsPeer(_FramePeer):
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-CARTPOLE = SpacesContext(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
-PENDULUM = SpacesContext(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0))
-GRID = SpacesContext(BoxSpace(shape=(2, 2)), DiscreteSpace(n=3))
+CARTPOLE = PolicySet.single(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
+PENDULUM = PolicySet.single(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0))
+GRID = PolicySet.single(BoxSpace(shape=(2, 2)), DiscreteSpace(n=3))
 SPACES = {"cartpole": CARTPOLE, "pendulum": PENDULUM, "grid": GRID}
 
 json_leaves = (
@@ -367,7 +368,7 @@ NOT_BOOLEANS = st.sampled_from([0, 1, "yes", "true", None, [True], 1.0])
 
 
 @st.composite
-def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> dict:
+def near_valid_chunks(draw, spaces: PolicySet, allow_non_finite: bool) -> dict:
     """A chunk that is valid but for at most one thing (numbers of any size, sizes off
     by one, a field of the wrong kind or missing, an action out of range, a done flag
     that is not a boolean, action_dist_inputs of the wrong width), with aliases and
@@ -375,7 +376,7 @@ def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> di
     corruption = draw(st.sampled_from([None, None, None, *CORRUPTIONS]))
     num = plain_numbers if corruption != "odd numbers" else odd_numbers if allow_non_finite else numbers
     steps = draw(st.integers(min_value=1, max_value=5))
-    obs_shape = list(spaces.observation_space.shape)
+    obs_shape = list(spaces.default.observation_space.shape)
     obs_len = steps + 1 + (draw(st.sampled_from([-1, 1, -steps - 1])) if corruption == "obs length" else 0)
 
     def observation():
@@ -384,8 +385,8 @@ def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> di
             return draw(st.lists(num, min_size=size, max_size=size))
         return [[draw(num) for _ in range(obs_shape[1])] for _ in range(obs_shape[0])]
 
-    if isinstance(spaces.action_space, DiscreteSpace):
-        n = spaces.action_space.n
+    if isinstance(spaces.default.action_space, DiscreteSpace):
+        n = spaces.default.action_space.n
         action = st.sampled_from([-1, n, 0.5]) if corruption == "action range" else st.integers(0, n - 1)
     else:
         action = st.lists(num, min_size=1, max_size=2 if corruption == "action range" else 1)
@@ -403,7 +404,7 @@ def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> di
         chunk[flag] = draw(NOT_BOOLEANS)
     if draw(st.booleans()):
         chunk["action_logp"] = draw(st.lists(num, min_size=steps, max_size=steps))
-    width = num_dist_inputs(spaces.action_space)
+    width = num_dist_inputs(spaces.default.action_space)
     if corruption == "dist inputs width":
         width = draw(st.sampled_from([width - 1, width + 1]))
     if corruption == "dist inputs width" or draw(st.booleans()):
@@ -423,7 +424,7 @@ def near_valid_chunks(draw, spaces: SpacesContext, allow_non_finite: bool) -> di
 
 
 @st.composite
-def structured_messages(draw, spaces: SpacesContext, allow_non_finite: bool) -> dict:
+def structured_messages(draw, spaces: PolicySet, allow_non_finite: bool) -> dict:
     """A message of any type (mostly EPISODES*) with near-valid chunks and odd fields."""
     message_type = draw(
         st.one_of(

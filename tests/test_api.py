@@ -102,7 +102,7 @@ def test_patch_config_changes_hyperparameters_live(gateway, http):
         {"ppo": {"learning_rate": "0.1"}},
         {"ppo": {"update_epochs": 2.5}},
         {"train_batch_size": 10},
-        {},
+        {"policies": {"default_policy": {"ppo": {"gamma": 2}}}},
     ],
 )
 def test_patch_config_refuses_bad_bodies_with_422(rest, body):

@@ -15,10 +15,11 @@ import httpx
 import numpy as np
 import pytest
 
+from app.policies import PolicySet
 from app.decode_workers import OFFLOAD_MIN_BODY_BYTES, DecodeWorkers
 from app.json_arrays import loads_with_arrays
 from app.protocol import FrameDecoder, FrameRejected, RequestReceived, Session, encode_frame
-from app.schemas import ARRAY_FIELDS, SpacesContext
+from app.schemas import ARRAY_FIELDS
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 
 from .helpers import chunk, frame, gateway_settings, running_gateway, wait_until
@@ -140,7 +141,7 @@ def test_workers_decode_large_bodies_as_the_event_loop_would():
     assert [result is None for result in results] == [False, True, True, False, True]
 
     # The events are the same whichever side decoded the body.
-    session = Session(SpacesContext(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 1 << 24)
+    session = Session(PolicySet.single(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 1 << 24)
     for body, result in zip(bodies, results):
         here, there = session.parse(body), session.parse(body, result)
         assert type(here) is type(there)

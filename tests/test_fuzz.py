@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.policies import PolicySet
 from app.protocol import (
     Encoding,
     ErrorCode,
@@ -38,7 +39,7 @@ from app.protocol import (
     decode_body,
     encode_frame,
 )
-from app.schemas import Episodes, SpacesContext, _fast_floats, _fast_indices, num_dist_inputs
+from app.schemas import Episodes, _fast_floats, _fast_indices, num_dist_inputs
 from app.spaces import DiscreteSpace
 
 from .helpers import CARTPOLE, FUZZ, SPACES, numbers, odd_numbers, structured_messages
@@ -46,7 +47,7 @@ from .helpers import CARTPOLE, FUZZ, SPACES, numbers, odd_numbers, structured_me
 MAX_FRAME = 2048
 
 
-def new_session(spaces: SpacesContext = CARTPOLE) -> Session:
+def new_session(spaces: PolicySet = CARTPOLE) -> Session:
     return Session(spaces, MAX_FRAME, max_episodes_per_message=4, max_steps_per_message=40)
 
 
@@ -80,24 +81,24 @@ def check_accepted(request, session: Session) -> None:
     """What the training code relies on in every accepted chunk."""
     if not isinstance(request, Episodes):
         return
-    spaces = session._contexts[Encoding.JSON]["spaces"]
+    spaces = session._contexts[Encoding.JSON]["policies"]
     assert 1 <= len(request.episodes) <= 4 and request.num_steps <= 40
     for chunk in request.episodes:
         steps = chunk.num_steps
         assert steps >= 1
-        assert chunk.obs.dtype == np.float32 and chunk.obs.shape == (steps + 1, *spaces.observation_space.shape)
+        assert chunk.obs.dtype == np.float32 and chunk.obs.shape == (steps + 1, *spaces.default.observation_space.shape)
         assert chunk.rewards.dtype == np.float32 and chunk.rewards.shape == (steps,)
         assert np.isfinite(chunk.obs).all() and np.isfinite(chunk.rewards).all()
-        if isinstance(spaces.action_space, DiscreteSpace):
+        if isinstance(spaces.default.action_space, DiscreteSpace):
             assert chunk.actions.dtype == np.int64 and chunk.actions.shape == (steps,)
-            assert ((0 <= chunk.actions) & (chunk.actions < spaces.action_space.n)).all()
+            assert ((0 <= chunk.actions) & (chunk.actions < spaces.default.action_space.n)).all()
         else:
-            assert chunk.actions.shape == (steps, *spaces.action_space.shape)
+            assert chunk.actions.shape == (steps, *spaces.default.action_space.shape)
             assert np.isfinite(chunk.actions).all()
         assert type(chunk.is_terminated) is bool and type(chunk.is_truncated) is bool
         assert chunk.action_logp is None or (chunk.action_logp.shape == (steps,) and np.isfinite(chunk.action_logp).all())
         if chunk.action_dist_inputs is not None:
-            assert chunk.action_dist_inputs.shape == (steps, num_dist_inputs(spaces.action_space))
+            assert chunk.action_dist_inputs.shape == (steps, num_dist_inputs(spaces.default.action_space))
             assert np.isfinite(chunk.action_dist_inputs).all()
         assert chunk.weights_seq_no is None or chunk.weights_seq_no >= 0
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from app.clients.rllink_client import RLlinkClient
+from app.config import DEFAULT_MODULE_ID
 from app.training.checkpoints import CHECKPOINT_FILE
 from app.training.onnx_export import load_payload
 
@@ -69,5 +70,5 @@ def test_a_gateway_killed_while_training_resumes_from_its_checkpoint(tmp_path):
                 time.sleep(KILL_DELAYS[round_])
                 gateway.kill()
         # Never half a checkpoint: it loads, and holds one of the two possible versions.
-        saved = torch.load(checkpoint_dir / CHECKPOINT_FILE, weights_only=True)["weights_seq_no"]
+        saved = torch.load(checkpoint_dir / DEFAULT_MODULE_ID / CHECKPOINT_FILE, weights_only=True)["weights_seq_no"]
         assert saved in (last_received, last_received + 1)

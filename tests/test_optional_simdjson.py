@@ -17,10 +17,10 @@ SCRIPT = textwrap.dedent(
     import json, logging, sys
     sys.modules["simdjson"] = None  # import simdjson now raises ImportError
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from app.policies import PolicySet
     from app.protocol import Session
-    from app.schemas import SpacesContext
     from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
-    session = Session(SpacesContext(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 1 << 24)
+    session = Session(PolicySet.single(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 1 << 24)
     body = sys.stdin.buffer.read()
     events = session.receive_data(body + body)
     print(json.dumps([[c.obs.tolist() for c in e.request.episodes] for e in events]))

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.policies import PolicySet
 from app.protocol import (
     Encoding,
     ErrorCode,
@@ -22,12 +23,12 @@ from app.protocol import (
     encode_frame,
     encode_message,
 )
-from app.schemas import EpisodesAndGetState, Ping, Pong, SetState, SpacesContext
+from app.schemas import EpisodesAndGetState, Ping, Pong, SetState
 from app.spaces import BoxSpace, DiscreteSpace
 
 from .helpers import chunk, frame
 
-CARTPOLE = SpacesContext(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
+CARTPOLE = PolicySet.single(BoxSpace(shape=(4,)), DiscreteSpace(n=2))
 
 
 def decode_all(decoder: FrameDecoder, data: bytes) -> list[bytes]:
@@ -223,7 +224,9 @@ def test_replies_many_clients_get_alike_are_encoded_once_per_version():
     state = encoder.encode(STATE, Encoding.MSGPACK)
     assert encoder.encode(SetState(onnx_file=STATE.onnx_file, weights_seq_no=3), Encoding.MSGPACK) is state
     newer = encoder.encode(SetState(onnx_file="bmV3", weights_seq_no=4), Encoding.MSGPACK)
-    assert msgpack.unpackb(newer[8:]) == {"type": "SET_STATE", "onnx_file": "bmV3", "weights_seq_no": 4}
+    assert msgpack.unpackb(newer[8:]) == {"type": "SET_STATE", "onnx_file": "bmV3", "weights_seq_no": 4, "onnx_files": {}}
+    both = SetState(onnx_file="bmV3", weights_seq_no=4, onnx_files={"a": "bmV3", "b": "b2xk"})
+    assert msgpack.unpackb(encoder.encode(both, Encoding.MSGPACK)[8:])["onnx_files"] == both.onnx_files
 
 
 # -- Properties --------------------------------------------------------------------

@@ -67,4 +67,8 @@ def test_prometheus_page_has_every_metrics_field(client):
     names = {name.removesuffix("_total") for name in re.findall(r"^# TYPE rllink_(\w+) ", text, re.MULTILINE)}
     if "learner_stat" in names:  # the learner's statistics: one family, labelled by stat
         names.add("learner")
+    if "policy_episode_return_mean" in names:  # per module: families labelled by module_id
+        names.add("policies")
+    if "agent_episode_return_mean" in names:  # per agent: labelled by agent_id
+        names.add("agents")
     assert [field for field in Metrics.model_fields if field.removesuffix("_total") not in names] == []

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from app.schemas import EpisodeChunk, SpacesContext
+from app.policies import PolicySet
+from app.schemas import EpisodeChunk
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 from app.training.metrics import TrainingMetrics
 from app.training.registry import ClientRegistry
@@ -17,11 +18,11 @@ from app.training.scheduler import BatchScheduler
 from . import helpers
 from .gateway_process import ROOT
 
-SPACES = SpacesContext(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE)
+SPACES = PolicySet.single(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE)
 
 
 def chunk(steps: int, weights_seq_no: int | None = None) -> EpisodeChunk:
-    return EpisodeChunk.model_validate(helpers.chunk(steps, weights_seq_no=weights_seq_no), context={"spaces": SPACES})
+    return EpisodeChunk.model_validate(helpers.chunk(steps, weights_seq_no=weights_seq_no), context={"policies": SPACES})
 
 
 class Trainer:

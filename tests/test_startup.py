@@ -46,7 +46,7 @@ def test_a_checkpoint_of_other_spaces_is_one_line_naming_the_checkpoint_dir_and_
     pendulum = ["--observation-space", '{"type": "box", "shape": [3]}']
     with gateway_process(tmp_path / "checkpoints", tmp_path / "first.log", *pendulum, "--decode-workers", "0"):
         pass  # stopped with SIGINT: it saves its checkpoint
-    checkpoint = tmp_path / "checkpoints" / "policy.pt"
+    checkpoint = tmp_path / "checkpoints" / "default_policy" / "policy.pt"
     assert checkpoint.is_file()
     code, lines = start_failing(tmp_path, "--http-port", str(free_port()), "--tcp-port", str(free_port()))
     assert code == 2
@@ -63,4 +63,4 @@ def test_the_log_says_whether_training_starts_fresh_or_from_which_checkpoint(tmp
     with gateway_process(checkpoints, tmp_path / "second.log", "--decode-workers", "0"):
         pass
     restored = [line for line in (tmp_path / "second.log").read_text().splitlines() if "restored" in line]
-    assert restored and str(checkpoints / "policy.pt") in restored[0] and "weights_seq_no 0" in restored[0]
+    assert restored and str(checkpoints) in restored[0] and "restored default_policy at weights_seq_no 0" in restored[0]

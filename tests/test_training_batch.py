@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from app.schemas import EpisodeChunk, SpacesContext
+from app.policies import PolicySet
+from app.schemas import EpisodeChunk
 from app.spaces import BoxSpace, DiscreteSpace
 from app.training.batch import build_batch
 from app.training.policy import ActorCritic
@@ -20,7 +21,7 @@ GAMMA = 0.9
 def chunk(steps: int, seed: int = 0, **fields) -> EpisodeChunk:
     rewards = np.random.default_rng(seed).uniform(0, 2, steps).astype(np.float32).tolist()
     data = helpers.chunk(steps, seed=seed, terminated=False, **{"rewards": rewards, **fields})
-    return EpisodeChunk.model_validate(data, context={"spaces": SpacesContext(OBS, ACT)})
+    return EpisodeChunk.model_validate(data, context={"policies": PolicySet.single(OBS, ACT)})
 
 
 @pytest.fixture
@@ -101,7 +102,7 @@ def test_box_actions_batch_and_log_probs():
     rng = np.random.default_rng(0)
     c = EpisodeChunk.model_validate(
         {"obs": rng.standard_normal((5, 3)), "actions": rng.standard_normal((4, 2)), "rewards": [1, 1, 1, 1], "is_terminated": False, "is_truncated": False},
-        context={"spaces": SpacesContext(obs_space, act_space)},
+        context={"policies": PolicySet.single(obs_space, act_space)},
     )
     batch = build_batch([c], policy, GAMMA, 0.95)
     assert batch.actions.shape == (4, 2) and batch.logp.shape == (4,)

@@ -12,8 +12,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.config import PPOConfig, Settings
-from app.schemas import EpisodeChunk, SpacesContext
+from app.config import DEFAULT_MODULE_ID, PPOConfig, Settings
+from app.policies import PolicySet
+from app.schemas import EpisodeChunk
 from app.training.service import TrainingService
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.onnx_export import load_payload
@@ -42,7 +43,7 @@ async def running(settings: Settings):
 def chunk(steps: int = 10, reward: float = 1.0, **fields) -> EpisodeChunk:
     data = helpers.chunk(steps, reward=reward, seed=steps, **fields)
     return EpisodeChunk.model_validate(
-        data, context={"spaces": SpacesContext(Settings().observation_space, Settings().action_space)}
+        data, context={"policies": PolicySet.single(Settings().observation_space, Settings().action_space)}
     )
 
 
@@ -86,7 +87,7 @@ async def test_each_training_step_increases_weights_seq_no_by_exactly_one(tmp_pa
         assert versions == [1, 2, 3, 4]
         assert service.metrics.num_training_steps == 4 and service.metrics.weights_seq_no == 4
         assert service.kept_versions == [0, 1, 2, 3, 4]
-        assert load_payload(service.kept_state(2).onnx_gzip_b64).metadata_props[0].value == "2"
+        assert load_payload(service.kept_state(2).default.onnx_gzip_b64).metadata_props[0].value == "2"
         assert service.kept_state(99) is None
 
 
@@ -246,14 +247,14 @@ async def test_checkpoint_restores_version_and_outputs(tmp_path):
         for _ in range(3):
             await send_and_wait(service, client, [chunk(20)])
         before = service.current_state()
-    assert (settings.checkpoint_dir / CHECKPOINT_FILE).exists()
-    assert [p.name for p in settings.checkpoint_dir.iterdir()] == [CHECKPOINT_FILE]  # no temp files left
+    module_dir = settings.checkpoint_dir / DEFAULT_MODULE_ID
+    assert [p.name for p in module_dir.iterdir()] == [CHECKPOINT_FILE]  # no temp files left
 
     async with running(settings) as restored:
         after = restored.current_state()
         assert after.weights_seq_no == 3
         obs = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
-        outputs = [ort.InferenceSession(s.onnx_bytes).run(None, {"obs": obs})[0] for s in (before, after)]
+        outputs = [ort.InferenceSession(s.default.onnx_bytes).run(None, {"obs": obs})[0] for s in (before, after)]
         np.testing.assert_array_equal(outputs[0], outputs[1])
         client = restored.connect("tcp", "a")
         assert (await send_and_wait(restored, client, [chunk()])).weights_seq_no == 4
@@ -263,7 +264,7 @@ async def test_a_save_interrupted_by_a_crash_leaves_no_file_behind_after_restart
     settings = make_settings(tmp_path)
     async with running(settings) as service:
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
-    directory = settings.checkpoint_dir
+    directory = settings.checkpoint_dir / DEFAULT_MODULE_ID
     # What a SIGKILL during torch.save leaves, an hour ago; and a save under way now.
     orphan, fresh = directory / f"{CHECKPOINT_FILE}k1l2.tmp", directory / f"{CHECKPOINT_FILE}n0w.tmp"
     for path in (orphan, fresh):
@@ -287,7 +288,7 @@ async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
         service.update_ppo_config({"learning_rate": 0.0123, "ent_coef": 0.02})
         assert service.ppo_config.learning_rate == 0.0123
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
-        assert service._learner.optimizer.param_groups[0]["lr"] == 0.0123
+        assert service._learners[DEFAULT_MODULE_ID].optimizer.param_groups[0]["lr"] == 0.0123
         for bad in ({"learning_rate": -1}, {"hidden_sizes": [8]}, {"no_such_thing": 1}):
             with pytest.raises(ValueError):
                 service.update_ppo_config(bad)
@@ -305,7 +306,7 @@ async def test_stop_releases_waiters_and_saves(tmp_path):
     await service.stop()
     assert (await a_waits).weights_seq_no == 0  # released with the current version
     assert service.metrics.dropped_env_steps["shutdown"] == 13
-    assert (settings.checkpoint_dir / CHECKPOINT_FILE).exists()
+    assert (settings.checkpoint_dir / DEFAULT_MODULE_ID / CHECKPOINT_FILE).exists()
     service.ingest(a, [chunk(4)])  # a straggler after stop: dropped, and nobody waits for it
     assert (await asyncio.wait_for(service.wait_for_training(a), 1)).weights_seq_no == 0
     assert service.metrics.dropped_env_steps["shutdown"] == 17

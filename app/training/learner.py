@@ -1,7 +1,8 @@
 """The learner: policy, optimizer and version number, and one synchronous training
 step (batch, PPO update, new version, ONNX export, checkpoint). It runs in the
 TrainingService's single learner thread, never on the event loop. It is given its
-algorithm's config and its spaces, not the gateway's settings: one learner per policy.
+algorithm's config and its spaces, not the gateway's settings: one learner per module.
+Versions are the gateway's (one weights_seq_no for every module): `train` is told its number.
 """
 
 from __future__ import annotations
@@ -57,14 +58,14 @@ class Learner:
     def export(self) -> PolicyState:
         return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name)
 
-    def train(self, chunks: list[EpisodeChunk]) -> tuple[PolicyState, dict[str, float]]:
-        """Train on the chunks, publish the next version and checkpoint it."""
+    def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
+        """Train on the chunks, export the result as version `weights_seq_no` and checkpoint it."""
         cfg = self.cfg  # may be replaced between steps (TrainingService.update_ppo_config)
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate
         batch = build_batch(chunks, self.policy, cfg.gamma, cfg.gae_lambda)
         stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator)
-        self.weights_seq_no += 1
+        self.weights_seq_no = weights_seq_no
         state = self.export()
         self.save()
         return state, stats

@@ -1,20 +1,26 @@
 """What the learner has seen and done: lifetime counters, a window of whole-episode
-returns and lengths, the latest learner stats and the steps dropped, by reason.
+returns and lengths, the latest learner stats and the steps dropped, by reason; the
+same per module, and returns per agent.
 
-Chunks are joined into episodes per client: by `episode_id` when the client sends
-one, else in order (a chunk that is not done continues in the client's next chunk).
+Chunks are joined into trajectories per client and agent: by `episode_id` when the
+client sends one, else in order (a chunk that is not done continues in the client's
+next chunk of that agent). In a multi-agent episode each agent's trajectory counts as
+one episode of its module: `episode_return_mean` is the mean return of one agent.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
+from app.config import DEFAULT_MODULE_ID
 from app.schemas import EpisodeChunk
 
 MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; the oldest are forgotten beyond
+MAX_AGENTS = 1_000  # agent ids whose returns are kept; the least recently seen are forgotten beyond
+OUTCOMES = ("win", "loss", "draw")
 RATE_WINDOW_S = 10.0  # env_steps_per_s averages over this many recent seconds
 
 
@@ -24,10 +30,57 @@ class _OpenEpisode:
     length: int = 0
 
 
-class TrainingMetrics:
-    """Counters and episode statistics of one TrainingService."""
+def _window_stats(returns: deque[float], lengths: deque[int] | None = None) -> dict[str, Any]:
+    """Mean, min and max of the episode window (None while it is empty)."""
+    stats: dict[str, Any] = {
+        "episodes_in_window": len(returns),
+        "episode_return_mean": sum(returns) / len(returns) if returns else None,
+        "episode_return_min": min(returns) if returns else None,
+        "episode_return_max": max(returns) if returns else None,
+    }
+    if lengths is not None:
+        stats["episode_len_mean"] = sum(lengths) / len(lengths) if lengths else None
+        stats["episode_len_min"] = min(lengths) if lengths else None
+        stats["episode_len_max"] = max(lengths) if lengths else None
+    return stats
 
-    def __init__(self, window: int = 100) -> None:
+
+class ModuleMetrics:
+    """What one module has seen and done."""
+
+    def __init__(self, window: int) -> None:
+        self.num_env_steps_sampled_lifetime = 0
+        self.num_env_steps_trained_lifetime = 0
+        self.num_episodes_lifetime = 0
+        self.weights_seq_no = 0  # the gateway version in which its weights last changed
+        self.learner_stats: dict[str, float] = {}
+        self.episode_returns: deque[float] = deque(maxlen=window)
+        self.episode_lengths: deque[int] = deque(maxlen=window)
+        self.outcomes: Counter[str] = Counter()  # games reported won, lost, drawn (lifetime)
+        self.recent_outcomes: deque[str] = deque(maxlen=window)
+
+    def snapshot(self) -> dict[str, Any]:
+        recent = self.recent_outcomes
+        return {
+            "num_env_steps_sampled_lifetime": self.num_env_steps_sampled_lifetime,
+            "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
+            "num_episodes_lifetime": self.num_episodes_lifetime,
+            "weights_seq_no": self.weights_seq_no,
+            **_window_stats(self.episode_returns, self.episode_lengths),
+            "learner": dict(self.learner_stats),
+            "games": {outcome: self.outcomes[outcome] for outcome in OUTCOMES},
+            "win_rate": recent.count("win") / len(recent) if recent else None,
+        }
+
+
+class TrainingMetrics:
+    """Counters and episode statistics of one TrainingService, in total and per module."""
+
+    def __init__(self, module_ids: list[str] | None = None, window: int = 100) -> None:
+        self.window = window
+        self.modules = {module_id: ModuleMetrics(window) for module_id in module_ids or [DEFAULT_MODULE_ID]}
+        self.default_module_id = next(iter(self.modules))
+        self.agent_returns: OrderedDict[str, deque[float]] = OrderedDict()
         self.num_env_steps_sampled_lifetime = 0
         self.num_env_steps_trained_lifetime = 0
         self.num_episodes_lifetime = 0
@@ -38,26 +91,45 @@ class TrainingMetrics:
         self.last_training_step_s: float | None = None
         self.episode_returns: deque[float] = deque(maxlen=window)
         self.episode_lengths: deque[int] = deque(maxlen=window)
-        self._open: dict[tuple[int, str | None], _OpenEpisode] = {}
+        self._open: dict[tuple[int, str | None, str | None], _OpenEpisode] = {}
         self._created = time.monotonic()
         self._arrivals: deque[tuple[float, int]] = deque()  # (monotonic time, env steps) in the rate window
 
+    def module(self, chunk: EpisodeChunk) -> ModuleMetrics:
+        """The metrics of the chunk's module (the default one for a chunk validated without modules)."""
+        return self.modules[chunk.module_id or self.default_module_id]
+
     def record_chunk(self, client_id: int, chunk: EpisodeChunk) -> None:
-        """Count the chunk's steps and add them to its episode; a done chunk ends it."""
+        """Count the chunk's steps and add them to its agent's episode; a done chunk ends it."""
+        module = self.module(chunk)
         self.num_env_steps_sampled_lifetime += chunk.num_steps
+        module.num_env_steps_sampled_lifetime += chunk.num_steps
         self._arrivals.append((time.monotonic(), chunk.num_steps))
-        key = (client_id, chunk.episode_id)
+        key = (client_id, chunk.episode_id, chunk.agent_id)
         episode = self._open.pop(key, None) or _OpenEpisode()
         episode.episode_return += float(chunk.rewards.sum())
         episode.length += chunk.num_steps
         if chunk.is_terminated or chunk.is_truncated:
-            self.num_episodes_lifetime += 1
-            self.episode_returns.append(episode.episode_return)
-            self.episode_lengths.append(episode.length)
+            for counts in (self, module):
+                counts.num_episodes_lifetime += 1
+                counts.episode_returns.append(episode.episode_return)
+                counts.episode_lengths.append(episode.length)
+            if chunk.outcome is not None:
+                module.outcomes[chunk.outcome] += 1
+                module.recent_outcomes.append(chunk.outcome)
+            if chunk.agent_id is not None:
+                self._record_agent_return(chunk.agent_id, episode.episode_return)
             return
         self._open[key] = episode  # re-inserted last: dicts keep insertion order
         if len(self._open) > MAX_OPEN_EPISODES:
             del self._open[next(iter(self._open))]
+
+    def _record_agent_return(self, agent_id: str, episode_return: float) -> None:
+        returns = self.agent_returns.pop(agent_id, None) or deque(maxlen=self.window)
+        returns.append(episode_return)
+        self.agent_returns[agent_id] = returns  # most recently seen last
+        if len(self.agent_returns) > MAX_AGENTS:
+            self.agent_returns.popitem(last=False)
 
     def env_steps_per_s(self) -> float:
         """Env steps received per second over the last RATE_WINDOW_S seconds."""
@@ -73,31 +145,33 @@ class TrainingMetrics:
             del self._open[key]
 
     def record_training_step(
-        self, weights_seq_no: int, env_steps: int, stats: dict[str, float], seconds: float
+        self, weights_seq_no: int, trained: dict[str, tuple[int, dict[str, float]]], seconds: float
     ) -> None:
+        """One training step: `trained` gives each module trained its env steps and learner stats."""
         self.num_training_steps += 1
-        self.num_env_steps_trained_lifetime += env_steps
         self.weights_seq_no = weights_seq_no
-        self.learner_stats = dict(stats)
         self.last_training_step_s = seconds
+        for module_id, (env_steps, stats) in trained.items():
+            module = self.modules[module_id]
+            module.num_env_steps_trained_lifetime += env_steps
+            module.weights_seq_no = weights_seq_no
+            module.learner_stats = dict(stats)
+            self.num_env_steps_trained_lifetime += env_steps
+        if self.default_module_id in trained:
+            self.learner_stats = dict(self.modules[self.default_module_id].learner_stats)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-ready copy of everything, with mean/min/max over the episode window."""
-        returns, lengths = list(self.episode_returns), list(self.episode_lengths)
         return {
             "num_env_steps_sampled_lifetime": self.num_env_steps_sampled_lifetime,
             "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
             "num_episodes_lifetime": self.num_episodes_lifetime,
             "num_training_steps": self.num_training_steps,
             "weights_seq_no": self.weights_seq_no,
-            "episodes_in_window": len(returns),
-            "episode_return_mean": sum(returns) / len(returns) if returns else None,
-            "episode_return_min": min(returns) if returns else None,
-            "episode_return_max": max(returns) if returns else None,
-            "episode_len_mean": sum(lengths) / len(lengths) if lengths else None,
-            "episode_len_min": min(lengths) if lengths else None,
-            "episode_len_max": max(lengths) if lengths else None,
+            **_window_stats(self.episode_returns, self.episode_lengths),
             "learner": dict(self.learner_stats),
             "last_training_step_s": self.last_training_step_s,
             "dropped_env_steps": dict(self.dropped_env_steps),
+            "policies": {module_id: module.snapshot() for module_id, module in self.modules.items()},
+            "agents": {agent_id: _window_stats(returns) for agent_id, returns in self.agent_returns.items()},
         }

@@ -1,22 +1,49 @@
-"""The published policy versions: the current one, and the last few kept for download."""
+"""The published versions: every module's policy at one gateway-wide weights_seq_no,
+the current one and the last few kept for download."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
+from functools import cached_property
 
+from app.schemas import SetState
 from app.training.onnx_export import PolicyState
 
-KEPT_VERSIONS = 10  # recent policy versions kept for download (GET /api/model.onnx?version=)
+KEPT_VERSIONS = 10  # recent versions kept for download (GET /api/model.onnx?version=)
+
+
+@dataclass(frozen=True)
+class PolicySetState:
+    """One published version: each module's exported policy (a module not trained in
+    that step keeps its previous export), and the SET_STATE message that carries them."""
+
+    weights_seq_no: int
+    modules: dict[str, PolicyState]  # every module, opponents included
+    default_module_id: str
+
+    @property
+    def default(self) -> PolicyState:
+        return self.modules[self.default_module_id]
+
+    @cached_property
+    def set_state(self) -> SetState:
+        """Built once per version: every client gets the same message (and encoded frame)."""
+        return SetState(
+            onnx_file=self.default.onnx_gzip_b64,
+            weights_seq_no=self.weights_seq_no,
+            onnx_files={module_id: state.onnx_gzip_b64 for module_id, state in self.modules.items()},
+        )
 
 
 class PolicyStore:
     """Each version is exported once (ONNX, gzip, base64) and served from here."""
 
     def __init__(self) -> None:
-        self._current: PolicyState | None = None
-        self._kept: OrderedDict[int, PolicyState] = OrderedDict()
+        self._current: PolicySetState | None = None
+        self._kept: OrderedDict[int, PolicySetState] = OrderedDict()
 
-    def publish(self, state: PolicyState) -> None:
+    def publish(self, state: PolicySetState) -> None:
         """Make `state` the current version and keep it for download."""
         self._current = state
         self._kept[state.weights_seq_no] = state
@@ -24,13 +51,13 @@ class PolicyStore:
             self._kept.popitem(last=False)
 
     @property
-    def current(self) -> PolicyState:
+    def current(self) -> PolicySetState:
         """The latest published version."""
         if self._current is None:
             raise RuntimeError("no policy version is published yet (TrainingService.start() has not run)")
         return self._current
 
-    def kept(self, weights_seq_no: int) -> PolicyState | None:
+    def kept(self, weights_seq_no: int) -> PolicySetState | None:
         """One of the last KEPT_VERSIONS versions, or None if it is not kept."""
         return self._kept.get(weights_seq_no)
 

@@ -1,12 +1,14 @@
 """The one TrainingService every client connection feeds, on both transports.
 
-A composition of four parts, each with one job:
+A composition of parts, each with one job:
 - `ClientRegistry` (registry.py): who is connected, who samples, who waits;
 - `BatchScheduler` (scheduler.py): the pending batch and when it trains (no torch);
-- `Learner` (learner.py): the policy's weights and one training step, in one thread;
+- a `Learner` per trainable module (learner.py): its weights and one training step;
+- a `League` per self-play module (self_play.py): snapshots, opponents, the rating;
 - `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
-Here they are wired together: the training step runs in the learner thread so the
-event loop keeps serving, and each new version is published and logged.
+Here they are wired together: a training step trains every module that has data in
+the batch, in the one learner thread so the event loop keeps serving; then all
+modules are published as one new version (one gateway-wide weights_seq_no) and logged.
 
 All methods are called from the asyncio event loop.
 """
@@ -16,40 +18,53 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
 from app.config import PPOConfig, Settings
+from app.policies import PolicySet
 from app.schemas import EpisodeChunk
-from app.training.checkpoints import CHECKPOINT_FILE
+from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.learner import Learner
 from app.training.metrics import TrainingMetrics
 from app.training.onnx_export import OUTPUT_NAME, PolicyState
-from app.training.policy_store import PolicyStore
+from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
+from app.training.self_play import League
 
-__all__ = ["ClientInfo", "PolicyState", "TrainingService"]
+__all__ = ["ClientInfo", "PolicySetState", "TrainingService"]
 
 logger = logging.getLogger("app.training")
 
 
 class TrainingService:
-    """Collects experience from every client and trains the one shared policy."""
+    """Collects experience from every client and trains every module on it."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, policies: PolicySet | None = None) -> None:
         self.settings = settings
-        self.metrics = TrainingMetrics()
-        self._learner = Learner(
-            settings.ppo,
-            settings.observation_space,
-            settings.action_space,
-            seed=settings.seed,
-            checkpoint_dir=settings.checkpoint_dir,
-            onnx_input_name=settings.onnx_input_name,
-        )
+        self.policies = policies or PolicySet.from_settings(settings)
+        self.metrics = TrainingMetrics(list(self.policies.modules))
+        self._learners = {
+            module.module_id: Learner(
+                module.ppo,
+                module.observation_space,
+                module.action_space,
+                seed=settings.seed + i,
+                checkpoint_dir=settings.checkpoint_dir / module.module_id,
+                onnx_input_name=settings.onnx_input_name,
+            )
+            for i, module in enumerate(self.policies.trainable)
+        }
+        self.leagues = {
+            module.module_id: League(module.self_play, seed=settings.seed)
+            for module in self.policies.trainable
+            if module.self_play is not None
+        }
+        self._exports: dict[str, PolicyState] = {}  # each learner's latest export
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
         self._registry = ClientRegistry()
         self._store = PolicyStore()
@@ -66,30 +81,63 @@ class TrainingService:
     # -- Lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
-        """Restore the checkpoint if there is one and export the current version.
+        """Restore every module that has a checkpoint, and publish the current version.
 
-        Raises CheckpointMismatch when the checkpoint was made for other spaces or sizes.
+        Logs which modules were restored (and at which version), which start fresh and
+        which checkpoints belong to no module. Raises CheckpointMismatch, naming every
+        module refused, when checkpoints were made for other spaces or sizes.
         """
-        # One intra-op thread: the MLP is small, so more threads only add overhead,
+        # One intra-op thread: the MLPs are small, so more threads only add overhead,
         # and the second core stays free for the event loop.
         await self._in_learner_thread(torch.set_num_threads, 1)
-        restored = await self._in_learner_thread(self._learner.restore)
-        self._store.publish(await self._in_learner_thread(self._learner.export))
-        self.metrics.weights_seq_no = self._store.current.weights_seq_no
-        checkpoint = self.settings.checkpoint_dir / CHECKPOINT_FILE
-        if restored:
-            logger.info("policy restored from %s at weights_seq_no %d", checkpoint.resolve(), self.metrics.weights_seq_no)
-        else:
-            logger.info("no checkpoint at %s: training starts fresh; checkpoints go there", checkpoint.resolve())
+        restored, fresh, refused = {}, [], []
+        for module_id, learner in self._learners.items():
+            try:
+                if await self._in_learner_thread(learner.restore):
+                    restored[module_id] = learner.weights_seq_no
+                else:
+                    fresh.append(module_id)
+            except CheckpointMismatch as exc:
+                refused.append(f"{module_id}: {exc}")
+        directory = self.settings.checkpoint_dir.resolve()
+        others = sorted(path.parent.name for path in directory.glob(f"*/{CHECKPOINT_FILE}") if path.parent.name not in self._learners)
+        summary = "; ".join(
+            part
+            for part in (
+                restored and "restored " + ", ".join(f"{m} at weights_seq_no {v}" for m, v in restored.items()),
+                fresh and "training starts fresh for " + ", ".join(fresh),
+                others and "ignored (no such module): " + ", ".join(others),
+            )
+            if part
+        )
+        if refused:
+            raise CheckpointMismatch(f"checkpoints in {directory}: {summary}; refused " + "; ".join(refused))
+        logger.info("checkpoints in %s: %s", directory, summary)
+        for module_id, learner in self._learners.items():
+            self._exports[module_id] = await self._in_learner_thread(learner.export)
+        self._publish(max(restored.values(), default=0))
 
     async def stop(self) -> None:
-        """Let a running training step finish, drop what is pending, save a checkpoint."""
+        """Let a running training step finish, drop what is pending, save every checkpoint."""
         await self._scheduler.stop()
-        await self._in_learner_thread(self._learner.save)
+        for learner in self._learners.values():
+            await self._in_learner_thread(learner.save)
         self._executor.shutdown(wait=True)
 
     async def _in_learner_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _publish(self, weights_seq_no: int) -> None:
+        """Publish every module's latest export as one version; self-play draws its opponents."""
+        states = {}
+        for module in self.policies.modules.values():
+            if module.trainable:
+                states[module.module_id] = self._exports[module.module_id]
+            else:
+                learner = self._exports[module.opponent_of]
+                states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
+        self._store.publish(PolicySetState(weights_seq_no, states, self.policies.default_module_id))
+        self.metrics.weights_seq_no = weights_seq_no
 
     # -- Clients ------------------------------------------------------------------
 
@@ -120,24 +168,27 @@ class TrainingService:
             return
         for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending
             self.metrics.record_chunk(client.id, chunk)
+            if chunk.outcome is not None and (league := self.leagues.get(chunk.module_id)) is not None:
+                version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
+                league.record_game(chunk.outcome, version)
         self._scheduler.add(client, episodes)
 
-    async def wait_for_training(self, client: ClientInfo) -> PolicyState:
+    async def wait_for_training(self, client: ClientInfo) -> PolicySetState:
         """Wait until the policy has trained on a batch holding all the client's data
         ingested so far, then return the current state. Safe to cancel."""
         await self._scheduler.wait_for_training(client)
         return self.current_state()
 
-    def current_state(self) -> PolicyState:
+    def current_state(self) -> PolicySetState:
         """The latest published version (cached; no export happens here)."""
         return self._store.current
 
-    def note_state_sent(self, client: ClientInfo, state: PolicyState) -> None:
+    def note_state_sent(self, client: ClientInfo, state: PolicySetState) -> None:
         """Record that `state` went to the client in a SET_STATE. Call it for every
         SET_STATE sent: chunks without their own weights_seq_no are dated by it."""
         client.last_weights_seq_no_sent = state.weights_seq_no
 
-    def kept_state(self, weights_seq_no: int) -> PolicyState | None:
+    def kept_state(self, weights_seq_no: int) -> PolicySetState | None:
         """One of the last kept versions, or None if it is not kept."""
         return self._store.kept(weights_seq_no)
 
@@ -166,48 +217,86 @@ class TrainingService:
 
     @property
     def ppo_config(self) -> PPOConfig:
-        return self._learner.cfg
+        """The default module's PPO hyperparameters."""
+        return self._learners[self.policies.default_module_id].cfg
 
-    def update_ppo_config(self, changes: dict[str, Any]) -> PPOConfig:
-        """Change PPO hyperparameters from the next training step on. Raises ValueError
-        for unknown or invalid values, and for hidden_sizes (fixed by the checkpoint)."""
-        current = self._learner.cfg
+    def module_ppo_config(self, module_id: str) -> PPOConfig:
+        return self._learners[module_id].cfg
+
+    def checked_ppo_config(
+        self, changes: dict[str, Any], base: PPOConfig | None = None, module_id: str | None = None
+    ) -> PPOConfig:
+        """A module's PPO hyperparameters (`base`, default its current ones) with `changes`.
+        Raises ValueError for an unknown or frozen module, unknown or invalid values, and
+        for hidden_sizes (fixed by the checkpoint)."""
+        module_id = module_id or self.policies.default_module_id
+        if module_id not in self._learners:
+            trainable = ", ".join(self._learners)
+            raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {trainable}")
+        current = base or self._learners[module_id].cfg
         unknown = set(changes) - set(PPOConfig.model_fields)
         if unknown:
             raise ValueError(f"unknown PPO hyperparameters: {', '.join(sorted(unknown))}")
         if "hidden_sizes" in changes and tuple(changes["hidden_sizes"]) != current.hidden_sizes:
             raise ValueError("hidden_sizes cannot change while training (the weights have that shape)")
-        updated = PPOConfig.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
-        self._learner.cfg = updated
-        logger.info("PPO hyperparameters changed: %s", changes)
+        return PPOConfig.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
+
+    def set_ppo_config(self, cfg: PPOConfig, module_id: str | None = None) -> None:
+        """Use `cfg` (from checked_ppo_config) from the module's next training step on."""
+        module_id = module_id or self.policies.default_module_id
+        if cfg != self._learners[module_id].cfg:
+            self._learners[module_id].cfg = cfg
+            logger.info("PPO hyperparameters of %s are now %s", module_id, cfg.model_dump())
+
+    def update_ppo_config(self, changes: dict[str, Any], module_id: str | None = None) -> PPOConfig:
+        """checked_ppo_config, then set_ppo_config."""
+        updated = self.checked_ppo_config(changes, module_id=module_id)
+        self.set_ppo_config(updated, module_id)
         return updated
 
     # -- The training step (the scheduler calls it) ---------------------------------
 
     async def _train(self, chunks: list[EpisodeChunk], reason: str, stale_steps: int) -> None:
-        """Train on the chunks in the learner thread, publish the new version, count and log it."""
-        steps = sum(c.num_steps for c in chunks)
+        """Train every module that has data in the learner thread, publish the new version, count and log it."""
+        by_module: dict[str, list[EpisodeChunk]] = defaultdict(list)
+        for chunk in chunks:
+            by_module[chunk.module_id or self.policies.default_module_id].append(chunk)
+        version = self._store.current.weights_seq_no + 1
         started = time.perf_counter()
-        state, stats = await self._in_learner_thread(self._learner.train, chunks)
+        results = await self._in_learner_thread(self._train_modules, by_module, version)
         seconds = time.perf_counter() - started
-        self._store.publish(state)
-        self.metrics.record_training_step(state.weights_seq_no, steps, stats, seconds)  # counted trained now
+        for module_id, (state, _) in results.items():
+            self._exports[module_id] = state
+        self._publish(version)
+        trained = {m: (sum(c.num_steps for c in by_module[m]), stats) for m, (_, stats) in results.items()}
+        self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         snapshot = self.metrics.snapshot()
-        mean_return = snapshot["episode_return_mean"]
+        steps = sum(steps for steps, _ in trained.values())
         logger.info(
-            "weights_seq_no %d: %d steps (%s, %d stale dropped) in %.2fs | return mean %s over %d episodes | "
-            "policy_loss %.4f vf_loss %.4f entropy %.3f approx_kl %.4f clip_frac %.3f explained_var %.3f",
-            state.weights_seq_no,
-            steps,
-            reason,
-            stale_steps,
-            seconds,
-            "n/a" if mean_return is None else f"{mean_return:.1f}",
-            snapshot["episodes_in_window"],
-            stats["policy_loss"],
-            stats["vf_loss"],
-            stats["entropy"],
-            stats["approx_kl"],
-            stats["clip_frac"],
-            stats["explained_var"],
+            "weights_seq_no %d: %d steps (%s, %d stale dropped) in %.2fs",
+            version, steps, reason, stale_steps, seconds,
         )
+        for module_id, (module_steps, stats) in trained.items():
+            mean_return = snapshot["policies"][module_id]["episode_return_mean"]
+            rating = f" | elo {self.leagues[module_id].elo:.0f}" if module_id in self.leagues else ""
+            logger.info(
+                "  %s: %d steps | return mean %s over %d episodes%s | policy_loss %.4f vf_loss %.4f entropy %.3f "
+                "approx_kl %.4f clip_frac %.3f explained_var %.3f",
+                module_id,
+                module_steps,
+                "n/a" if mean_return is None else f"{mean_return:.1f}",
+                snapshot["policies"][module_id]["episodes_in_window"],
+                rating,
+                stats["policy_loss"],
+                stats["vf_loss"],
+                stats["entropy"],
+                stats["approx_kl"],
+                stats["clip_frac"],
+                stats["explained_var"],
+            )
+
+    def _train_modules(
+        self, by_module: dict[str, list[EpisodeChunk]], version: int
+    ) -> dict[str, tuple[PolicyState, dict[str, float]]]:
+        """In the learner thread: one PPO update per module that has data."""
+        return {module_id: self._learners[module_id].train(chunks, version) for module_id, chunks in by_module.items()}

@@ -1,0 +1,128 @@
+"""The gateway's modules (policies) and which agent plays which: built once from the settings.
+
+A module has its own spaces. A trainable module has its own PPO hyperparameters (and
+maybe self-play); each self-play module brings a frozen opponent module that clients
+play but never send experience for. `module_for` decides which module a chunk belongs
+to: its `module_id` if it names one, else the first `policy_mapping` glob that matches
+its `agent_id` (fnmatch, case-sensitive), else, for a chunk with no agent, the default
+module (the first declared), so single-agent clients work unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from app.config import DEFAULT_MODULE_ID, PPOConfig, SelfPlayConfig, Settings
+from app.spaces import BoxSpace, DiscreteSpace
+
+
+class UnknownModule(ValueError):
+    """A chunk names, or its agent maps to, no module that can train on it."""
+
+
+@dataclass(frozen=True)
+class Module:
+    """One policy: what it observes and does, how it trains (None for a frozen opponent)."""
+
+    module_id: str
+    observation_space: BoxSpace
+    action_space: BoxSpace | DiscreteSpace
+    ppo: PPOConfig | None = None  # None: a frozen self-play opponent, never trained
+    self_play: SelfPlayConfig | None = None
+    opponent_of: str | None = None  # the learner whose snapshots this opponent plays
+
+    @property
+    def trainable(self) -> bool:
+        return self.opponent_of is None
+
+    @property
+    def action_distribution(self) -> str:
+        """How clients turn the model's output into an action (RLLINK.md, "Action distributions")."""
+        return "categorical" if isinstance(self.action_space, DiscreteSpace) else "gaussian"
+
+
+class PolicySet:
+    """Every module of one gateway, in declaration order, and the agent mapping."""
+
+    def __init__(self, modules: list[Module], mapping: dict[str, str] | None = None) -> None:
+        if not modules:
+            raise ValueError("a gateway needs at least one module")
+        self.modules: dict[str, Module] = {}
+        for module in modules:
+            if module.module_id in self.modules:
+                raise ValueError(f"module id {module.module_id!r} is declared twice")
+            self.modules[module.module_id] = module
+        self.mapping = dict(mapping or {})
+        for glob, module_id in self.mapping.items():
+            if module_id not in self.modules:
+                raise ValueError(
+                    f"policy_mapping maps {glob!r} to {module_id!r}, which is not a module; "
+                    f"modules: {', '.join(self.modules)}"
+                )
+        self.default_module_id = modules[0].module_id
+
+    @classmethod
+    def single(
+        cls, observation_space: BoxSpace, action_space: BoxSpace | DiscreteSpace, ppo: PPOConfig | None = None
+    ) -> PolicySet:
+        """One trainable module, `default_policy`, that every agent plays."""
+        return cls([Module(DEFAULT_MODULE_ID, observation_space, action_space, ppo or PPOConfig())])
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PolicySet:
+        """The modules of `policies` (each self-play one followed by its opponent), or the single default module."""
+        if settings.policies is None:
+            module = Module(DEFAULT_MODULE_ID, settings.observation_space, settings.action_space, settings.ppo)
+            return cls([module], settings.policy_mapping)
+        modules = []
+        for module_id, policy in settings.policies.items():
+            ppo = PPOConfig.model_validate({**settings.ppo.model_dump(), **policy.ppo})
+            modules.append(Module(module_id, policy.observation_space, policy.action_space, ppo, policy.self_play))
+            if policy.self_play is not None:
+                opponent_id = policy.self_play.opponent_module_id or f"{module_id}_opponent"
+                modules.append(Module(opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id))
+        return cls(modules, settings.policy_mapping)
+
+    @property
+    def default(self) -> Module:
+        return self.modules[self.default_module_id]
+
+    @property
+    def trainable(self) -> list[Module]:
+        return [module for module in self.modules.values() if module.trainable]
+
+    def module_for(self, agent_id: str | None, module_id: str | None = None) -> Module:
+        """The trainable module a chunk of `agent_id` (or naming `module_id`) belongs to.
+
+        Raises UnknownModule, with a message naming the agent or module, when there is
+        none or when it is a frozen opponent.
+        """
+        if module_id is not None:
+            module = self.modules.get(module_id)
+            if module is None:
+                raise UnknownModule(f"module_id {module_id!r} is not a module of this gateway; modules: {', '.join(self.modules)}")
+        elif agent_id is None:
+            module = self.default
+        else:
+            module = self.mapped_module(agent_id)
+            if module is None:
+                raise UnknownModule(
+                    f"agent {agent_id!r} maps to no module: no policy_mapping glob matches it "
+                    f"({', '.join(self.mapping) or 'policy_mapping is unset'}); add one, or send module_id"
+                )
+        if not module.trainable:
+            raise UnknownModule(
+                f"module {module.module_id!r} is the frozen self-play opponent of {module.opponent_of!r}: clients play it "
+                f"but send only the experience of agents that play {module.opponent_of!r}"
+            )
+        return module
+
+    def mapped_module(self, agent_id: str) -> Module | None:
+        """The module of the first glob matching `agent_id`; with one module and no mapping, that module."""
+        for glob, module_id in self.mapping.items():
+            if fnmatchcase(agent_id, glob):
+                return self.modules[module_id]
+        if not self.mapping and len(self.modules) == 1:
+            return self.default
+        return None
