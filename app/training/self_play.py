@@ -49,8 +49,9 @@ class League:
         self.opponent: Snapshot | None = None  # of the current version
 
     def on_new_version(self, weights_seq_no: int, learner: PolicyState) -> PolicyState:
-        """Keep a snapshot if one is due, draw the opponent of this version, return its policy."""
-        if not self.snapshots or weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every:
+        """Keep a snapshot if one is due (the learner's weights changed `snapshot_every`
+        versions after the last snapshot's), draw the opponent of this version, return its policy."""
+        if not self.snapshots or learner.weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every:
             self.snapshots.append(Snapshot(learner, self.elo))
         against_latest = self._rng.random() < self.cfg.play_against_latest_ratio
         self.opponent = None if against_latest else self._rng.choice(self.snapshots)
