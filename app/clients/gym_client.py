@@ -57,19 +57,44 @@ class OnnxPolicy:
         self.action_space = action_space
         self.rng = rng
 
+    @classmethod
+    def from_base64(
+        cls, onnx_file: str, weights_seq_no: int, input_name: str, action_space: dict, rng: np.random.Generator
+    ) -> OnnxPolicy:
+        """One module's model from SET_STATE's `onnx_files` (base64 of the gzipped ONNX)."""
+        return cls({"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}, input_name, action_space, rng)
+
     def act(self, obs: np.ndarray) -> tuple[Any, float, list[float]]:
         """Sample one action; return it, its log-prob and the raw policy outputs."""
-        (dist_inputs,) = self.session.run(None, {self.input_name: obs[None].astype(np.float32)})[:1]
-        dist_inputs = dist_inputs[0].astype(np.float64)
+        dist_inputs = self.dist_inputs(np.asarray(obs)[None])
+        actions, logps = self.sample(dist_inputs)
+        action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
+        return action, float(logps[0]), dist_inputs[0].tolist()
+
+    def act_batch(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sample an action for each row of `obs` [N, *obs_shape] with one model call."""
+        return self.sample(self.dist_inputs(obs))
+
+    def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
+        """The model's output 0 for a batch of observations, as float64 [N, width]."""
+        (outputs,) = self.session.run(None, {self.input_name: obs.astype(np.float32)})[:1]
+        return outputs.astype(np.float64)
+
+    def sample(self, dist_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Actions and their log-probs: ints [N] from logits, or unclipped floats [N, *shape]
+        from a mean and log std (the same random draws as numpy's `choice` / `standard_normal`)."""
         if self.action_space["type"] == "discrete":
-            logp_all = dist_inputs - np.logaddexp.reduce(dist_inputs)
-            action = int(self.rng.choice(len(logp_all), p=np.exp(logp_all)))
-            return action, float(logp_all[action]), dist_inputs.tolist()
-        mean, log_std = np.split(dist_inputs, 2)
+            logp_all = dist_inputs - np.logaddexp.reduce(dist_inputs, axis=1, keepdims=True)
+            cdf = np.cumsum(np.exp(logp_all), axis=1)
+            cdf /= cdf[:, -1:]
+            actions = np.minimum((cdf <= self.rng.random(len(cdf))[:, None]).sum(axis=1), cdf.shape[1] - 1)
+            return actions, logp_all[np.arange(len(actions)), actions]
+        mean, log_std = np.split(dist_inputs, 2, axis=1)
         std = np.exp(log_std)
-        action = mean + std * self.rng.standard_normal(mean.shape)
-        logp = float(np.sum(-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi)))
-        return action.tolist(), logp, dist_inputs.tolist()
+        actions = mean + std * self.rng.standard_normal(mean.shape)
+        logps = np.sum(-0.5 * ((actions - mean) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi), axis=1)
+        shape = tuple(self.action_space.get("shape") or (mean.shape[1],))
+        return actions.reshape(len(actions), *shape), logps
 
 
 def _env_action(action: Any, space: dict) -> Any:

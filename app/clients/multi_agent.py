@@ -1,0 +1,641 @@
+"""The multi-agent reference client: plays a `MultiAgentEnv` with the gateway's modules
+and sends every agent's trajectory back as episode chunks.
+
+GET_CONFIG names the modules (`policies`) and which agent plays which (`policy_mapping`,
+first matching glob); GET_STATE and every SET_STATE bring one ONNX model per module
+(`onnx_files`). On each step the agents due to act are grouped by module, one batched
+model call per module. Once `env_steps_per_sample` agent steps are complete, one
+EPISODES_AND_GET_STATE sends a chunk per agent: its own obs, actions, rewards and
+flags, under the episode id its episode's agents share. Frozen self-play opponents
+(`trainable: false`) and local `opponents` are played, never sent.
+
+    python -m app.clients.multi_agent --scene cartpole:8,pendulum:1 --target-return 150
+    python -m app.clients.multi_agent --transport ws --port 8000 --scene countdown --opponent random
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from app.clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
+from app.clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy
+from app.clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
+from app.clients.rllink_client import RLlinkClient
+
+log = logging.getLogger("app.clients")
+
+DEFAULT_MODULE_ID = "default_policy"  # the one module of a gateway that announces no `policies`
+SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian")
+RETURN_WINDOW = 20  # episodes per module (and per agent) that `mean_return` and the target look at
+OUTCOME_WINDOW = 100  # recent outcomes per module that `outcome_counts` counts
+
+Opponent = Callable[[Any], Any]  # a local policy: observation -> env action
+
+
+# --- The gateway's modules and who plays which agent -------------------------------------
+
+
+@dataclass(frozen=True)
+class ModuleSpec:
+    """One module (policy) as SET_CONFIG announces it."""
+
+    module_id: str
+    observation_space: dict
+    action_space: dict
+    input_name: str
+    trainable: bool = True
+
+
+class UnmappedAgent(ValueError):
+    """An agent no `policy_mapping` glob (and no local opponent) claims: it cannot be played."""
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """What the client needs of SET_CONFIG: the modules, the mapping, the sample size."""
+
+    env_steps_per_sample: int
+    modules: dict[str, ModuleSpec]
+    mapping: dict[str, str]
+    default_module_id: str
+
+    @classmethod
+    def from_set_config(cls, config: dict[str, Any]) -> GatewayConfig:
+        """Read `policies` and `policy_mapping`; a gateway that has neither has one module."""
+        if config.get("type") != "SET_CONFIG":
+            raise RuntimeError(f"the gateway answered GET_CONFIG with {config}")
+        policies = config.get("policies") or {DEFAULT_MODULE_ID: config}
+        modules = {}
+        for module_id, policy in policies.items():
+            action_space = policy.get("action_space", {"type": "discrete"})
+            default_distribution = "categorical" if action_space["type"] == "discrete" else "gaussian"
+            distribution = policy.get("action_distribution", default_distribution)
+            if distribution not in SAMPLED_DISTRIBUTIONS:
+                raise ValueError(
+                    f"module {module_id!r} samples a {distribution!r} distribution; "
+                    f"this client samples {' and '.join(SAMPLED_DISTRIBUTIONS)} only"
+                )
+            modules[module_id] = ModuleSpec(
+                module_id,
+                policy.get("observation_space", {}),
+                action_space,
+                policy.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME),
+                bool(policy.get("trainable", True)),
+            )
+        return cls(
+            env_steps_per_sample=int(config["env_steps_per_sample"]),
+            modules=modules,
+            mapping=dict(config.get("policy_mapping") or {}),
+            default_module_id=config.get("default_module_id", next(iter(modules))),
+        )
+
+    def module_for(self, agent_id: str) -> ModuleSpec:
+        """The module of the first glob matching `agent_id` (fnmatchcase); with no mapping and
+        one module, that module. Raises UnmappedAgent otherwise."""
+        for glob, module_id in self.mapping.items():
+            if fnmatchcase(agent_id, glob):
+                return self.modules[module_id]
+        if not self.mapping and len(self.modules) == 1:
+            return next(iter(self.modules.values()))
+        raise UnmappedAgent(
+            f"agent {agent_id!r} maps to no module: no policy_mapping glob matches it "
+            f"({', '.join(self.mapping) or 'the gateway sent no policy_mapping'}); "
+            f"add one on the gateway, or play the agent with a local opponent"
+        )
+
+
+class Casting:
+    """Who plays each agent (a local opponent, else its module) and whose experience is sent:
+    agents of trainable modules in `module_filter` (default: every trainable module)."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        opponents: dict[str, Opponent] | None = None,
+        module_filter: Collection[str] | None = None,
+    ) -> None:
+        self.config = config
+        self.opponents = dict(opponents or {})
+        self.module_filter = None if module_filter is None else set(module_filter)
+        unknown = (self.module_filter or set()) - set(config.modules)
+        if unknown:
+            raise ValueError(f"module_filter names {sorted(unknown)}; the gateway has {list(config.modules)}")
+        self._cast: dict[str, tuple[Opponent | None, ModuleSpec | None, bool]] = {}
+
+    def opponent(self, agent_id: str) -> Opponent | None:
+        """The local policy of the first `opponents` glob matching the agent, if any."""
+        return self._of(agent_id)[0]
+
+    def module(self, agent_id: str) -> ModuleSpec | None:
+        """The module that plays the agent; None for a local opponent. Raises UnmappedAgent."""
+        return self._of(agent_id)[1]
+
+    def sends(self, agent_id: str) -> bool:
+        return self._of(agent_id)[2]
+
+    def _of(self, agent_id: str) -> tuple[Opponent | None, ModuleSpec | None, bool]:
+        if agent_id not in self._cast:
+            opponent = next((play for glob, play in self.opponents.items() if fnmatchcase(agent_id, glob)), None)
+            module = None if opponent is not None else self.config.module_for(agent_id)
+            sends = module is not None and module.trainable and (
+                self.module_filter is None or module.module_id in self.module_filter
+            )
+            self._cast[agent_id] = (opponent, module, sends)
+        return self._cast[agent_id]
+
+
+# --- The policies: one ONNX model per module, refreshed from every SET_STATE -------------
+
+
+class PlayedAction(NamedTuple):
+    """An agent's action: what the env gets (clipped), what the chunk records (as sampled)."""
+
+    env_action: Any
+    chunk_action: Any
+    logp: float
+    weights_seq_no: int
+
+
+class ModulePolicies:
+    """The ONNX policy of every module, loaded from SET_STATE's `onnx_files`."""
+
+    def __init__(self, config: GatewayConfig, rng: np.random.Generator) -> None:
+        self.config, self.rng = config, rng
+        self.policies: dict[str, OnnxPolicy] = {}
+        self._payloads: dict[str, str] = {}
+        self.weights_seq_no = 0
+
+    def load(self, set_state: dict[str, Any]) -> None:
+        """Take the models of a SET_STATE; unchanged ones (frozen opponents) are kept as they are."""
+        if set_state.get("type") != "SET_STATE":
+            raise RuntimeError(f"the gateway answered {set_state}")
+        files = set_state.get("onnx_files") or {self.config.default_module_id: set_state["onnx_file"]}
+        missing = set(self.config.modules) - set(files)
+        if missing:
+            raise RuntimeError(f"SET_STATE carries no model for modules {sorted(missing)}")
+        self.weights_seq_no = int(set_state["weights_seq_no"])
+        for module_id, spec in self.config.modules.items():
+            if self._payloads.get(module_id) != files[module_id]:
+                self.policies[module_id] = OnnxPolicy.from_base64(
+                    files[module_id], self.weights_seq_no, spec.input_name, spec.action_space, self.rng
+                )
+                self._payloads[module_id] = files[module_id]
+
+    def act(self, module_id: str, observations: list[Any]) -> list[PlayedAction]:
+        """Sample an action for each observation with one call of the module's model."""
+        spec = self.config.modules[module_id]
+        batch = np.stack([np.asarray(obs, dtype=np.float32) for obs in observations])
+        expected = tuple(spec.observation_space.get("shape", batch.shape[1:]))
+        if batch.shape[1:] != expected:
+            raise ValueError(
+                f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}"
+            )
+        actions, logps = self.policies[module_id].act_batch(batch)
+        version = self.weights_seq_no
+        return [
+            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version)
+            for action, logp in zip(actions, logps)
+        ]
+
+
+def _env_action(action: np.ndarray, space: dict) -> Any:
+    """An int for a Discrete space; a float32 array clipped to a Box's bounds."""
+    if space["type"] == "discrete":
+        return int(action)
+    low, high = space.get("low"), space.get("high")
+    action = np.asarray(action, dtype=np.float32)
+    if low is None and high is None:
+        return action
+    return np.clip(action, -np.inf if low is None else low, np.inf if high is None else high).astype(np.float32)
+
+
+def _chunk_action(action: Any) -> Any:
+    """The action as the chunk carries it: an int, or (nested) lists of floats."""
+    action = np.asarray(action)
+    return int(action) if action.ndim == 0 and np.issubdtype(action.dtype, np.integer) else action.tolist()
+
+
+# --- Cutting each agent's trajectory into chunks -----------------------------------------
+
+
+class AgentTrajectory:
+    """One agent's trajectory in one episode, as far as it is not sent yet.
+
+    `obs` always holds one more entry than the complete steps: the observation the agent
+    acts on next (or its final one). An action whose next observation has not come yet
+    (the other player is moving) is "in flight": rewards add to it, and it stays behind
+    when the complete steps are cut off into a chunk.
+    """
+
+    def __init__(self, episode_id: str, agent_id: str, obs: Any) -> None:
+        self.episode_id, self.agent_id = episode_id, agent_id
+        self.obs: list[Any] = [_as_list(obs)]
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
+        self.logps: list[float] = []
+        self.versions: list[int] = []
+        self.terminated = self.truncated = False
+        self.outcome: str | None = None
+        self.episode_return = 0.0
+        self.num_steps = 0  # actions over the whole trajectory, sent or not
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def in_flight(self) -> bool:
+        return len(self.actions) == len(self.obs)
+
+    @property
+    def complete_steps(self) -> int:
+        return len(self.obs) - 1
+
+    def act(self, played: PlayedAction) -> None:
+        if self.done or self.in_flight:
+            raise RuntimeError(f"agent {self.agent_id!r} acts without a new observation")
+        self.actions.append(played.chunk_action)
+        self.rewards.append(0.0)
+        self.logps.append(played.logp)
+        self.versions.append(played.weights_seq_no)
+        self.num_steps += 1
+
+    def reward(self, reward: float) -> None:
+        """Add to the reward of the last action."""
+        self.rewards[-1] += float(reward)
+        self.episode_return += float(reward)
+
+    def observe(self, obs: Any) -> None:
+        """The observation after the last action: that step is complete."""
+        if self.done or not self.in_flight:
+            raise RuntimeError(f"agent {self.agent_id!r} observes twice without acting")
+        self.obs.append(_as_list(obs))
+
+    def end(self, terminated: bool, truncated: bool, outcome: str | None) -> None:
+        self.terminated, self.truncated, self.outcome = terminated, truncated, outcome
+
+    def take_chunk(self) -> dict[str, Any] | None:
+        """The complete steps as an episode chunk (None if there are none); the latest
+        observation, and an action in flight, stay for the next chunk."""
+        steps = self.complete_steps
+        if steps == 0:
+            return None
+        chunk = {
+            "obs": self.obs[: steps + 1],
+            "actions": self.actions[:steps],
+            "rewards": self.rewards[:steps],
+            "action_logp": self.logps[:steps],
+            "is_terminated": self.terminated,
+            "is_truncated": self.truncated,
+            "episode_id": self.episode_id,
+            "agent_id": self.agent_id,
+            # An action in flight at the last send was chosen by the version before: name the oldest.
+            "weights_seq_no": min(self.versions[:steps]),
+        }
+        if self.done and self.outcome is not None:
+            chunk["outcome"] = self.outcome
+        del self.obs[:steps], self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps]
+        return chunk
+
+
+def _as_list(obs: Any) -> Any:
+    return np.asarray(obs, dtype=np.float32).tolist()
+
+
+class SceneCollector:
+    """Steps a MultiAgentEnv with the actions it is given and keeps each agent's trajectory.
+
+    Agents of one episode share its episode id. An agent that appears again after it was
+    done (a `GymnasiumScene` restarting one env) starts a new trajectory under a fresh
+    episode id: each sub-episode is an episode of its own. Rewards for an agent with no
+    action in flight (before its first action, after its end) have no step to go to and
+    are dropped. `ready_steps` counts the complete steps of agents whose experience is
+    sent (`sends`), which `take_chunks` then cuts off.
+    """
+
+    def __init__(self, env: MultiAgentEnv, sends: Callable[[str], bool], seed: int | None = None) -> None:
+        self.env, self.sends = env, sends
+        self.scene_steps = self.agent_steps = self.scene_episodes = 0
+        self.ready_steps = 0
+        self.live: dict[str, AgentTrajectory] = {}  # each agent's latest trajectory this episode
+        self.finished: list[AgentTrajectory] = []  # ended, with steps maybe not yet taken
+        self.acting: dict[str, Any] = {}  # agent -> the observation it acts on next
+        self._start_episode(seed)
+
+    def _start_episode(self, seed: int | None) -> None:
+        self.episode_id, self.live, self.acting = uuid.uuid4().hex, {}, {}
+        obs, _ = self.env.reset(seed=seed)
+        self._observe(obs, {}, {}, {})
+
+    def step(self, actions: dict[str, PlayedAction]) -> list[AgentTrajectory]:
+        """One env step; returns the trajectories that ended in it (with at least one action)."""
+        if set(actions) != set(self.acting):
+            raise ValueError(f"agents {sorted(self.acting)} act now, got actions for {sorted(actions)}")
+        for agent_id, played in actions.items():
+            self.live[agent_id].act(played)
+        obs, rewards, terminateds, truncateds, infos = self.env.step(
+            {agent_id: played.env_action for agent_id, played in actions.items()}
+        )
+        self.scene_steps += 1
+        self.agent_steps += len(actions)
+        for agent_id, reward in rewards.items():
+            trajectory = self.live.get(agent_id)
+            if trajectory is not None and trajectory.in_flight:
+                trajectory.reward(reward)
+        ended = self._observe(obs, terminateds, truncateds, infos)
+        if terminateds.get(ALL) or truncateds.get(ALL):
+            unfinished = sorted(agent_id for agent_id, t in self.live.items() if not t.done)
+            if unfinished:
+                raise ValueError(f"the episode ended without a final observation for {unfinished}, which acted")
+            self.scene_episodes += 1
+            self._start_episode(None)
+        return [trajectory for trajectory in ended if trajectory.num_steps]
+
+    def _observe(self, obs: dict, terminateds: dict, truncateds: dict, infos: dict) -> list[AgentTrajectory]:
+        """File each agent's new observation; the agents not done act next."""
+        self.acting, ended = {}, []
+        for agent_id, ob in obs.items():
+            trajectory = self.live.get(agent_id)
+            if trajectory is None or trajectory.done:
+                episode_id = self.episode_id if trajectory is None else uuid.uuid4().hex
+                trajectory = self.live[agent_id] = AgentTrajectory(episode_id, agent_id, ob)
+            else:
+                trajectory.observe(ob)
+                self.ready_steps += 1 if self.sends(agent_id) else 0
+            terminated = bool(terminateds.get(agent_id) or terminateds.get(ALL))
+            truncated = bool(truncateds.get(agent_id) or truncateds.get(ALL))
+            if terminated or truncated:
+                trajectory.end(terminated, truncated, (infos.get(agent_id) or {}).get("outcome"))
+                self.finished.append(trajectory)
+                ended.append(trajectory)
+            else:
+                self.acting[agent_id] = ob
+        return ended
+
+    def take_chunks(self) -> list[dict[str, Any]]:
+        """Every complete step as chunks, one per trajectory with any, of the agents sent
+        (the others' steps are dropped); resets `ready_steps`."""
+        trajectories = self.finished + [t for t in self.live.values() if not t.done]
+        chunks = []
+        for trajectory in trajectories:
+            chunk = trajectory.take_chunk()
+            if chunk is not None and self.sends(trajectory.agent_id):
+                chunks.append(chunk)
+        self.finished, self.ready_steps = [], 0
+        return chunks
+
+
+# --- What a run achieved -----------------------------------------------------------------
+
+
+def _window(size: int) -> Callable[[], deque]:
+    return lambda: deque(maxlen=size)
+
+
+@dataclass
+class SceneResult:
+    """Counts, returns and outcomes of a run. A module's episode return is one agent's
+    return in one episode (eight CartPole agents give eight returns per scene episode)."""
+
+    env_steps: int = 0  # scene steps
+    agent_steps: int = 0  # actions of every agent, sent or not
+    sent_steps: int = 0  # agent steps sent to the gateway (the sum of every send's `timesteps`)
+    episodes: int = 0  # agent episodes that ended, each giving one return
+    scene_episodes: int = 0  # times the whole scene ended (`__all__`) and was reset
+    seconds: float = 0.0
+    weights_seq_no: int = 0
+    module_returns: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(_window(RETURN_WINDOW)))
+    agent_returns: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(_window(RETURN_WINDOW)))
+    first_returns: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # first 20 per module
+    outcomes: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(_window(OUTCOME_WINDOW)))
+    reached_target: bool = False
+
+    def record(self, agent_id: str, module_id: str | None, episode_return: float, outcome: str | None) -> None:
+        """One agent's ended episode; `module_id` None for a local opponent (kept per agent only)."""
+        self.episodes += 1
+        self.agent_returns[agent_id].append(episode_return)
+        if module_id is None:
+            return
+        self.module_returns[module_id].append(episode_return)
+        if len(self.first_returns[module_id]) < RETURN_WINDOW:
+            self.first_returns[module_id].append(episode_return)
+        if outcome is not None:
+            self.outcomes[module_id].append(outcome)
+
+    def mean_return(self, module_id: str) -> float:
+        """Mean of the module's last 20 episode returns (nan before the first)."""
+        returns = self.module_returns.get(module_id)
+        return float(np.mean(returns)) if returns else float("nan")
+
+    def outcome_counts(self, module_id: str) -> dict[str, int]:
+        """Wins, losses and draws among the module's last 100 outcomes."""
+        recent = list(self.outcomes.get(module_id, ()))
+        return {outcome: recent.count(outcome) for outcome in ("win", "loss", "draw")}
+
+    def reached(self, targets: dict[str, float]) -> bool:
+        """Whether each module's last 20 returns (a full window) average at least its target."""
+        return bool(targets) and all(
+            len(self.module_returns.get(module_id, ())) == RETURN_WINDOW and self.mean_return(module_id) >= target
+            for module_id, target in targets.items()
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-able digest, for the CLI and logs."""
+        return {
+            "reached_target": self.reached_target,
+            "env_steps": self.env_steps,
+            "agent_steps": self.agent_steps,
+            "sent_steps": self.sent_steps,
+            "episodes": self.episodes,
+            "scene_episodes": self.scene_episodes,
+            "seconds": round(self.seconds, 2),
+            "weights_seq_no": self.weights_seq_no,
+            "mean_return_last_20": {m: round(self.mean_return(m), 2) for m in self.module_returns},
+            "first_20_mean_return": {m: round(float(np.mean(r)), 2) for m, r in self.first_returns.items() if r},
+            "outcomes": {m: self.outcome_counts(m) for m in self.outcomes},
+        }
+
+
+# --- The loop ----------------------------------------------------------------------------
+
+
+def run_scene(
+    client: RLlinkClient,
+    env: MultiAgentEnv,
+    *,
+    target_return: float | dict[str, float] | None = None,
+    max_env_steps: int | None = None,
+    max_seconds: float | None = None,
+    seed: int = 0,
+    stop: threading.Event | None = None,
+    opponents: dict[str, Opponent] | None = None,
+    module_filter: Collection[str] | None = None,
+) -> SceneResult:
+    """Play `env` with the gateway's modules and train them until every targeted module's
+    mean return (last 20 episodes) reaches its target, a limit passes (`max_env_steps`
+    counts scene steps), or `stop` is set; all are checked after each SET_STATE.
+
+    `target_return`: one value for every module this client sends experience for, or
+    `{module_id: target}`. `opponents`: `{agent_id_glob: obs -> action}` plays matching
+    agents locally, unsent. `module_filter`: send only these modules' experience (the
+    others are still played).
+    """
+    result, started = SceneResult(), time.monotonic()
+    config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
+    casting = Casting(config, opponents, module_filter)
+    trained = sorted({casting.module(a).module_id for a in env.possible_agents if casting.sends(a)})
+    if not trained:
+        raise ValueError(f"no agent of {env.possible_agents} plays a module this client sends experience for")
+    targets = _targets(target_return, trained)
+    policies = ModulePolicies(config, np.random.default_rng(seed))
+    policies.load(client.request({"type": "GET_STATE"}))
+    collector = SceneCollector(env, casting.sends, seed=seed)
+    while True:
+        for trajectory in collector.step(_choose_actions(collector.acting, casting, policies)):
+            module = casting.module(trajectory.agent_id)
+            module_id = None if module is None else module.module_id
+            result.record(trajectory.agent_id, module_id, trajectory.episode_return, trajectory.outcome)
+        if collector.ready_steps < config.env_steps_per_sample:
+            continue
+        chunks = collector.take_chunks()
+        steps = sum(len(chunk["actions"]) for chunk in chunks)
+        policies.load(client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps}))
+        result.sent_steps += steps
+        result.env_steps, result.agent_steps = collector.scene_steps, collector.agent_steps
+        result.scene_episodes, result.weights_seq_no = collector.scene_episodes, policies.weights_seq_no
+        result.seconds = time.monotonic() - started
+        _log_progress(result, trained)
+        if result.reached(targets):
+            result.reached_target = True
+            return result
+        if (max_env_steps and result.env_steps >= max_env_steps) or (max_seconds and result.seconds >= max_seconds):
+            return result
+        if stop is not None and stop.is_set():
+            return result
+
+
+def _targets(target_return: float | dict[str, float] | None, trained: list[str]) -> dict[str, float]:
+    if target_return is None:
+        return {}
+    if not isinstance(target_return, dict):
+        return {module_id: float(target_return) for module_id in trained}
+    unknown = set(target_return) - set(trained)
+    if unknown:
+        raise ValueError(f"target_return names {sorted(unknown)}, but this client trains only {trained}")
+    return dict(target_return)
+
+
+def _choose_actions(acting: dict[str, Any], casting: Casting, policies: ModulePolicies) -> dict[str, PlayedAction]:
+    """Every acting agent's action: local opponents one by one, each module in one batch."""
+    actions, by_module = {}, defaultdict(list)
+    for agent_id, obs in acting.items():
+        opponent = casting.opponent(agent_id)
+        if opponent is None:
+            by_module[casting.module(agent_id).module_id].append(agent_id)
+        else:
+            action = opponent(obs)
+            actions[agent_id] = PlayedAction(action, _chunk_action(action), 0.0, policies.weights_seq_no)
+    for module_id, agent_ids in by_module.items():
+        actions.update(zip(agent_ids, policies.act(module_id, [acting[a] for a in agent_ids])))
+    return actions
+
+
+def _log_progress(result: SceneResult, modules: Iterable[str]) -> None:
+    returns = "  ".join(
+        f"{m} {result.mean_return(m):.1f} ({len(result.module_returns.get(m, ()))})" for m in modules
+    )
+    log.info(
+        "v%d  scene steps %d  agent steps %d  episodes %d  mean return %s  %.1fs",
+        result.weights_seq_no, result.env_steps, result.agent_steps, result.episodes, returns, result.seconds,
+    )
+
+
+# --- `python -m app.clients.multi_agent` -------------------------------------------------
+
+DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
+GYM_SCENE_ENVS = {
+    "cartpole": ("CartPole-v1", "cart"),
+    "pendulum": ("Pendulum-v1", "pend"),
+    "reach": (REACH_ENV_ID, "reach"),
+}
+
+
+def make_scene(spec: str) -> MultiAgentEnv:
+    """`coordination`, `countdown`, or gymnasium envs with counts: `cartpole:8,pendulum:1`
+    gives agents cart_0..cart_7 on CartPole-v1 and pend_0 on Pendulum-v1."""
+    if spec == "coordination":
+        return CoordinationGame()
+    if spec == "countdown":
+        return CountdownGame()
+    agents = {}
+    for part in spec.split(","):
+        name, _, count = part.strip().partition(":")
+        if name not in GYM_SCENE_ENVS or not (count or "1").isdigit():
+            choices = "|".join(GYM_SCENE_ENVS)
+            raise ValueError(f"unknown scene part {part!r}: use coordination, countdown, or {choices}:N,...")
+        env_id, prefix = GYM_SCENE_ENVS[name]
+        agents.update({f"{prefix}_{i}": env_id for i in range(int(count or 1))})
+    return gymnasium_scene(agents)
+
+
+def parse_target(text: str | None) -> float | dict[str, float] | None:
+    """`450` (every trained module) or `cart=450,pend=-300`."""
+    if text is None or "=" not in text:
+        return None if text is None else float(text)
+    return {module_id.strip(): float(value) for module_id, value in (item.split("=", 1) for item in text.split(","))}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m app.clients.multi_agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")
+    parser.add_argument("--scene", default="cartpole:8", help="cartpole:N,pendulum:M,reach:K | coordination | countdown")
+    parser.add_argument("--target-return", help="stop when each trained module's mean of 20 returns reaches this "
+                        "(one number, or module=value,...)")
+    parser.add_argument("--opponent", choices=["random", "optimal"],
+                        help="countdown: play player_1 locally with this policy (its experience is not sent)")
+    parser.add_argument("--max-env-steps", type=int, help="stop after this many scene steps")
+    parser.add_argument("--max-seconds", type=float, help="stop after this long")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    target = parse_target(args.target_return)
+    opponents = None
+    if args.opponent is not None:
+        if args.scene != "countdown":
+            raise SystemExit("--opponent is for --scene countdown")
+        play = scripted_opponent if args.opponent == "optimal" else functools.partial(
+            random_opponent, rng=np.random.default_rng(args.seed + 1)
+        )
+        opponents = {"player_1": play}
+    port = args.port or DEFAULT_PORTS[args.transport]
+    with RLlinkClient(args.transport, args.host, port) as client:
+        result = run_scene(
+            client, make_scene(args.scene), target_return=target, max_env_steps=args.max_env_steps,
+            max_seconds=args.max_seconds, seed=args.seed, opponents=opponents,
+        )
+    print(json.dumps(result.summary()))
+    return 0 if result.reached_target or target is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,445 @@
+"""The multi-agent games, the gymnasium scene and the multi-agent client: its chunk
+building and sampling exactly (fixed ONNX models with constant outputs), and its loop
+against a real gateway (what it sends, what the gateway trains on).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import json
+from collections import defaultdict
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from app.clients.games import (
+    CoordinationGame,
+    CountdownGame,
+    counter_of,
+    optimal_action,
+    random_opponent,
+    scripted_opponent,
+)
+from app.clients.multi_agent import (
+    GatewayConfig,
+    ModulePolicies,
+    PlayedAction,
+    SceneCollector,
+    UnmappedAgent,
+    make_scene,
+    parse_target,
+    run_scene,
+)
+from app.clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
+from app.clients.rllink_client import RLlinkClient
+
+from .helpers import RunningGateway, gateway_settings, running_gateway
+
+# --- CoordinationGame ----------------------------------------------------------------------
+
+
+def test_coordination_observations_rewards_and_end() -> None:
+    game = CoordinationGame()
+    obs, _ = game.reset(seed=0)
+    assert set(obs) == {"agent_0", "agent_1"} and obs["agent_0"].shape == (12,)
+    assert obs["agent_0"].tolist() == [1] + [0] * 9 + [1, 0]
+    assert obs["agent_1"].tolist() == [1] + [0] * 9 + [0, 1]
+    for step in range(1, 11):
+        same = step % 2 == 0
+        obs, rewards, terminateds, truncateds, _ = game.step({"agent_0": 2, "agent_1": 2 if same else 3})
+        assert rewards == {"agent_0": float(same), "agent_1": float(same)}
+        assert terminateds[ALL] is (step == 10) and truncateds[ALL] is False
+        assert set(obs) == {"agent_0", "agent_1"}  # both act every step, and both get the final observation
+    assert obs["agent_0"].tolist() == [0] * 10 + [1, 0]  # no step index after the last step
+    with pytest.raises(ValueError, match="both agents"):
+        CoordinationGame().step({"agent_0": 0})
+
+
+def test_random_coordination_scores_2_5_and_agreeing_scores_10() -> None:
+    rng = np.random.default_rng(0)
+    game, returns = CoordinationGame(), []
+    for _ in range(4000):
+        game.reset()
+        total, done = 0.0, False
+        while not done:
+            _, rewards, terminateds, _, _ = game.step({agent: int(rng.integers(4)) for agent in game.possible_agents})
+            total, done = total + rewards["agent_0"], terminateds[ALL]
+        returns.append(total)
+    assert abs(np.mean(returns) - 2.5) < 0.1  # standard error ~0.02
+    game.reset()
+    assert sum(game.step({"agent_0": t % 4, "agent_1": t % 4})[1]["agent_1"] for t in range(10)) == 10.0
+
+
+# --- CountdownGame ---------------------------------------------------------------------------
+
+
+def test_countdown_turns_alternate_and_the_player_reaching_21_wins() -> None:
+    game = CountdownGame()
+    starters = set()
+    for seed in range(20):
+        obs, _ = game.reset(seed=seed)
+        (mover,) = obs
+        starters.add(mover)
+        assert counter_of(obs[mover]) == 0 and obs[mover].shape == (22,)
+        moves = 0
+        while True:
+            other = "player_1" if mover == "player_0" else "player_0"
+            with pytest.raises(ValueError, match="turn"):
+                game.step({other: 0})
+            before = game.counter
+            obs, rewards, terminateds, truncateds, infos = game.step({mover: 2})  # +3
+            moves += 1
+            assert game.counter == before + 3
+            if terminateds[ALL]:
+                break
+            assert list(obs) == [other] and counter_of(obs[other]) == game.counter
+            assert not truncateds[ALL] and rewards.get(other, 0.0) == 0.0
+            mover = other
+        assert moves == 7 and game.counter == 21  # 7 moves of +3: the 7th mover wins
+        assert set(obs) == {"player_0", "player_1"}
+        assert all(counter_of(o) == 21 for o in obs.values())  # index 21: the game is over
+        assert rewards == {mover: 1.0, other: -1.0}
+        assert infos[mover]["outcome"] == "win" and infos[other]["outcome"] == "loss"
+        assert terminateds == {"player_0": True, "player_1": True, ALL: True}
+    assert starters == {"player_0", "player_1"}
+
+
+def test_optimal_action_leaves_a_multiple_of_four() -> None:
+    for counter in range(21):
+        move = optimal_action(counter) + 1
+        if (21 - counter) % 4 == 0:
+            assert move == 1  # lost against perfect play: prolong the game
+        else:
+            assert counter + move == 21 or (21 - counter - move) % 4 == 0
+    assert scripted_opponent(CountdownGame().observe()) == optimal_action(0) == 0  # 21 - 1 = 20
+
+
+@pytest.mark.parametrize("optimal_starts", [True, False])
+def test_optimal_play_beats_random_play_from_either_side(optimal_starts: bool) -> None:
+    game, rng = CountdownGame(), np.random.default_rng(1)
+    play_random = functools.partial(random_opponent, rng=rng)
+    wins = games = 0
+    for seed in range(4000):
+        obs, _ = game.reset(seed=seed)
+        optimal = next(iter(obs)) if optimal_starts else ("player_1" if "player_0" in obs else "player_0")
+        games += 1
+        while True:
+            (mover,) = obs
+            play = scripted_opponent if mover == optimal else play_random
+            obs, rewards, terminateds, _, infos = game.step({mover: play(obs[mover])})
+            if terminateds[ALL]:
+                wins += infos[optimal]["outcome"] == "win"
+                break
+    assert wins / games > 0.95  # exact: 100% when the optimal player starts, 99.86% otherwise
+
+
+# --- GymnasiumScene ----------------------------------------------------------------------------
+
+
+def test_gymnasium_scene_restarts_each_agent_on_its_own() -> None:
+    scene = gymnasium_scene({f"cart_{i}": "CartPole-v1" for i in range(3)} | {"pend_0": "Pendulum-v1"}, seed=3)
+    assert isinstance(scene, MultiAgentEnv)
+    obs, _ = scene.reset()
+    rng, ended_at, just_ended = np.random.default_rng(0), defaultdict(list), set()
+    for step in range(250):
+        actions = {a: int(rng.integers(2)) if a.startswith("cart") else np.array([0.5], np.float32) for a in obs}
+        obs, rewards, terminateds, truncateds, _ = scene.step(actions)
+        assert terminateds[ALL] is False and truncateds[ALL] is False
+        assert set(obs) - set(rewards) == just_ended  # back with a reset observation, after sitting out a step
+        just_ended = {a for a in obs if terminateds.get(a) or truncateds.get(a)}
+        for agent in just_ended:
+            ended_at[agent].append((step, "truncated" if truncateds[agent] else "terminated"))
+        obs = {a: o for a, o in obs.items() if a not in just_ended}
+    assert all(len(ended_at[f"cart_{i}"]) >= 2 for i in range(3))  # random CartPoles fall within ~50 steps
+    assert ended_at["pend_0"] == [(199, "truncated")]  # Pendulum's time limit: 200 steps
+
+
+def test_gymnasium_scene_refuses_an_action_from_an_agent_sitting_out() -> None:
+    scene = gymnasium_scene({"cart_0": "CartPole-v1", "pend_0": "Pendulum-v1"}, seed=0)
+    scene.reset()
+    terminateds: dict = {}
+    while not terminateds.get("cart_0"):  # always pushing left: it falls within ~10 steps
+        _, _, terminateds, _, _ = scene.step({"cart_0": 0, "pend_0": np.zeros(1, np.float32)})
+    with pytest.raises(ValueError, match=r"expected actions for \['pend_0'\]"):
+        scene.step({"cart_0": 0, "pend_0": np.zeros(1, np.float32)})
+    obs, rewards, _, _, _ = scene.step({"pend_0": np.zeros(1, np.float32)})
+    assert set(obs) == {"cart_0", "pend_0"} and set(rewards) == {"pend_0"}
+
+
+# --- Chunk building ------------------------------------------------------------------------------
+
+
+def played(action: Any, version: int = 0, logp: float = -1.0) -> PlayedAction:
+    return PlayedAction(action, action, logp, version)
+
+
+def test_turn_based_chunks_credit_each_players_last_action_and_carry_moves_in_flight() -> None:
+    game = CountdownGame()
+    collector = SceneCollector(game, sends=lambda agent: True, seed=5)
+    (first,) = collector.acting
+    second = "player_1" if first == "player_0" else "player_0"
+    all_chunks = []
+    for turn in range(7):  # +3 each: the first mover's 4th move (turn 6) reaches 21
+        (mover,) = collector.acting
+        assert mover == (first if turn % 2 == 0 else second)
+        ended = collector.step({mover: played(2, version=turn)})  # as if each turn came with new weights
+        if turn in (0, 3):  # cut mid-game: the player who just moved has a move in flight
+            ready = collector.ready_steps
+            chunks = collector.take_chunks()
+            assert sum(len(c["actions"]) for c in chunks) == ready
+            all_chunks += chunks
+        if turn == 0:
+            assert chunks == []  # the first mover's move is in flight, the second has not acted: T = 0 both
+    assert {t.agent_id for t in ended} == {first, second}
+    all_chunks += collector.take_chunks()
+    by_agent = {a: [c for c in all_chunks if c["agent_id"] == a] for a in (first, second)}
+
+    assert len({c["episode_id"] for c in all_chunks}) == 1  # one game, one episode id for both players
+    for agent, chunks in by_agent.items():
+        for chunk in chunks:
+            assert len(chunk["obs"]) == len(chunk["actions"]) + 1 >= 2
+            assert len(chunk["rewards"]) == len(chunk["action_logp"]) == len(chunk["actions"])
+        for previous, chunk in zip(chunks, chunks[1:]):
+            assert chunk["obs"][0] == previous["obs"][-1]
+            assert previous["is_terminated"] is False and previous["is_truncated"] is False
+            assert "outcome" not in previous
+        assert chunks[-1]["is_terminated"] is True and chunks[-1]["is_truncated"] is False
+        observed = [counter_of(o) for c in chunks for o in c["obs"][1:]]
+        assert observed[-1] == 21
+    winner = [r for c in by_agent[first] for r in c["rewards"]]
+    loser = [r for c in by_agent[second] for r in c["rewards"]]
+    assert winner == [0.0, 0.0, 0.0, 1.0] and loser == [0.0, 0.0, -1.0]  # each on its own last move
+    assert by_agent[first][-1]["outcome"] == "win" and by_agent[second][-1]["outcome"] == "loss"
+    # The second player's move of turn 3 was in flight at the cut after it: the chunk that
+    # carries it (with the move of turn 5) names the older version.
+    assert [len(c["actions"]) for c in by_agent[second]] == [1, 2] and by_agent[second][-1]["weights_seq_no"] == 3
+    assert [len(c["actions"]) for c in by_agent[first]] == [2, 2] and by_agent[first][-1]["weights_seq_no"] == 4
+
+
+def test_only_agents_that_are_sent_count_and_appear() -> None:
+    game = CoordinationGame()
+    collector = SceneCollector(game, sends=lambda agent: agent == "agent_0", seed=0)
+    for _ in range(4):
+        collector.step({a: played(1) for a in collector.acting})
+    assert collector.ready_steps == 4
+    chunks = collector.take_chunks()
+    assert [c["agent_id"] for c in chunks] == ["agent_0"] and chunks[0]["rewards"] == [1.0] * 4
+    assert collector.ready_steps == 0 and collector.take_chunks() == []  # nothing complete: nothing sent
+    for _ in range(6):
+        ended = collector.step({a: played(1) for a in collector.acting})
+    assert sorted(t.agent_id for t in ended) == ["agent_0", "agent_1"] and ended[0].episode_return == 10.0
+    assert collector.scene_episodes == 1 and set(collector.acting) == {"agent_0", "agent_1"}  # reset
+    (chunk,) = collector.take_chunks()
+    assert len(chunk["actions"]) == 6 and chunk["is_terminated"] is True and chunk["obs"][0] == chunks[0]["obs"][-1]
+
+
+def test_each_sub_episode_of_a_scene_agent_has_its_own_episode_id() -> None:
+    scene = gymnasium_scene({"cart_0": "CartPole-v1", "cart_1": "CartPole-v1"}, seed=0)
+    collector = SceneCollector(scene, sends=lambda agent: True, seed=0)
+    ended = []
+    while sum(t.agent_id == "cart_0" for t in ended) < 3:
+        ended += collector.step({a: played(0) for a in collector.acting})  # always left: falls in ~10 steps
+    chunks = [c for c in collector.take_chunks() if c["agent_id"] == "cart_0"]
+    finished = [c for c in chunks if c["is_terminated"]]
+    assert len(finished) == 3 and len({c["episode_id"] for c in chunks}) == len(chunks)
+    assert [sum(c["rewards"]) for c in finished] == [t.episode_return for t in ended if t.agent_id == "cart_0"]
+    assert collector.scene_episodes == 0  # the scene itself never ends
+
+
+class ScriptedEnv:
+    """Replays fixed step results (observations are the step number), to try edge cases."""
+
+    possible_agents = ["a", "b"]
+
+    def __init__(self, first_obs: list[str], steps: list[tuple[list[str], dict, dict]]) -> None:
+        self.first_obs, self.steps, self.t = first_obs, steps, 0
+
+    def reset(self, seed: int | None = None) -> tuple[dict, dict]:
+        self.t = 0
+        return {agent: np.zeros(1) for agent in self.first_obs}, {}
+
+    def step(self, action_dict: dict) -> tuple[dict, dict, dict, dict, dict]:
+        self.t += 1
+        obs_agents, rewards, terminateds = self.steps[self.t - 1]
+        return {agent: np.full(1, self.t) for agent in obs_agents}, rewards, terminateds, {ALL: False}, {}
+
+
+def test_rewards_go_to_the_last_action_and_are_dropped_without_one() -> None:
+    env = ScriptedEnv(["a"], [
+        (["a", "b"], {"a": 1.0, "b": 7.0}, {ALL: False}),  # b has not acted: its 7 has no step
+        (["a", "b"], {"a": 2.0, "b": 3.0}, {"a": True, ALL: False}),  # a is done early
+        (["b"], {"a": 100.0, "b": 4.0}, {ALL: True}),  # a is done: its 100 has no step
+    ])
+    collector = SceneCollector(env, sends=lambda agent: True)
+    for _ in range(3):
+        collector.step({agent: played(0) for agent in collector.acting})
+    a, b = collector.take_chunks()
+    assert (a["agent_id"], a["rewards"], a["obs"]) == ("a", [1.0, 2.0], [[0.0], [1.0], [2.0]])
+    assert (b["agent_id"], b["rewards"], b["obs"]) == ("b", [3.0, 4.0], [[1.0], [2.0], [3.0]])
+    assert a["is_terminated"] and b["is_terminated"] and a["episode_id"] == b["episode_id"]
+
+
+def test_an_episode_that_drops_an_acting_agent_is_refused() -> None:
+    env = ScriptedEnv(["a", "b"], [(["a"], {"b": 5.0}, {ALL: True})])  # b acted but gets no final observation
+    collector = SceneCollector(env, sends=lambda agent: True)
+    with pytest.raises(ValueError, match=r"without a final observation for \['b'\]"):
+        collector.step({"a": played(0), "b": played(0)})
+
+
+# --- The client loop against a real gateway ----------------------------------------------
+
+
+def constant_model(input_name: str, obs_dim: int, outputs: list[float]) -> str:
+    """A base64 gzipped ONNX model whose output 0 is `outputs` for every observation."""
+    weights = numpy_helper.from_array(np.zeros((obs_dim, len(outputs)), np.float32), "W")
+    bias = numpy_helper.from_array(np.asarray(outputs, np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", [input_name, "W", "b"], ["dist_inputs"])],
+        "policy",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", obs_dim])],
+        [helper.make_tensor_value_info("dist_inputs", TensorProto.FLOAT, ["batch", len(outputs)])],
+        initializer=[weights, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    model.ir_version = 8
+    return base64.b64encode(gzip.compress(model.SerializeToString())).decode()
+
+
+def policy(obs_space: dict, action_space: dict, *, trainable: bool = True) -> dict:
+    distribution = "categorical" if action_space["type"] == "discrete" else "gaussian"
+    return {
+        "observation_space": obs_space, "action_space": action_space, "onnx_input_name": "obs",
+        "onnx_output_names": ["dist_inputs"], "action_distribution": distribution, "trainable": trainable,
+    }
+
+
+def set_config(policies: dict, mapping: dict | None = None) -> dict:
+    """A SET_CONFIG as the gateway words it, for the sampling tests' fixed models."""
+    return {"type": "SET_CONFIG", "env_steps_per_sample": 10, "force_on_policy": True, "policies": policies,
+            "policy_mapping": mapping or {}, "default_module_id": next(iter(policies))}
+
+
+def set_state(models: dict[str, str]) -> dict:
+    return {"type": "SET_STATE", "weights_seq_no": 0, "onnx_files": models, "onnx_file": next(iter(models.values()))}
+
+
+class RecordingClient(RLlinkClient):
+    """A real client that also keeps every EPISODES_AND_GET_STATE it sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[dict] = []
+
+    def request(self, message: dict) -> dict:
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            self.sent.append(json.loads(json.dumps(message)))  # as the wire carries it
+        return super().request(message)
+
+
+def recording_client(gateway: RunningGateway, transport: str = "tcp") -> RecordingClient:
+    port = gateway.tcp_port if transport == "tcp" else gateway.http_port
+    return RecordingClient(transport, "127.0.0.1", port)
+
+
+BOX3, BOX4, BOARD = {"type": "box", "shape": [3]}, {"type": "box", "shape": [4]}, {"type": "box", "shape": [22]}
+PEND_ACTIONS = {"type": "box", "shape": [1], "low": -2.0, "high": 2.0}
+MOVES = {"type": "discrete", "n": 3}
+
+
+def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks(tmp_path) -> None:
+    policies = {"cart": {"observation_space": BOX4, "action_space": {"type": "discrete", "n": 2}},
+                "pend": {"observation_space": BOX3, "action_space": PEND_ACTIONS}}
+    settings = gateway_settings(tmp_path, policies=policies, policy_mapping={"cart_*": "cart", "pend_*": "pend"},
+                                env_steps_per_sample=200)
+    with running_gateway(settings) as gateway, recording_client(gateway, "ws") as client:
+        result = run_scene(client, make_scene("cartpole:8,pendulum:1"), max_env_steps=400, seed=0)
+        trained = {p["module_id"]: p["num_env_steps_trained_lifetime"] for p in
+                   httpx.get(f"{gateway.base_url}/api/policies").json()}
+    assert result.env_steps >= 400
+    # Every agent acts on every step but the one after each of its episodes ends.
+    assert 0 <= result.agent_steps - (9 * result.env_steps - result.episodes) <= 9  # (the last step's ends: not yet)
+    assert len(client.sent) == result.weights_seq_no and result.sent_steps == sum(m["timesteps"] for m in client.sent)
+    assert sum(trained.values()) == result.sent_steps  # the gateway trained on every step sent
+    for message in client.sent:
+        assert message["timesteps"] == sum(len(c["actions"]) for c in message["episodes"]) >= 200
+    chunks = [c for m in client.sent for c in m["episodes"]]
+    pend = [a[0] for c in chunks if c["agent_id"] == "pend_0" for a in c["actions"]]
+    assert trained["pend"] == len(pend) and max(abs(a) for a in pend) > 2.0  # unclipped samples go into the chunk
+    assert result.mean_return("pend") < 0 and len(result.module_returns["cart"]) == 20
+    by_agent_episode: dict[tuple, list] = {}
+    for chunk in chunks:
+        by_agent_episode.setdefault((chunk["agent_id"], chunk["episode_id"]), []).append(chunk)
+    for pieces in by_agent_episode.values():
+        for previous, chunk in zip(pieces, pieces[1:]):
+            assert chunk["obs"][0] == previous["obs"][-1] and not previous["is_terminated"]
+
+
+def test_run_scene_plays_a_frozen_opponent_and_a_local_one_without_sending_them(tmp_path) -> None:
+    policies = {"learner": {"observation_space": BOARD, "action_space": MOVES, "self_play": {}}}
+    settings = gateway_settings(tmp_path, policies=policies, env_steps_per_sample=100,
+                                policy_mapping={"player_0": "learner", "player_1": "learner_opponent"})
+    with running_gateway(settings) as gateway, recording_client(gateway) as client:
+        result = run_scene(client, CountdownGame(), max_env_steps=1000, seed=0)
+        chunks = [c for m in client.sent for c in m["episodes"]]
+        assert {c["agent_id"] for c in chunks} == {"player_0"}
+        outcomes = result.outcome_counts("learner")
+        assert sum(outcomes.values()) == len(result.outcomes["learner"]) > 0 and outcomes["draw"] == 0
+        assert all(c["outcome"] in ("win", "loss") for c in chunks if c["is_terminated"])
+        (learner,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == "learner"]
+        assert learner["games"]["win"] + learner["games"]["loss"] == sum(c["is_terminated"] for c in chunks)
+
+        client.sent.clear()  # now player_1 is played by a perfect local script
+        result = run_scene(client, CountdownGame(), max_env_steps=1000, seed=1, opponents={"player_1": scripted_opponent})
+        assert {c["agent_id"] for m in client.sent for c in m["episodes"]} == {"player_0"}
+        assert result.outcome_counts("learner")["win"] < 0.2 * len(result.outcomes["learner"])  # untrained vs perfect
+
+
+def test_the_first_matching_glob_decides_and_an_unmapped_agent_cannot_be_played(tmp_path) -> None:
+    config = GatewayConfig.from_set_config(
+        set_config({m: policy(BOARD, MOVES) for m in ("a", "b")}, {"player_*": "a", "player_0": "b", "*": "b"})
+    )
+    assert config.module_for("player_0").module_id == "a" and config.module_for("cart_3").module_id == "b"
+    settings = gateway_settings(tmp_path, policies={"a": {"observation_space": BOARD, "action_space": MOVES}},
+                                policy_mapping={"player_0": "a"}, env_steps_per_sample=10)
+    with running_gateway(settings) as gateway, recording_client(gateway) as client:
+        with pytest.raises(UnmappedAgent, match="'player_1' maps to no module"):
+            run_scene(client, CountdownGame(), max_env_steps=10)
+        run_scene(client, CountdownGame(), max_env_steps=10, opponents={"player_1": scripted_opponent})  # played locally
+
+
+def test_a_module_acts_on_a_batch_and_the_env_gets_clipped_actions() -> None:
+    action_space = {"type": "box", "shape": [1], "low": -2.0, "high": 2.0}
+    config = GatewayConfig.from_set_config(set_config({"pend": policy(BOX3, action_space)}))
+    policies = ModulePolicies(config, np.random.default_rng(0))
+    policies.load(set_state({"pend": constant_model("obs", 3, [2.0, 0.0])}))
+    actions = policies.act("pend", [np.zeros(3)] * 64)
+    sampled = np.array([a.chunk_action for a in actions])
+    assert sampled.shape == (64, 1) and sampled.min() < 2.0 < sampled.max() and abs(sampled.mean() - 2.0) < 0.4
+    assert all(a.env_action.dtype == np.float32 and -2.0 <= a.env_action[0] <= 2.0 for a in actions)
+    assert all(a.env_action[0] == np.float32(min(a.chunk_action[0], 2.0)) for a in actions)
+    mean, std = 2.0, 1.0  # log-prob of the unclipped sample
+    expected = -0.5 * ((sampled[:, 0] - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
+    np.testing.assert_allclose([a.logp for a in actions], expected, rtol=1e-6)
+    assert config.module_for("anyone").module_id == "pend"  # no mapping, one module: every agent plays it
+    with pytest.raises(ValueError, match="observes shape \\[3\\], the env gave \\[4\\]"):
+        policies.act("pend", [np.zeros(4)])
+
+
+def test_a_categorical_module_samples_its_softmax() -> None:
+    config = GatewayConfig.from_set_config(set_config({"m": policy({"type": "box", "shape": [2]}, MOVES)}))
+    policies = ModulePolicies(config, np.random.default_rng(0))
+    policies.load(set_state({"m": constant_model("obs", 2, [0.0, np.log(3.0), -50.0])}))
+    actions = policies.act("m", [np.zeros(2)] * 4000)
+    chosen = np.array([a.env_action for a in actions])
+    assert abs(np.mean(chosen == 1) - 0.75) < 0.03 and not np.any(chosen == 2)  # softmax: 1/4, 3/4, ~0
+    assert {a.chunk_action: round(a.logp, 5) for a in actions} == {0: round(np.log(0.25), 5), 1: round(np.log(0.75), 5)}
+
+
+def test_target_parsing() -> None:
+    assert parse_target(None) is None and parse_target("450") == 450.0
+    assert parse_target("cart=450, pend=-300") == {"cart": 450.0, "pend": -300.0}
