@@ -165,10 +165,19 @@ def run(
         if target_return is not None and full_window and result.mean_return >= target_return:
             result.reached_target = True
             return result
-        if (max_env_steps and result.env_steps >= max_env_steps) or (max_seconds and result.seconds >= max_seconds):
+        if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
             return result
-        if stop is not None and stop.is_set():
-            return result
+
+
+def budget_spent(
+    env_steps: int, seconds: float, max_env_steps: int | None, max_seconds: float | None, stop: threading.Event | None
+) -> bool:
+    """A run's limits: its env steps or seconds are spent, or it was told to stop."""
+    return bool(
+        (max_env_steps and env_steps >= max_env_steps)
+        or (max_seconds and seconds >= max_seconds)
+        or (stop is not None and stop.is_set())
+    )
 
 
 def _new_chunk(obs: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from app.clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
-from app.clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy
+from app.clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
 from app.clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
 from app.clients.rllink_client import RLlinkClient
 
@@ -522,9 +522,7 @@ def run_scene(
         if result.reached(targets):
             result.reached_target = True
             return result
-        if (max_env_steps and result.env_steps >= max_env_steps) or (max_seconds and result.seconds >= max_seconds):
-            return result
-        if stop is not None and stop.is_set():
+        if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
             return result
 
 
