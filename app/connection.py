@@ -75,7 +75,7 @@ class Connection(Generic[Tag]):
             check_token=None if authenticated else lambda token: token_matches(settings, token),
             encoder=gateway.replies,
         )
-        self._tags: dict[int, Tag] = {}  # of each request owed a reply: the opcode to answer in
+        self._tags: dict[int, Tag] = {}  # of each reply waiting for its turn: the opcode to answer in
         self._queue: asyncio.Queue[tuple[Event | _Decoding, Tag] | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
         self._busy = False  # the responder is working on a request (e.g. waiting for SET_STATE)
         self._decoding: _Decoding | None = None  # the body the responder waits on a worker for
@@ -190,9 +190,9 @@ class Connection(Generic[Tag]):
         """Handle one event and send the replies it releases; False after a fatal error."""
         self._busy = True
         try:
-            if event.expects_reply:
-                self._tags[event.seq] = tag
             reply = await self._reply_to(event)
+            if reply is not None or isinstance(event, FrameRejected):
+                self._tags[event.seq] = tag  # the opcode its reply goes out in, once its turn comes
             for answered, frame in self._session.send(event, reply):
                 self._traffic.bytes_sent += len(frame)
                 await self._send(frame, self._tags.pop(answered.seq))

@@ -351,7 +351,7 @@ class Session:
 
     @property
     def unanswered(self) -> int:
-        """Requests read whose reply has not been released yet."""
+        """Events read whose turn has not passed yet (reply not released, or not handled)."""
         return len(self._unanswered)
 
     # -- Bytes in ---------------------------------------------------------------------
@@ -431,9 +431,9 @@ class Session:
         return FrameRejected(error, event.encoding, event.seq)
 
     def _admit(self, event: Event) -> Event:
-        """Note an event owed a reply; a fatal one ends the stream."""
-        if event.expects_reply:
-            self._unanswered.append(event.seq)
+        """Give the event its turn in the replies (one that owes none may still get an
+        ERROR, in that turn); a fatal one ends the stream."""
+        self._unanswered.append(event.seq)
         if type(event) is FrameRejected and event.fatal:
             self._ended = True
         return event
@@ -466,21 +466,23 @@ class Session:
     # -- Bytes out --------------------------------------------------------------------
 
     def send(self, event: Event, reply: BaseModel | None = None) -> list[tuple[Event, bytes]]:
-        """Answer `event` (a rejected frame answers with its error; pass `reply` for a
-        request); return every reply now due, oldest first, with the event it answers.
+        """Answer `event`: a rejected frame with its error, a request with `reply`, or with
+        nothing (None) if it owes none (EPISODES; an ERROR is a reply it may still get).
+        Return every reply now due, oldest first, with the event it answers.
 
-        A reply produced before that of an older request waits here for it.
+        Each event has its turn: a reply produced before an older request is answered
+        (or handled, if it owes nothing) waits here for it.
         """
-        if not event.expects_reply:
-            return []
         if isinstance(event, FrameRejected):
             reply = event.error.to_message()
-        elif reply is None:
+        elif reply is None and event.expects_reply:
             raise ValueError(f"{event.request.type} needs a reply")
-        self._ready[event.seq] = (event, self._encoder.encode(reply, event.encoding))
+        self._ready[event.seq] = (event, None if reply is None else self._encoder.encode(reply, event.encoding))
         due = []
         while self._unanswered and self._unanswered[0] in self._ready:
-            due.append(self._ready.pop(self._unanswered.popleft()))
+            answered, frame = self._ready.pop(self._unanswered.popleft())
+            if frame is not None:
+                due.append((answered, frame))
         return due
 
     def reply(self, message: BaseModel, encoding: Encoding) -> bytes:

@@ -165,12 +165,17 @@ def test_replies_leave_in_request_order_whatever_order_they_are_produced_in():
     assert session.unanswered == 0
 
 
-def test_episodes_owe_no_reply_and_hold_nothing_back():
+def test_episodes_owe_no_reply_but_an_error_for_them_keeps_its_turn():
     session = Session(CARTPOLE, 10_000)
     episodes, ping = session.receive_data(frame({"type": "EPISODES", "episodes": [episode()]}) + PING)
-    assert not episodes.expects_reply and session.unanswered == 1
-    assert session.send(episodes) == []
-    assert [reply for _, reply in session.send(ping, Pong())] == [encode_message(Pong())]
+    assert not episodes.expects_reply and session.unanswered == 2
+    assert session.send(ping, Pong()) == []  # until the EPISODES before it is handled
+    assert [reply for _, reply in session.send(episodes)] == [encode_message(Pong())]  # handled: nothing of its own
+    refused, ping = session.receive_data(frame({"type": "EPISODES", "episodes": [episode()]}) + PING)
+    assert session.send(ping, Pong()) == []
+    error = ProtocolError(ErrorCode.INVALID_MESSAGE, "no such episode")
+    released = session.send(refused, error.to_message())  # a failure found while handling it: an ERROR, in its turn
+    assert [json.loads(reply[8:])["type"] for _, reply in released] == ["ERROR", "PONG"]
 
 
 def test_an_error_reply_takes_its_turn_between_requests():
