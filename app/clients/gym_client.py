@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 
+from app.action_dists import sample_categorical, sample_gaussian
 from app.clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("app.clients")
@@ -82,18 +83,11 @@ class OnnxPolicy:
 
     def sample(self, dist_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Actions and their log-probs: ints [N] from logits, or unclipped floats [N, *shape]
-        from a mean and log std (the same random draws as numpy's `choice` / `standard_normal`)."""
+        from a mean and log std (app.action_dists)."""
         if self.action_space["type"] == "discrete":
-            logp_all = dist_inputs - np.logaddexp.reduce(dist_inputs, axis=1, keepdims=True)
-            cdf = np.cumsum(np.exp(logp_all), axis=1)
-            cdf /= cdf[:, -1:]
-            actions = np.minimum((cdf <= self.rng.random(len(cdf))[:, None]).sum(axis=1), cdf.shape[1] - 1)
-            return actions, logp_all[np.arange(len(actions)), actions]
-        mean, log_std = np.split(dist_inputs, 2, axis=1)
-        std = np.exp(log_std)
-        actions = mean + std * self.rng.standard_normal(mean.shape)
-        logps = np.sum(-0.5 * ((actions - mean) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi), axis=1)
-        shape = tuple(self.action_space.get("shape") or (mean.shape[1],))
+            return sample_categorical(dist_inputs, self.rng)
+        actions, logps = sample_gaussian(dist_inputs, self.rng)
+        shape = tuple(self.action_space.get("shape") or (actions.shape[1],))
         return actions.reshape(len(actions), *shape), logps
 
 
