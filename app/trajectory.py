@@ -1,0 +1,106 @@
+"""One agent's trajectory as it is played, cut into episode chunks as it goes.
+
+Both sides of the wire build chunks this way: the multi-agent reference client from
+the steps it plays, the gateway from a thin client's GET_ACTION / LOG_* requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class PlayedAction(NamedTuple):
+    """An agent's action: what the env gets (clipped), what the chunk records (as sampled)."""
+
+    env_action: Any
+    chunk_action: Any
+    logp: float
+    weights_seq_no: int
+
+
+class AgentTrajectory:
+    """One agent's trajectory in one episode, as far as it is not sent yet.
+
+    `obs` always holds one more entry than the complete steps: the observation the agent
+    acts on next (or its final one). An action whose next observation has not come yet
+    (the other player is moving) is "in flight": rewards add to it, and it stays behind
+    when the complete steps are cut off into a chunk.
+    """
+
+    def __init__(self, episode_id: str, agent_id: str, obs: Any) -> None:
+        self.episode_id, self.agent_id = episode_id, agent_id
+        self.obs: list[Any] = [_as_list(obs)]
+        self.actions: list[Any] = []
+        self.rewards: list[float] = []
+        self.logps: list[float] = []
+        self.versions: list[int] = []
+        self.terminated = self.truncated = False
+        self.outcome: str | None = None
+        self.episode_return = 0.0
+        self.num_steps = 0  # actions over the whole trajectory, sent or not
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def in_flight(self) -> bool:
+        return len(self.actions) == len(self.obs)
+
+    @property
+    def complete_steps(self) -> int:
+        return len(self.obs) - 1
+
+    def act(self, played: PlayedAction) -> None:
+        if self.done or self.in_flight:
+            raise RuntimeError(f"agent {self.agent_id!r} acts without a new observation")
+        self.actions.append(played.chunk_action)
+        self.rewards.append(0.0)
+        self.logps.append(played.logp)
+        self.versions.append(played.weights_seq_no)
+        self.num_steps += 1
+
+    def reward(self, reward: float) -> None:
+        """Add to the reward of the last action."""
+        self.rewards[-1] += float(reward)
+        self.episode_return += float(reward)
+
+    def observe(self, obs: Any) -> None:
+        """The observation after the last action: that step is complete."""
+        if self.done or not self.in_flight:
+            raise RuntimeError(f"agent {self.agent_id!r} observes twice without acting")
+        self.obs.append(_as_list(obs))
+
+    def end(self, terminated: bool, truncated: bool, outcome: str | None) -> None:
+        self.terminated, self.truncated, self.outcome = terminated, truncated, outcome
+
+    def take_chunk(self) -> dict[str, Any] | None:
+        """The complete steps as an episode chunk (None if there are none); the latest
+        observation, and an action in flight, stay for the next chunk."""
+        steps = self.complete_steps
+        if steps == 0:
+            return None
+        chunk = {
+            "obs": self.obs[: steps + 1],
+            "actions": self.actions[:steps],
+            "rewards": self.rewards[:steps],
+            "action_logp": self.logps[:steps],
+            "is_terminated": self.terminated,
+            "is_truncated": self.truncated,
+            "episode_id": self.episode_id,
+            "agent_id": self.agent_id,
+            # An action in flight at the last send was chosen by the version before: name the oldest.
+            "weights_seq_no": min(self.versions[:steps]),
+        }
+        if self.done and self.outcome is not None:
+            chunk["outcome"] = self.outcome
+        del self.obs[:steps], self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps]
+        return chunk
+
+
+def _as_list(obs: Any) -> Any:
+    return np.asarray(obs, dtype=np.float32).tolist()
+
+
