@@ -198,6 +198,7 @@ def onnx_response(gateway: Gateway, module_id: str, version: int | None, if_none
 async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]:
     service = gateway.service
     metrics = collect_metrics(gateway).policies
+    published = service.current_state()
     listed = []
     for module in gateway.policies.modules.values():
         league = service.leagues.get(module.module_id)
@@ -211,7 +212,11 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
                 opponent_of=module.opponent_of,
                 ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
-                **metrics[module.module_id].model_dump(),
+                **{
+                    **metrics[module.module_id].model_dump(),
+                    # An opponent's version is that of the snapshot it plays now.
+                    **({} if module.trainable else {"weights_seq_no": published.modules[module.module_id].weights_seq_no}),
+                },
             )
         )
     return listed

@@ -34,11 +34,14 @@ export class LineChart {
    * @param {Function} uPlot  from loadUPlot()
    * @param {HTMLElement} container
    * @param {object} options  title, xLabel, height, points (a dot per value, for sparse
-   *   series), series: labels of the y columns; a label listed in `rightAxis` gets its
-   *   own scale on the right (for a series of another magnitude, e.g. vf_loss beside policy_loss)
+   *   series), series: the y columns, each a label or {label, color, dash} (color: an index
+   *   into the palette, by default the series' own; dash: e.g. [6, 4] for a dashed line);
+   *   a label listed in `rightAxis` gets its own scale on the right (for a series of
+   *   another magnitude, e.g. vf_loss beside policy_loss)
    */
   constructor(uPlot, container, { title, xLabel, series, rightAxis = [], height = 220, points = false }) {
-    const hasRight = series.some((label) => rightAxis.includes(label));
+    series = series.map((s, i) => (typeof s === 'string' ? { label: s, color: i } : { color: i, ...s }));
+    const hasRight = series.some(({ label }) => rightAxis.includes(label));
     const options = {
       title,
       width: Math.max(container.clientWidth, 200),
@@ -51,23 +54,31 @@ export class LineChart {
       ],
       series: [
         { label: xLabel },
-        ...series.map((label, i) => ({
+        ...series.map(({ label, color, dash }) => ({
           label: rightAxis.includes(label) ? `${label} (right)` : label,
           scale: rightAxis.includes(label) ? 'right' : 'y',
-          stroke: COLORS[i % COLORS.length],
+          stroke: COLORS[color % COLORS.length],
           width: 1.5,
+          ...(dash ? { dash } : {}),
           spanGaps: true,
           points: { show: points },
         })),
       ],
     };
     this.plot = new uPlot(options, [[], ...series.map(() => [])], container);
-    new ResizeObserver(() => this.plot.setSize({ width: Math.max(container.clientWidth, 200), height })).observe(
-      container,
+    this.resizeObserver = new ResizeObserver(() =>
+      this.plot.setSize({ width: Math.max(container.clientWidth, 200), height }),
     );
+    this.resizeObserver.observe(container);
   }
 
   setData(columns) {
     this.plot.setData(columns);
+  }
+
+  /** Remove the chart from its container (to draw another there, e.g. with more series). */
+  destroy() {
+    this.resizeObserver.disconnect();
+    this.plot.destroy();
   }
 }

@@ -1,11 +1,17 @@
 /**
  * dashboard.js — the live dashboard at `/`: polls the REST API and redraws in place.
  *
- * GET /api/metrics every second and /api/clients every other second. Every field is
- * optional here: a missing one shows as "—" and leaves a gap in its chart, so the page
- * works with older or newer gateways alike. Charts keep their history in the page
- * (from when it was opened); when a counter goes backwards (the gateway restarted)
- * that chart starts over.
+ * GET /api/metrics every second, /api/clients and /api/policies every other second. Every
+ * field is optional here: a missing one shows as "—" and leaves a gap in its chart, so
+ * the page works with older or newer gateways alike (one without /api/policies shows "—"
+ * for the policies). Charts keep their history in the page (from when it was opened);
+ * when a counter goes backwards (the gateway restarted) that chart starts over.
+ *
+ * Several policies (modules): the policies table has a row per module; the per-module
+ * charts (return mean, losses, version, and ELO for self-play) draw one line per module
+ * (a trainable one; ELO: a self-play learner), a module's line starting when it shows
+ * up. They are hidden while the gateway has a single module (the page then looks as it
+ * did before modules), and the ELO chart while no module plays itself.
  *
  * With the gateway's auth on, open `/#token=...`: the token goes in an Authorization
  * header and, being in the URL fragment, never reaches a server log.
@@ -13,7 +19,17 @@
  * For tests: #updated carries data-polls, the number of successful metric polls, and
  * each stat tile has the id stat-<metric> (#stat-weights_seq_no,
  * #stat-num_env_steps_sampled_lifetime, #stat-clients, ...; see STATS) with its text
- * in .value.
+ * in .value. #policies carries data-polls, the number of /api/policies answers shown, and
+ * holds the policies table: one body row per module with
+ * data-module-id, each cell with data-key, its column's field (see POLICY_COLUMNS:
+ * module_id, observation_space, action_space, role, weights_seq_no,
+ * num_env_steps_trained_lifetime, episode_return_mean, games, win_rate, elo). Each chart's
+ * element (#chart-return, ... and the per-module #chart-policy-return,
+ * #chart-policy-loss, #chart-policy-version, #chart-elo) carries data-points (x values
+ * kept), data-series (JSON: series label -> values kept that are not gaps) and
+ * data-last (JSON: series label -> its latest value that is not a gap, or null); the
+ * per-module charts' series are labelled by module_id ("<module_id> policy_loss" and
+ * "<module_id> vf_loss" in #chart-policy-loss), and their .card is `hidden` when not shown.
  */
 
 import { LineChart, loadUPlot } from './charts.js';
@@ -21,7 +37,7 @@ import { tokenFromPage } from './rllink.js';
 import { MISSING, formatNumber, renderStats, renderTable } from './widgets.js';
 
 const POLL_MS = 1000;
-const CLIENTS_EVERY_POLLS = 2;
+const CLIENTS_EVERY_POLLS = 2; // and /api/policies
 const MAX_POINTS = 3600; // per chart; the oldest points go first
 
 const openedAt = performance.now();
@@ -110,6 +126,111 @@ const STATS = [
   ['uptime_s', 'uptime (s)', 0],
 ];
 
+/** Was the module trained in the gateway's latest version (so its learner stats are of that step)? */
+const trainedNow = (p, m) => num(p, 'weights_seq_no') !== null && num(p, 'weights_seq_no') === num(m, 'weights_seq_no');
+
+/** A module that trains (not a frozen self-play opponent); unknown modules count as trainable. */
+const trainable = (p, info) => info == null || (get(info, 'trainable') !== false && get(info, 'opponent_of') === null);
+
+/** A self-play learner. */
+const selfPlay = (p, info) => get(info, 'self_play') !== null || num(p, 'elo') !== null;
+
+/**
+ * The per-module charts: x from the metrics; for each module of metrics.policies that
+ * `include` takes (module metrics, its /api/policies entry or null), one series per `ys`
+ * entry, labelled module_id + suffix, y from (module metrics, metrics). Every module
+ * keeps one colour on every chart.
+ */
+const POLICY_CHARTS = [
+  {
+    id: 'chart-policy-return',
+    title: 'Episode return mean per policy',
+    xLabel: 'env steps sampled (all policies)',
+    x: (m) => num(m, 'num_env_steps_sampled_lifetime'),
+    include: trainable,
+    ys: [{ suffix: '', y: (p) => num(p, 'episode_return_mean') }],
+  },
+  {
+    id: 'chart-policy-loss',
+    title: 'Losses per policy (vf_loss dashed)',
+    xLabel: 'training step',
+    x: (m) => num(m, 'num_training_steps'),
+    include: trainable,
+    ys: [
+      { suffix: ' policy_loss', y: (p, m) => (trainedNow(p, m) ? num(p, 'learner.policy_loss') : null) },
+      { suffix: ' vf_loss', y: (p, m) => (trainedNow(p, m) ? num(p, 'learner.vf_loss') : null), right: true, dash: [6, 4] },
+    ],
+  },
+  {
+    id: 'chart-policy-version',
+    title: 'Version per policy (weights_seq_no)',
+    xLabel: 'uptime (s)',
+    x: uptime,
+    include: trainable,
+    ys: [{ suffix: '', y: (p) => num(p, 'weights_seq_no') }],
+  },
+  {
+    id: 'chart-elo',
+    title: 'ELO rating (self-play)',
+    xLabel: 'env steps sampled (all policies)',
+    x: (m) => num(m, 'num_env_steps_sampled_lifetime'),
+    include: selfPlay,
+    selfPlayOnly: true,
+    ys: [{ suffix: '', y: (p) => num(p, 'elo') }],
+  },
+];
+
+/** A space in short form: Box(4), Box(2×2) [-2, 2], Discrete(3); "—" if unknown. */
+function spaceText(space) {
+  const type = get(space, 'type');
+  if (type === 'discrete') return `Discrete(${formatNumber(num(space, 'n'))})`;
+  if (type !== 'box') return MISSING;
+  const shape = Array.isArray(space.shape) ? space.shape.map((d) => formatNumber(d)).join('×') : MISSING;
+  const [low, high] = [num(space, 'low'), num(space, 'high')];
+  const bounds = low === null && high === null ? '' : ` [${low ?? '-∞'}, ${high ?? '∞'}]`;
+  return `Box(${shape})${bounds}`;
+}
+
+/** How a module trains: trainable (self-play vs the snapshot it plays), opponent of another, frozen. */
+function roleText(policy, policies) {
+  const opponentOf = get(policy, 'opponent_of');
+  if (opponentOf !== null) {
+    const learner = policies.find((p) => get(p, 'module_id') === opponentOf);
+    const league = get(learner, 'self_play');
+    if (league === null) return `opponent of ${opponentOf}`;
+    const version = num(league, 'opponent_weights_seq_no');
+    return `opponent of ${opponentOf}: ${version === null ? 'latest weights' : `v${formatNumber(version)}`}`;
+  }
+  const trains = get(policy, 'trainable');
+  if (trains === false) return 'frozen';
+  if (trains !== true) return MISSING;
+  return get(policy, 'self_play') === null ? 'trainable' : 'trainable, self-play';
+}
+
+/** The policies table: [field (the cells' data-key), header, (policy, all policies) => text or number]. */
+const POLICY_COLUMNS = [
+  ['module_id', 'module', (p) => get(p, 'module_id') ?? MISSING],
+  ['observation_space', 'observation', (p) => spaceText(get(p, 'observation_space'))],
+  ['action_space', 'action', (p) => spaceText(get(p, 'action_space'))],
+  ['role', 'trains', roleText],
+  ['weights_seq_no', 'version', (p) => num(p, 'weights_seq_no')],
+  ['num_env_steps_trained_lifetime', 'env steps trained', (p) => num(p, 'num_env_steps_trained_lifetime')],
+  ['episode_return_mean', 'return mean', (p) => formatNumber(num(p, 'episode_return_mean'))],
+  ['games', 'games W / L / D', (p) =>
+    get(p, 'games') === null ? MISSING : ['win', 'loss', 'draw'].map((o) => formatNumber(num(p, `games.${o}`))).join(' / ')],
+  ['win_rate', 'win rate', (p) => (num(p, 'win_rate') === null ? MISSING : `${formatNumber(100 * p.win_rate, 1)}%`)],
+  ['elo', 'ELO', (p) => formatNumber(num(p, 'elo') ?? num(p, 'self_play.elo'), 0)],
+];
+
+/** Publish a chart's data on its element for tests: data-points, data-series, data-last (see the header). */
+function describeChart(element, labels, xs, ys) {
+  if (!element) return;
+  element.dataset.points = String(xs.length);
+  const kept = (values) => values.filter((v) => v !== null);
+  element.dataset.series = JSON.stringify(Object.fromEntries(labels.map((label, i) => [label, kept(ys[i]).length])));
+  element.dataset.last = JSON.stringify(Object.fromEntries(labels.map((label, i) => [label, kept(ys[i]).at(-1) ?? null])));
+}
+
 /** A chart and the history behind it. */
 class ChartHistory {
   constructor(uPlot, spec) {
@@ -137,6 +258,69 @@ class ChartHistory {
     this.paths.forEach((path, i) => this.columns[i + 1].push(num(metrics, path)));
     if (this.columns[0].length > MAX_POINTS) this.columns.forEach((column) => column.shift());
     this.chart?.setData(this.columns);
+    describeChart(document.getElementById(this.spec.id), Object.keys(this.spec.ys), this.columns[0], this.columns.slice(1));
+  }
+}
+
+/**
+ * A per-module chart and its history: a series per module (and ys entry) that `include`s,
+ * added as modules show up (gaps before), dropped when they go. Drawn only while shown;
+ * redrawn from scratch when its series change.
+ */
+class PolicyChartHistory {
+  constructor(spec) {
+    this.spec = spec;
+    this.element = document.getElementById(spec.id);
+    this.xs = [];
+    this.series = new Map(); // label -> {label, color, dash, right, values}
+    this.chart = null;
+    this.drawnLabels = null;
+  }
+
+  /** @param modules [{moduleId, metrics, info, color}] in the gateway's order */
+  add(metrics, modules) {
+    const x = this.spec.x(metrics);
+    if (x === null) return;
+    const last = this.xs.at(-1);
+    if (last !== undefined && x < last) {
+      this.xs = []; // gateway restarted
+      this.series.clear();
+    } else if (x === last) return;
+    const series = new Map();
+    for (const { moduleId, metrics: p, info, color } of modules) {
+      if (!this.spec.include(p, info)) continue;
+      for (const { suffix, y, dash, right } of this.spec.ys) {
+        const label = moduleId + suffix;
+        const values = this.series.get(label)?.values ?? this.xs.map(() => null);
+        values.push(y(p, metrics));
+        series.set(label, { label, color, dash, right, values });
+      }
+    }
+    this.xs.push(x);
+    this.series = series;
+    if (this.xs.length > MAX_POINTS) [this.xs, ...[...series.values()].map((s) => s.values)].forEach((c) => c.shift());
+    const all = [...series.values()];
+    describeChart(this.element, all.map((s) => s.label), this.xs, all.map((s) => s.values));
+  }
+
+  /** Show or hide the chart's card; draw it if shown (and uPlot is there). */
+  render(uPlot, shown) {
+    const card = this.element?.closest('.card');
+    if (card) card.hidden = !shown;
+    if (!uPlot || !shown || !this.element) return;
+    const all = [...this.series.values()];
+    const labels = all.map((s) => s.label).join('\n');
+    if (this.chart === null || labels !== this.drawnLabels) {
+      this.chart?.destroy();
+      this.chart = new LineChart(uPlot, this.element, {
+        title: this.spec.title,
+        xLabel: this.spec.xLabel,
+        series: all.map(({ label, color, dash }) => ({ label, color, dash })),
+        rightAxis: all.filter((s) => s.right).map((s) => s.label),
+      });
+      this.drawnLabels = labels;
+    }
+    this.chart.setData([this.xs, ...all.map((s) => s.values)]);
   }
 }
 
@@ -168,22 +352,32 @@ class Dashboard {
   constructor() {
     this.token = tokenFromPage();
     this.polls = 0;
+    this.uPlot = null;
     this.charts = [];
+    this.policyCharts = [];
+    this.policies = null; // the latest /api/policies answer (null: none, or the gateway has no such route)
+    this.policiesPolls = 0;
+    this.moduleColors = new Map(); // module_id -> colour index, in order of appearance
     this.el = Object.fromEntries(
-      ['banner', 'updated', 'stats', 'clients', 'frames', 'errors', 'dropped'].map((id) => [id, document.getElementById(id)]),
+      ['banner', 'updated', 'stats', 'policies', 'clients', 'frames', 'errors', 'dropped'].map((id) => [
+        id,
+        document.getElementById(id),
+      ]),
     );
   }
 
   async start() {
-    let uPlot = null;
     try {
-      uPlot = await loadUPlot();
+      this.uPlot = await loadUPlot();
     } catch (error) {
       this.showBanner(`${error.message}. Numbers only, no charts.`);
     }
-    this.charts = CHARTS.map((spec) => new ChartHistory(uPlot, spec));
+    this.charts = CHARTS.map((spec) => new ChartHistory(this.uPlot, spec));
+    this.policyCharts = POLICY_CHARTS.map((spec) => new PolicyChartHistory(spec));
+    for (const chart of this.policyCharts) chart.render(this.uPlot, false); // hidden until there are several modules
     this.renderMetrics({}); // every tile "—" until the first answer
     this.el.clients.textContent = MISSING;
+    this.el.policies.textContent = MISSING;
     this.poll();
   }
 
@@ -194,19 +388,37 @@ class Dashboard {
     return response.json();
   }
 
+  /** As fetchJson, but null when the gateway has no such route (404: an older gateway). */
+  async fetchOptionalJson(path) {
+    try {
+      return await this.fetchJson(path);
+    } catch (error) {
+      if (error.message.endsWith('HTTP 404')) return null;
+      throw error;
+    }
+  }
+
   async poll() {
     try {
-      const metrics = await this.fetchJson('/api/metrics');
+      const due = this.polls % CLIENTS_EVERY_POLLS === 0; // the first poll, then every other one
+      const [metrics, clients, policies] = await Promise.all([
+        this.fetchJson('/api/metrics'),
+        due ? this.fetchJson('/api/clients') : undefined,
+        due ? this.fetchOptionalJson('/api/policies') : undefined,
+      ]);
       this.polls += 1;
       this.renderMetrics(metrics);
       for (const chart of this.charts) chart.add(metrics);
-      if (this.polls % CLIENTS_EVERY_POLLS === 1) {
+      if (due) {
         renderTable(
           this.el.clients,
           ['id', 'transport', 'peer', 'connected (s)', 'env steps sent', 'waiting', 'weights sent'],
-          clientRows(await this.fetchJson('/api/clients')),
+          clientRows(clients),
         );
+        this.policies = Array.isArray(policies) ? policies : null;
+        this.renderPolicies();
       }
+      this.addPolicyCharts(metrics);
       this.el.updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
       this.el.updated.dataset.polls = String(this.polls);
       this.showBanner(null);
@@ -214,6 +426,44 @@ class Dashboard {
       this.showBanner(`${error.message}; retrying every ${POLL_MS / 1000} s`);
     }
     setTimeout(() => this.poll(), POLL_MS);
+  }
+
+  /** The policies table, from the latest /api/policies ("—" without one). */
+  renderPolicies() {
+    this.policiesPolls += 1;
+    this.el.policies.dataset.polls = String(this.policiesPolls);
+    if (this.policies === null) {
+      this.el.policies.textContent = MISSING;
+      return;
+    }
+    renderTable(
+      this.el.policies,
+      POLICY_COLUMNS.map(([, header]) => header),
+      this.policies.map((policy) => POLICY_COLUMNS.map(([, , cell]) => cell(policy, this.policies))),
+      'none',
+      {
+        keys: POLICY_COLUMNS.map(([key]) => key),
+        rowData: this.policies.map((policy) => ({ moduleId: String(get(policy, 'module_id') ?? '') })),
+      },
+    );
+  }
+
+  /** Grow the per-module charts from metrics.policies; show them only with several modules (ELO: with self-play). */
+  addPolicyCharts(metrics) {
+    const perModule = get(metrics, 'policies');
+    const info = new Map((this.policies ?? []).map((policy) => [get(policy, 'module_id'), policy]));
+    const modules = Object.entries(perModule !== null && typeof perModule === 'object' ? perModule : {}).map(
+      ([moduleId, p]) => {
+        if (!this.moduleColors.has(moduleId)) this.moduleColors.set(moduleId, this.moduleColors.size);
+        return { moduleId, metrics: p, info: info.get(moduleId) ?? null, color: this.moduleColors.get(moduleId) };
+      },
+    );
+    const several = Math.max(modules.length, info.size) > 1;
+    const anySelfPlay = modules.some(({ metrics: p, info: i }) => selfPlay(p, i));
+    for (const chart of this.policyCharts) {
+      chart.add(metrics, modules);
+      chart.render(this.uPlot, several && (anySelfPlay || !chart.spec.selfPlayOnly));
+    }
   }
 
   /** The tiles and count tables (the charts grow in poll). */

@@ -38,8 +38,11 @@ export function renderStats(container, tiles) {
  * @param {string[]} columns  header labels
  * @param {Array<Array<string|number|null>>} rows  cells; numbers are formatted, null is "—"
  * @param {string} [empty]  shown instead of a table without rows
+ * @param {object} [options]  keys: one name per column, set as each cell's data-key;
+ *   rowData: one object per row, set as the row's data attributes
+ *   ({moduleId: 'cart'} gives data-module-id="cart")
  */
-export function renderTable(container, columns, rows, empty = 'none') {
+export function renderTable(container, columns, rows, empty = 'none', { keys = [], rowData = [] } = {}) {
   if (rows.length === 0) {
     container.textContent = empty;
     return;
@@ -48,9 +51,14 @@ export function renderTable(container, columns, rows, empty = 'none') {
   const head = table.createTHead().insertRow();
   for (const label of columns) head.append(Object.assign(document.createElement('th'), { textContent: label }));
   const body = table.createTBody();
-  for (const row of rows) {
+  rows.forEach((row, r) => {
     const tr = body.insertRow();
-    for (const cell of row) tr.insertCell().textContent = typeof cell === 'string' ? cell : formatNumber(cell);
-  }
+    Object.assign(tr.dataset, rowData[r] ?? {});
+    row.forEach((cell, c) => {
+      const td = tr.insertCell();
+      td.textContent = typeof cell === 'string' ? cell : formatNumber(cell);
+      if (keys[c]) td.dataset.key = keys[c];
+    });
+  });
   container.replaceChildren(table);
 }

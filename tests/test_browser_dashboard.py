@@ -2,8 +2,14 @@
 
 It draws its six charts, logs no errors, and its numbers (env steps, policy version,
 training steps, connected clients) move while the reference client trains over TCP and
-end equal to GET /api/metrics. The client trains until the dashboard has shown it (and
-its numbers changing), however long that takes on this machine.
+end equal to GET /api/metrics; with one module its policies table has one row and no
+per-module chart shows. The client trains until the dashboard has shown it (and its
+numbers changing), however long that takes on this machine.
+
+With two trainable modules, one of them self-play, fed real chunks over TCP (games
+reported), the policies table shows every module and the opponent with the numbers
+GET /api/policies gives, and the per-module charts (return, losses, version, ELO) have
+points for each module, the ELO chart ending at the rating the REST API reports.
 
 Skipped when Chromium (/usr/bin/chromium) or the npm packages (`npm ci`) are missing.
 """
@@ -13,7 +19,7 @@ from __future__ import annotations
 import httpx
 
 from .browser import NEEDS_BROWSER, BrowserPage, open_page, start_training
-from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
+from .helpers import RunningGateway, TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 
 pytestmark = NEEDS_BROWSER
 
@@ -35,6 +41,26 @@ READ_DASHBOARD_JS = """() => ({
   clientsTable: document.querySelector('#clients').textContent,
   banner: document.querySelector('#banner').textContent,
 })"""
+
+POLICY_CHARTS = ["chart-policy-return", "chart-policy-loss", "chart-policy-version", "chart-elo"]
+
+# The policies table: module_id -> {data-key of the cell: its text}, in the table's order.
+READ_POLICIES_JS = """() => [...document.querySelectorAll('#policies tbody tr')].map((row) =>
+  [row.dataset.moduleId, Object.fromEntries([...row.cells].map((cell) => [cell.dataset.key, cell.textContent]))])"""
+
+# Each per-module chart: shown or hidden, drawn, its legend and the data it publishes.
+POLICY_CHARTS_JS = """(ids) => Object.fromEntries(ids.map((id) => {
+  const element = document.getElementById(id);
+  return [id, {
+    hidden: element.closest('.card').hidden,
+    title: element.querySelector('.u-title')?.textContent ?? null,
+    canvas: Boolean(element.querySelector('.uplot canvas')),
+    legend: [...element.querySelectorAll('.u-legend .u-series .u-label')].map((label) => label.textContent),
+    points: Number(element.dataset.points ?? 0),
+    series: JSON.parse(element.dataset.series ?? '{}'),
+    last: JSON.parse(element.dataset.last ?? '{}'),
+  }];
+}))"""
 
 CHARTS_JS = """(ids) => ids.map((id) => {
   const canvas = document.querySelector(`#${id} .uplot canvas`);
@@ -61,6 +87,16 @@ def _metrics(gateway: RunningGateway) -> dict:
 
 def _wait_for_polls(page: BrowserPage, polls: int) -> None:
     page.wait_until(f"Number(document.querySelector('#updated').dataset.polls) >= {polls}", 15, f"{polls} polls")
+
+
+def _policies_polls(page: BrowserPage) -> int:
+    return page.page.evaluate("() => Number(document.querySelector('#policies').dataset.polls)")
+
+
+def _wait_for_policies_polls(page: BrowserPage, polls: int) -> None:
+    """Wait for the `polls`th answer of /api/policies shown (it is asked for every other second)."""
+    js = f"Number(document.querySelector('#policies').dataset.polls) >= {polls}"
+    page.wait_until(js, 15, f"{polls} answers of /api/policies")
 
 
 def test_dashboard_draws_charts_and_its_numbers_follow_training_to_the_metrics(browser, tmp_path):
@@ -94,6 +130,10 @@ def test_dashboard_draws_charts_and_its_numbers_follow_training_to_the_metrics(b
         _wait_for_polls(page, _read(page)["polls"] + 2)  # a poll that started after the client left
         after = _read(page)
         charts_after = page.page.evaluate(CHARTS_JS, CHARTS)
+        _wait_for_policies_polls(page, _policies_polls(page) + 2)  # an answer asked for after the client left
+        policies_table = page.page.evaluate(READ_POLICIES_JS)
+        policy_charts = page.page.evaluate(POLICY_CHARTS_JS, POLICY_CHARTS)
+        policies = httpx.get(f"{gateway.base_url}/api/policies", timeout=10).raise_for_status().json()
         errors = page.errors()
         console = page.console_text()
 
@@ -121,3 +161,138 @@ def test_dashboard_draws_charts_and_its_numbers_follow_training_to_the_metrics(b
     assert end["num_env_steps_sampled_lifetime"] == result.env_steps > 0
     assert end["weights_seq_no"] == result.weights_seq_no >= 2  # the dashboard showed two versions
     assert all(s[name] <= end[name] for s in shown for name in COUNTERS)
+
+    # One module: a one-row policies table, and no per-module chart (hidden, never drawn).
+    assert [module_id for module_id, _ in policies_table] == [p["module_id"] for p in policies] == ["default_policy"]
+    (_, row), (policy,) = policies_table[0], policies
+    assert row["role"] == "trainable" and row["observation_space"] == "Box(4)" and row["action_space"] == "Discrete(2)"
+    assert _number(row["weights_seq_no"]) == policy["weights_seq_no"] == final["weights_seq_no"]
+    assert _number(row["num_env_steps_trained_lifetime"]) == policy["num_env_steps_trained_lifetime"] > 0
+    assert all(c["hidden"] and not c["canvas"] for c in policy_charts.values()), policy_charts
+
+
+# -- Several modules, one of them self-play ------------------------------------------------
+
+CART = {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"type": "discrete", "n": 2}}
+DUEL = {  # every version plays a snapshot (none plays the latest weights), so every game is rated
+    "observation_space": {"type": "box", "shape": [2]},
+    "action_space": {"type": "discrete", "n": 3},
+    "self_play": {"snapshot_every": 1, "play_against_latest_ratio": 0.0},
+}
+MAPPING = {"cart_*": "cart", "a": "duel", "b": "duel_opponent"}
+# Each round: one EPISODES_AND_GET_STATE (one training step), with an episode of two cart
+# agents and the duel games learner "a" played, each with its outcome. The last round has
+# no game, so duel's version falls behind the gateway's (and no number equals another by chance).
+ROUNDS = [["win"], ["win", "loss"], ["draw"], []]
+GAMES = [outcome for games in ROUNDS for outcome in games]
+REWARDS = {"win": 1.0, "loss": -1.0, "draw": 0.0}
+SPACES = {  # the spaces in the table's short form
+    "cart": ("Box(4)", "Discrete(2)"),
+    "duel": ("Box(2)", "Discrete(3)"),
+    "duel_opponent": ("Box(2)", "Discrete(3)"),
+}
+
+
+def _number(text: str) -> float | None:
+    """A table cell as a number ("—" is None): "1,208" -> 1208.0, "50%" -> 50.0."""
+    return None if text == "—" else float(text.replace(",", "").removesuffix("%"))
+
+
+def _policy_charts(page: BrowserPage) -> dict:
+    return page.page.evaluate(POLICY_CHARTS_JS, POLICY_CHARTS)
+
+
+def _round(round_no: int, games: list[str], version: int) -> list[dict]:
+    """The chunks of one round, collected with `version`."""
+    episode = f"round{round_no}"
+    episodes = [
+        chunk(3 + round_no, agent_id="cart_0", episode_id=episode, weights_seq_no=version),
+        chunk(10, agent_id="cart_1", episode_id=episode, weights_seq_no=version),
+    ]
+    for game, outcome in enumerate(games):
+        episodes.append(chunk(2 + game, obs_dim=2, reward=REWARDS[outcome], agent_id="a", outcome=outcome,
+                              episode_id=f"{episode}-game{game}", weights_seq_no=version))
+    return episodes
+
+
+def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(browser, tmp_path):
+    settings = gateway_settings(tmp_path, policies={"cart": CART, "duel": DUEL}, policy_mapping=MAPPING)
+    with (
+        running_gateway(settings) as gateway,
+        open_page(browser, gateway.base_url) as page,
+        TcpPeer.connect(gateway) as peer,
+    ):
+        _wait_for_polls(page, 1)
+        version = 0
+        for round_no, games in enumerate(ROUNDS):
+            points = _policy_charts(page)["chart-policy-loss"]["points"]
+            peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": _round(round_no, games, version)}))
+            state = peer.receive()  # the lone client waits for it: one training step
+            assert state["type"] == "SET_STATE" and state["weights_seq_no"] == version + 1, state
+            version = state["weights_seq_no"]
+            # The dashboard saw this step (its training steps moved the loss chart on) before the next round.
+            page.wait_until(
+                f"Number(document.querySelector('#chart-policy-loss').dataset.points) > {points}",
+                15,
+                f"the per-module charts to show round {round_no}",
+            )
+
+        # Nothing changes any more: the table must show what the REST API says.
+        policies = httpx.get(f"{gateway.base_url}/api/policies", timeout=10).raise_for_status().json()
+        metrics = _metrics(gateway)
+        _wait_for_policies_polls(page, _policies_polls(page) + 2)  # an answer asked for after the last round
+        table = page.page.evaluate(READ_POLICIES_JS)
+        charts = _policy_charts(page)
+        errors = page.errors()
+        console = page.console_text()
+
+    by_id = {p["module_id"]: p for p in policies}
+    cart, duel = by_id["cart"], by_id["duel"]
+    assert list(by_id) == ["cart", "duel", "duel_opponent"]
+    assert (cart["weights_seq_no"], duel["weights_seq_no"]) == (version, version - 1)  # duel: no game last round
+    assert duel["self_play"]["rated_games"] == len(GAMES) and duel["elo"] != 1200  # rated: the ELO moved
+    assert metrics["policies"]["duel"]["elo"] == duel["self_play"]["elo"] == duel["elo"]
+
+    # The table: a row per module, the opponent too, in the gateway's order, with the REST numbers.
+    assert [module_id for module_id, _ in table] == list(by_id), table
+    for module_id, row in table:
+        policy = by_id[module_id]
+        assert (row["module_id"], row["observation_space"], row["action_space"]) == (module_id, *SPACES[module_id])
+        for key in ("weights_seq_no", "num_env_steps_trained_lifetime"):
+            assert _number(row[key]) == policy[key], (module_id, key, row[key], policy[key])
+        for key, tolerance in (("episode_return_mean", 0.005), ("elo", 0.5)):
+            shown, rest = _number(row[key]), policy[key]
+            assert shown == rest if rest is None else abs(shown - rest) <= tolerance, (module_id, key, row[key], rest)
+        win_rate = _number(row["win_rate"])
+        assert win_rate == policy["win_rate"] if policy["win_rate"] is None else win_rate == 100 * policy["win_rate"]
+        assert row["games"] == "{win} / {loss} / {draw}".format(**policy["games"]), (module_id, row["games"])
+    rows = dict(table)
+    assert rows["cart"]["role"] == "trainable" and rows["duel"]["role"] == "trainable, self-play"
+    assert rows["duel_opponent"]["role"] == f"opponent of duel: v{duel['self_play']['opponent_weights_seq_no']}"
+    assert rows["duel"]["games"] == "2 / 1 / 1" and rows["duel"]["win_rate"] == "50%"
+    assert rows["cart"]["elo"] == "—" and rows["duel_opponent"]["episode_return_mean"] == "—"
+
+    # The per-module charts: shown, drawn, a line for each trainable module (none for the
+    # opponent) with a point from every round; losses only for the steps that trained the
+    # module; the version and ELO charts end at the REST numbers.
+    series = {
+        "chart-policy-return": ["cart", "duel"],
+        "chart-policy-loss": ["cart policy_loss", "cart vf_loss", "duel policy_loss", "duel vf_loss"],
+        "chart-policy-version": ["cart", "duel"],
+        "chart-elo": ["duel"],
+    }
+    for chart_id, labels in series.items():
+        chart = charts[chart_id]
+        assert not chart["hidden"] and chart["canvas"] and chart["title"], (chart_id, chart, console)
+        assert list(chart["series"]) == labels, (chart_id, chart["series"])
+        assert all(any(label in shown for shown in chart["legend"]) for label in labels), (chart_id, chart["legend"])
+    steps_with_duel = sum(1 for games in ROUNDS if games)
+    for chart_id in ("chart-policy-return", "chart-policy-version", "chart-elo"):
+        assert all(n >= len(ROUNDS) for n in charts[chart_id]["series"].values()), (chart_id, charts[chart_id])
+    assert charts["chart-policy-loss"]["series"] == {
+        "cart policy_loss": len(ROUNDS), "cart vf_loss": len(ROUNDS),
+        "duel policy_loss": steps_with_duel, "duel vf_loss": steps_with_duel,
+    }
+    assert charts["chart-policy-version"]["last"] == {"cart": version, "duel": duel["weights_seq_no"]}
+    assert charts["chart-elo"]["last"] == {"duel": duel["elo"]}
+    assert not errors, "\n".join(errors)
