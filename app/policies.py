@@ -17,6 +17,9 @@ from app.config import DEFAULT_MODULE_ID, PPOConfig, SelfPlayConfig, Settings
 from app.spaces import BoxSpace, DiscreteSpace
 
 
+MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
+
+
 class UnknownModule(ValueError):
     """A chunk names, or its agent maps to, no module that can train on it."""
 
@@ -61,6 +64,7 @@ class PolicySet:
                     f"modules: {', '.join(self.modules)}"
                 )
         self.default_module_id = modules[0].module_id
+        self._mapped: dict[str, Module | None] = {}  # agent_id -> its module: globs matched once per agent
 
     @classmethod
     def single(
@@ -120,6 +124,14 @@ class PolicySet:
 
     def mapped_module(self, agent_id: str) -> Module | None:
         """The module of the first glob matching `agent_id`; with one module and no mapping, that module."""
+        if agent_id in self._mapped:
+            return self._mapped[agent_id]
+        if len(self._mapped) >= MAX_REMEMBERED_AGENTS:
+            self._mapped.clear()
+        module = self._mapped[agent_id] = self._match(agent_id)
+        return module
+
+    def _match(self, agent_id: str) -> Module | None:
         for glob, module_id in self.mapping.items():
             if fnmatchcase(agent_id, glob):
                 return self.modules[module_id]
