@@ -46,8 +46,10 @@ def collect_metrics(gateway: Gateway) -> Metrics:
     clients: dict[str, int] = {"tcp": 0, "ws": 0}
     for client in service.clients:
         clients[client.transport] = clients.get(client.transport, 0) + 1
+    serving = gateway.serving
     return Metrics(
         **snapshot,
+        serving={**serving.metrics.snapshot(), "open_episode_steps": serving.open_episode_steps},
         env_steps_per_s=service.metrics.env_steps_per_s(),
         pending_env_steps=service.pending_env_steps,
         training_env_steps=service.training_env_steps,

@@ -155,6 +155,24 @@ class Settings(BaseSettings):
         "and the worker replaced.",
     )
 
+    # Server-side inference (thin clients: START_EPISODE, GET_ACTION, LOG_*, END_EPISODE).
+    inference_max_batch: int = Field(
+        4096, ge=1, le=1_000_000, description="Observations in one forward pass at most; more wait for the next."
+    )
+    inference_max_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="How long a GET_ACTION may wait for others to fill its forward pass; 0: only those "
+        "read in the same turn of the event loop share it.",
+    )
+    max_open_episodes: int = Field(10_000, ge=1, description="Thin-client episodes open at once, all connections together.")
+    max_open_episodes_per_connection: int = Field(1_000, ge=1, description="Thin-client episodes one connection may hold open.")
+    episode_timeout_s: float = Field(
+        300.0, gt=0, description="A thin-client episode with no message this long is ended as truncated."
+    )
+    max_actions_per_message: int = Field(1024, ge=1, description="Observations in one GET_ACTION batch.")
+
     # Limits.
     max_frame_bytes: int = Field(8 * MiB, ge=64, le=99_999_999, description="Largest frame body accepted.")
     max_connections: int = Field(3000, ge=1, description="Open RLlink connections, both transports together.")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -19,7 +20,14 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from app.auth import token_matches
 from app.protocol import ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
 from app.schemas import (
+    Action,
+    EndEpisode,
+    EpisodeStarted,
     Episodes,
+    GetAction,
+    LogAction,
+    LogReturns,
+    StartEpisode,
     EpisodesAndGetState,
     GetConfig,
     GetState,
@@ -72,6 +80,7 @@ class Connection(Generic[Tag]):
             settings.max_frame_bytes,
             settings.max_episodes_per_message,
             settings.max_steps_per_message,
+            settings.max_actions_per_message,
             check_token=None if authenticated else lambda token: token_matches(settings, token),
             encoder=gateway.replies,
         )
@@ -165,6 +174,7 @@ class Connection(Generic[Tag]):
                 event = self._parse_now(event)
             if isinstance(event, RequestReceived) and isinstance(event.request, Episodes):
                 self._service.ingest(self.client, event.request.episodes)
+        self._gateway.serving.disconnect(self.client)
         self._service.disconnect(self.client)
         log.info("%s disconnected (%s); %d env steps received", self.name, reason, self.client.env_steps_sent)
 
@@ -209,12 +219,17 @@ class Connection(Generic[Tag]):
         self._traffic.frames_received[event.request.type] += 1
         try:
             return await self._handle(event.request)
+        except ProtocolError as error:  # a request the service refuses (a thin client's unknown episode, ...)
+            log.info("%s: %s refused: %s: %s", self.name, event.request.type, error.code.value, error.message)
+            self._traffic.errors[error.code.value] += 1
+            return error.to_message()
         except Exception:
             log.exception("%s: failed to handle %s", self.name, event.request.type)
             self._traffic.errors[ErrorCode.INTERNAL_ERROR.value] += 1
             return ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}").to_message()
 
-    async def _handle(self, request) -> Pong | SetConfig | SetState | None:
+    async def _handle(self, request) -> Pong | SetConfig | SetState | EpisodeStarted | Action | None:
+        received_at = time.perf_counter()
         match request:
             case Ping():
                 return Pong()
@@ -230,6 +245,19 @@ class Connection(Generic[Tag]):
                 return self._set_state(self._service.current_state())
             case Episodes():
                 self._service.ingest(self.client, request.episodes)
+                return None
+            case StartEpisode():
+                return self._gateway.serving.start_episode(self.client, request)
+            case GetAction():
+                return await self._gateway.serving.get_action(self.client, request, received_at)
+            case LogAction():
+                await self._gateway.serving.log_action(self.client, request)
+                return None
+            case LogReturns():
+                self._gateway.serving.log_returns(self.client, request)
+                return None
+            case EndEpisode():
+                self._gateway.serving.end_episode(self.client, request)
                 return None
         raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
 

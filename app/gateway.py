@@ -19,6 +19,7 @@ from app.schemas import ARRAY_FIELDS
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
 from app.training.checkpoints import CheckpointMismatch
+from app.serving.service import ServingService
 from app.training.service import TrainingService
 
 log = logging.getLogger("app.gateway")
@@ -29,12 +30,14 @@ class StartupError(Exception):
 
 
 class Gateway:
-    """Settings, the modules, the training service, traffic counters, decode workers and the TCP bridge."""
+    """Settings, the modules, the training and serving services, traffic counters, decode
+    workers and the TCP bridge."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.policies = PolicySet.from_settings(settings)
         self.service = TrainingService(settings, self.policies)
+        self.serving = ServingService(settings, self.policies, self.service, seed=settings.seed)
         self.traffic = TrafficStats()
         self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)
         self.replies = ReplyEncoder()  # encodes the replies many clients get alike once
@@ -47,6 +50,7 @@ class Gateway:
             await self.service.start()
         except CheckpointMismatch as exc:
             raise StartupError(str(exc)) from None
+        self.serving.start()
         try:
             await self.decoders.start()
             if self.tcp_bridge is not None:
@@ -86,4 +90,5 @@ class Gateway:
         if self.tcp_bridge is not None:
             await self.tcp_bridge.stop()
         await self.decoders.stop()
+        await self.serving.stop()
         await self.service.stop()

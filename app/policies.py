@@ -102,23 +102,29 @@ class PolicySet:
         Raises UnknownModule, with a message naming the agent or module, when there is
         none or when it is a frozen opponent.
         """
-        if module_id is not None:
-            module = self.modules.get(module_id)
-            if module is None:
-                raise UnknownModule(f"module_id {module_id!r} is not a module of this gateway; modules: {', '.join(self.modules)}")
-        elif agent_id is None:
-            module = self.default
-        else:
-            module = self.mapped_module(agent_id)
-            if module is None:
-                raise UnknownModule(
-                    f"agent {agent_id!r} maps to no module: no policy_mapping glob matches it "
-                    f"({', '.join(self.mapping) or 'policy_mapping is unset'}); add one, or send module_id"
-                )
+        module = self.module_to_play(agent_id, module_id)
         if not module.trainable:
             raise UnknownModule(
                 f"module {module.module_id!r} is the frozen self-play opponent of {module.opponent_of!r}: clients play it "
                 f"but send only the experience of agents that play {module.opponent_of!r}"
+            )
+        return module
+
+    def module_to_play(self, agent_id: str | None, module_id: str | None = None) -> Module:
+        """The module that acts for `agent_id` (or `module_id`), frozen opponents included.
+        Raises UnknownModule when there is none."""
+        if module_id is not None:
+            module = self.modules.get(module_id)
+            if module is None:
+                raise UnknownModule(f"module_id {module_id!r} is not a module of this gateway; modules: {', '.join(self.modules)}")
+            return module
+        if agent_id is None:
+            return self.default
+        module = self.mapped_module(agent_id)
+        if module is None:
+            raise UnknownModule(
+                f"agent {agent_id!r} maps to no module: no policy_mapping glob matches it "
+                f"({', '.join(self.mapping) or 'policy_mapping is unset'}); add one, or send module_id"
             )
         return module
 

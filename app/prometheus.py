@@ -57,6 +57,20 @@ POLICY_SCALARS = [
     ("elo", "gauge", "ELO rating of a self-play learner."),
 ]
 
+# Server-side inference, from Metrics.serving: (field, Prometheus type, help).
+SERVING_SCALARS = [
+    ("actions_served_total", "counter", "Actions answered to GET_ACTION."),
+    ("actions_logged_total", "counter", "LOG_ACTION steps recorded."),
+    ("actions_per_s", "gauge", "Actions answered per second."),
+    ("forward_passes_total", "counter", "Forward passes run for thin clients."),
+    ("inference_batch_size_mean", "gauge", "Observations per forward pass (recent)."),
+    ("action_latency_p50_ms", "gauge", "GET_ACTION handling to reply, median (recent)."),
+    ("action_latency_p99_ms", "gauge", "GET_ACTION handling to reply, 99th percentile (recent)."),
+    ("open_episodes", "gauge", "Thin-client episodes open."),
+    ("open_episode_steps", "gauge", "Complete steps in open thin-client episodes, not yet sent to training."),
+    ("episodes_started_total", "counter", "Thin-client episodes started."),
+]
+
 FAMILIES = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
 
 
@@ -79,6 +93,14 @@ class _SnapshotCollector(Collector):
             learner.add_metric([key], value)
         yield learner
         yield from self._per_module()
+        serving = self.metrics.serving
+        for name, kind, help_text in SERVING_SCALARS:
+            if (value := getattr(serving, name)) is not None:
+                yield FAMILIES[kind](PREFIX + "serving_" + name.removesuffix("_total"), help_text, value=float(value))
+        ended = CounterMetricFamily(PREFIX + "serving_episodes_ended", "Thin-client episodes ended, by how.", labels=["how"])
+        for how, count in sorted(serving.episodes_ended.items()):
+            ended.add_metric([how], count)
+        yield ended
         agent_return = GaugeMetricFamily(
             PREFIX + "agent_episode_return_mean", "Mean return of the agent's recent episodes.", labels=["agent_id"]
         )

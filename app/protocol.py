@@ -28,9 +28,11 @@ from app.json_arrays import loads_with_arrays
 from app.policies import PolicySet
 from app.schemas import (
     ARRAY_FIELDS,
+    NO_REPLY_TYPES,
     REQUEST_TYPES,
     RESPONSE_TYPES,
     Episodes,
+    GetAction,
     Ping,
     Error,
     Request,
@@ -54,6 +56,8 @@ class ErrorCode(str, enum.Enum):
     UNKNOWN_TYPE = "unknown_type"  # missing `type`, or not a request type
     INVALID_MESSAGE = "invalid_message"  # a known request whose fields are wrong, or over a limit
     INTERNAL_ERROR = "internal_error"  # the gateway failed; the request was not processed
+    UNKNOWN_EPISODE = "unknown_episode"  # a thin client's episode that is not open on this connection
+    TOO_MANY_EPISODES = "too_many_episodes"  # START_EPISODE over max_open_episodes(_per_connection)
     # Raised by the connection layer, not the session; all fatal.
     UNAUTHORIZED = "unauthorized"  # auth is on and the client did not present the token
     TOO_MANY_CONNECTIONS = "too_many_connections"  # a connection limit is reached
@@ -259,8 +263,9 @@ class RequestReceived:
 
     @property
     def expects_reply(self) -> bool:
-        """EPISODES is the one request RLlink answers with nothing."""
-        return type(self.request) is not Episodes
+        """Whether handling it produces a reply: EPISODES and the thin clients' LOG_ACTION,
+        LOG_RETURNS and END_EPISODE get none (unless refused)."""
+        return self.request.type not in NO_REPLY_TYPES
 
 
 @dataclass(frozen=True)
@@ -318,6 +323,7 @@ class Session:
         max_frame_bytes: int,
         max_episodes_per_message: int | None = None,
         max_steps_per_message: int | None = None,
+        max_actions_per_message: int | None = None,
         *,
         check_token: Callable[[str | None], bool] | None = None,
         encoder: ReplyEncoder | None = None,
@@ -330,6 +336,7 @@ class Session:
         }
         self._max_episodes = max_episodes_per_message
         self._max_steps = max_steps_per_message
+        self._max_actions = max_actions_per_message
         self._check_token = check_token
         self.authenticated = check_token is None  # else the first request must be a PING with the token
         self._encoder = encoder or ReplyEncoder()
@@ -416,6 +423,13 @@ class Session:
             raise _describe_validation_error(message_type, exc) from None
         if isinstance(request, Episodes):
             self._check_size(request)
+        elif isinstance(request, GetAction) and request.batch is not None and self._max_actions is not None:
+            if len(request.batch) > self._max_actions:
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE,
+                    f"GET_ACTION asks for {len(request.batch)} actions at once; "
+                    f"the limit is {self._max_actions} (max_actions_per_message)",
+                )
         return request
 
     def _authenticate(self, event: Event) -> Event:

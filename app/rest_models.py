@@ -60,6 +60,22 @@ class PolicyMetrics(EpisodeWindow):
     elo: float | None = Field(None, description="ELO rating of a self-play learner (None for other modules).")
 
 
+class Serving(BaseModel):
+    """Server-side inference for thin clients."""
+
+    actions_served_total: int = Field(description="Actions answered to GET_ACTION since start.")
+    actions_logged_total: int = Field(description="LOG_ACTION steps recorded since start.")
+    actions_per_s: float = Field(description="Actions answered per second, over the last few seconds.")
+    forward_passes_total: int
+    inference_batch_size_mean: float | None = Field(description="Observations per forward pass, recent passes.")
+    action_latency_p50_ms: float | None = Field(description="GET_ACTION handling to reply, recent requests.")
+    action_latency_p99_ms: float | None
+    open_episodes: int
+    open_episode_steps: int = Field(description="Complete steps in open episodes, not yet sent to training.")
+    episodes_started_total: int
+    episodes_ended: dict[str, int] = Field(description="By how: terminated, truncated, timeout, disconnect, shutdown.")
+
+
 class Metrics(BaseModel):
     """Training progress and traffic; names follow RLlib's where RLlib has one."""
 
@@ -80,6 +96,7 @@ class Metrics(BaseModel):
     agents: dict[str, EpisodeWindow] = Field(
         description="Returns per agent_id (chunks that name their agent; the 1,000 most recently seen agents)."
     )
+    serving: Serving = Field(description="Server-side inference for thin clients.")
     last_training_step_s: float | None = Field(description="Wall time of the latest training step.")
     env_steps_per_s: float = Field(description="Env steps received per second, over the last few seconds.")
     pending_env_steps: int = Field(description="Env steps waiting for the next training step.")

@@ -382,6 +382,106 @@ class EpisodesAndGetState(Episodes):
     type: Literal["EPISODES_AND_GET_STATE"] = "EPISODES_AND_GET_STATE"  # type: ignore[assignment]
 
 
+# -- Thin clients: the gateway runs the policy and builds the episodes --------------
+
+
+def _observation(value: Any) -> np.ndarray:
+    """One observation as float32 (its shape is checked against the episode's module later)."""
+    array = _as_array(value, np.float32, "obs")
+    if array.ndim == 0:
+        raise ValueError("obs must be a list of numbers (one observation)")
+    return array
+
+
+class _EpisodeRequest(_Message):
+    model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True)
+
+    episode_id: str = Field(min_length=1, max_length=256, description="An episode opened with START_EPISODE.")
+
+
+class StartEpisode(_Message):
+    """Open an episode the gateway builds from this client's GET_ACTION / LOG_* requests."""
+
+    type: Literal["START_EPISODE"] = "START_EPISODE"
+    episode_id: str | None = Field(None, min_length=1, max_length=256, description="Default: a new unique id.")
+    agent_id: str | None = Field(None, max_length=256, description="Its module is the policy_mapping's for it.")
+    module_id: str | None = Field(None, max_length=64, description="The module that acts (wins over agent_id).")
+    training_enabled: StrictBool = Field(True, description="False: served but never trained on (evaluation).")
+
+
+class ActionRequest(_EpisodeRequest):
+    """One observation to act on."""
+
+    obs: np.ndarray = Field(description="The episode's current observation.")
+    explore: StrictBool = Field(True, description="False: the deterministic action (argmax, or the mean).")
+
+    _obs = field_validator("obs", mode="before")(classmethod(lambda cls, value: _observation(value)))
+
+
+class GetAction(_Message):
+    """One observation (`episode_id`, `obs`) or many (`batch`) to act on; answered by ACTION."""
+
+    model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True)
+
+    type: Literal["GET_ACTION"] = "GET_ACTION"
+    episode_id: str | None = Field(None, min_length=1, max_length=256)
+    obs: np.ndarray | None = None
+    explore: StrictBool = True
+    batch: list[ActionRequest] | None = Field(None, min_length=1, description="Many at once, answered in order.")
+
+    _obs = field_validator("obs", mode="before")(classmethod(lambda cls, value: None if value is None else _observation(value)))
+
+    @model_validator(mode="after")
+    def _one_or_a_batch(self) -> GetAction:
+        single = self.episode_id is not None or self.obs is not None
+        if self.batch is not None and single:
+            raise ValueError("give either episode_id and obs, or batch, not both")
+        if self.batch is None and (self.episode_id is None or self.obs is None):
+            raise ValueError("give episode_id and obs (or a batch of them)")
+        return self
+
+    @property
+    def requests(self) -> list[ActionRequest]:
+        if self.batch is not None:
+            return self.batch
+        return [ActionRequest.model_construct(episode_id=self.episode_id, obs=self.obs, explore=self.explore)]
+
+
+class LogAction(_EpisodeRequest):
+    """An action the client chose itself (a human, a script): recorded, not answered."""
+
+    type: Literal["LOG_ACTION"] = "LOG_ACTION"
+    obs: np.ndarray = Field(description="The observation the action was chosen on.")
+    action: int | list[float] | list[list[float]] = Field(description="As in a chunk's actions.")
+
+    _obs = field_validator("obs", mode="before")(classmethod(lambda cls, value: _observation(value)))
+
+
+class LogReturns(_EpisodeRequest):
+    """Reward for the episode's last action (added up if sent more than once); not answered."""
+
+    type: Literal["LOG_RETURNS"] = "LOG_RETURNS"
+    reward: float = Field(allow_inf_nan=False)
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        if isinstance(value, (bool, str)):
+            raise ValueError("reward must be a number")
+        return value
+
+
+class EndEpisode(_EpisodeRequest):
+    """The episode's final observation and how it ended; not answered."""
+
+    type: Literal["END_EPISODE"] = "END_EPISODE"
+    obs: np.ndarray
+    is_terminated: StrictBool = True
+    is_truncated: StrictBool = False
+
+    _obs = field_validator("obs", mode="before")(classmethod(lambda cls, value: _observation(value)))
+
+
 # -- Responses (server -> client) --------------------------------------------------
 
 
@@ -430,6 +530,21 @@ class SetState(_Message):
     )
 
 
+class EpisodeStarted(_Message):
+    type: Literal["EPISODE_STARTED"] = "EPISODE_STARTED"
+    episode_id: str
+
+
+class Action(_Message):
+    """The answer to GET_ACTION: `episode_id` and `action`, or `actions` for a batch, in its order."""
+
+    type: Literal["ACTION"] = "ACTION"
+    episode_id: str | None = None
+    action: Any | None = None
+    actions: list[Any] | None = None
+    weights_seq_no: int = Field(ge=0, description="The policy version that chose the action(s).")
+
+
 class Error(_Message):
     """The gateway's answer to a request it refuses (gateway extension)."""
 
@@ -439,15 +554,19 @@ class Error(_Message):
     details: Any | None = None
 
 
-Request = Annotated[Union[Ping, GetConfig, GetState, Episodes, EpisodesAndGetState], Field(discriminator="type")]
-Response = Annotated[Union[Pong, SetConfig, SetState, Error], Field(discriminator="type")]
-RLlinkMessage = Annotated[
-    Union[Ping, GetConfig, GetState, Episodes, EpisodesAndGetState, Pong, SetConfig, SetState, Error],
-    Field(discriminator="type"),
-]
+_REQUESTS = (
+    Ping, GetConfig, GetState, Episodes, EpisodesAndGetState,
+    StartEpisode, GetAction, LogAction, LogReturns, EndEpisode,
+)
+_RESPONSES = (Pong, SetConfig, SetState, EpisodeStarted, Action, Error)
+Request = Annotated[Union[_REQUESTS], Field(discriminator="type")]
+Response = Annotated[Union[_RESPONSES], Field(discriminator="type")]
+RLlinkMessage = Annotated[Union[_REQUESTS + _RESPONSES], Field(discriminator="type")]
 
-REQUEST_TYPES = frozenset({"PING", "GET_CONFIG", "GET_STATE", "EPISODES", "EPISODES_AND_GET_STATE"})
-RESPONSE_TYPES = frozenset({"PONG", "SET_CONFIG", "SET_STATE", "ERROR"})
+REQUEST_TYPES = frozenset(cls.model_fields["type"].default for cls in _REQUESTS)
+RESPONSE_TYPES = frozenset(cls.model_fields["type"].default for cls in _RESPONSES)
+# Requests answered with nothing (unless refused: then an ERROR, in their turn).
+NO_REPLY_TYPES = frozenset({"EPISODES", "LOG_ACTION", "LOG_RETURNS", "END_EPISODE"})
 
 request_adapter: TypeAdapter[Request] = TypeAdapter(Request)
 message_adapter: TypeAdapter[RLlinkMessage] = TypeAdapter(RLlinkMessage)

@@ -34,6 +34,7 @@ from app.main import create_app
 from app.protocol import FrameDecoder, decode_body, encode_frame
 from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, num_dist_inputs
 from app.spaces import BoxSpace, DiscreteSpace
+from app.serving.service import ServingService
 from app.traffic import TrafficStats
 from app.training.service import TrainingService
 
@@ -67,6 +68,10 @@ class RunningGateway:
     @property
     def service(self) -> TrainingService:
         return self.app.state.gateway.service
+
+    @property
+    def serving(self) -> ServingService:
+        return self.app.state.gateway.serving
 
     @property
     def traffic(self) -> TrafficStats:

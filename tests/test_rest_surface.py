@@ -71,4 +71,6 @@ def test_prometheus_page_has_every_metrics_field(client):
         names.add("policies")
     if "agent_episode_return_mean" in names:  # per agent: labelled by agent_id
         names.add("agents")
+    if "serving_actions_served" in names:  # server-side inference: rllink_serving_*
+        names.add("serving")
     assert [field for field in Metrics.model_fields if field.removesuffix("_total") not in names] == []

@@ -2,6 +2,7 @@
 
     python -m app.clients.cartpole --transport tcp --port 5555 --target-return 450
     python -m app.clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
+    python -m app.clients.cartpole --inference server      # a thin client: the gateway acts
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from app.clients.gym_client import run
 from app.clients.rllink_client import RLlinkClient
+from app.clients.thin_client import run_thin
 
 DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
 
@@ -28,6 +30,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, help="stop after this long")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plain", action="store_true", help="send only the fields RLlib's reference client sends")
+    parser.add_argument(
+        "--inference", choices=["local", "server"], default="local",
+        help="local: act with the downloaded ONNX policy; server: a thin client, the gateway acts (GET_ACTION)",
+    )
     return parser.parse_args(argv)
 
 
@@ -36,10 +42,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     port = args.port or DEFAULT_PORTS[args.transport]
     with RLlinkClient(args.transport, args.host, port) as client:
-        result = run(
-            client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
-            max_seconds=args.max_seconds, seed=args.seed, plain=args.plain,
-        )
+        if args.inference == "server":
+            result = run_thin(
+                client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
+                max_seconds=args.max_seconds, seed=args.seed,
+            )
+        else:
+            result = run(
+                client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
+                max_seconds=args.max_seconds, seed=args.seed, plain=args.plain,
+            )
     summary = {
         "reached_target": result.reached_target, "env_steps": result.env_steps, "episodes": result.episodes,
         "seconds": round(result.seconds, 2), "mean_return_last_20": round(result.mean_return, 1),

@@ -46,6 +46,17 @@ class RunResult:
     def mean_return(self) -> float:
         return float(np.mean(self.recent_returns)) if self.recent_returns else float("nan")
 
+    def record_episode(self, episode_return: float) -> None:
+        self.episodes += 1
+        self.recent_returns.append(episode_return)
+        if len(self.first_returns) < self.recent_returns.maxlen:
+            self.first_returns.append(episode_return)
+
+    def reached(self, target_return: float | None) -> bool:
+        """The last 20 episodes (a full window) average at least the target."""
+        full_window = len(self.recent_returns) == self.recent_returns.maxlen
+        return target_return is not None and full_window and self.mean_return >= target_return
+
 
 class OnnxPolicy:
     """The policy from a SET_STATE message, sampling actions like RLlib's client."""
@@ -91,7 +102,7 @@ class OnnxPolicy:
         return actions.reshape(len(actions), *shape), logps
 
 
-def _env_action(action: Any, space: dict) -> Any:
+def env_action(action: Any, space: dict) -> Any:
     if space["type"] == "box":  # the policy's sample is unbounded; the env wants it in range
         return np.clip(np.asarray(action, dtype=np.float32), space.get("low"), space.get("high"))
     return action
@@ -125,7 +136,7 @@ def run(
         chunks, chunk = [], _new_chunk(obs)
         for _ in range(steps_per_sample):
             action, logp, _dist = policy.act(np.asarray(obs))
-            obs, reward, terminated, truncated, _ = env.step(_env_action(action, action_space))
+            obs, reward, terminated, truncated, _ = env.step(env_action(action, action_space))
             chunk["actions"].append(action)
             chunk["rewards"].append(float(reward))
             chunk["action_logp"].append(logp)
@@ -134,10 +145,7 @@ def run(
             if terminated or truncated:
                 chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
                 chunks.append(_finish(chunk, episode_id, policy, plain))
-                result.episodes += 1
-                result.recent_returns.append(episode_return)
-                if len(result.first_returns) < result.recent_returns.maxlen:
-                    result.first_returns.append(episode_return)
+                result.record_episode(episode_return)
                 obs, _ = env.reset()
                 episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs)
         if chunk["actions"]:
@@ -155,8 +163,7 @@ def run(
             policy.weights_seq_no, result.env_steps, result.episodes, len(result.recent_returns),
             result.mean_return, result.seconds,
         )
-        full_window = len(result.recent_returns) == result.recent_returns.maxlen
-        if target_return is not None and full_window and result.mean_return >= target_return:
+        if result.reached(target_return):
             result.reached_target = True
             return result
         if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):

@@ -2,7 +2,8 @@
 
 Experience from every client goes into one pending batch. It trains when it holds
 `train_batch_size` env steps, when every sampling client is waiting for it (so a lone
-client never waits on others), or `barrier_timeout_s` after its oldest data arrived.
+client never waits on others; with no sampling client nobody waits for it), or
+`barrier_timeout_s` after its oldest data arrived.
 Batches are numbered 1, 2, ... in the order they start training; the pending batch is
 number `started + 1`. A client waits until the batch holding its latest data has
 finished. The training step itself is injected (`train`): no torch here.
@@ -118,13 +119,23 @@ class BatchScheduler:
     def _waits_for_pending_batch(self, client: ClientInfo) -> bool:
         return client.waiting and self._due_batch.get(client.id) == self._started + 1
 
+    def _someone_waits_and_everyone_does(self) -> bool:
+        """Every sampling client waits for the pending batch, and there is one: with none
+        (only thin clients, whose chunks the gateway builds, or the samplers have left),
+        nobody is held back and the batch waits until it is full or times out."""
+        samplers = self._registry.samplers()
+        first = next(samplers, None)
+        return first is not None and self._waits_for_pending_batch(first) and all(
+            self._waits_for_pending_batch(c) for c in samplers
+        )
+
     def maybe_train(self) -> None:
         """Start a training step if none is running and the pending batch is due."""
         if self._training is not None or not self._pending or self._stopped:
             return
         if self.pending_env_steps >= self.train_batch_size:
             reason = "batch full"
-        elif all(self._waits_for_pending_batch(c) for c in self._registry.samplers()):
+        elif self._someone_waits_and_everyone_does():
             reason = "all clients waiting"
         elif self._barrier_timed_out:
             reason = "barrier timeout"

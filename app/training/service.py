@@ -161,9 +161,12 @@ class TrainingService:
 
     # -- Experience in, weights out -----------------------------------------------
 
-    def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk]) -> None:
-        """Add the chunks to the pending batch (and to the metrics); never blocks."""
-        self.start_sampling(client)
+    def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
+        """Add the chunks to the pending batch (and to the metrics); never blocks.
+        `sampling`: the client samples with downloaded policies and may wait for training
+        (the barrier waits for it); False for chunks the gateway built for a thin client."""
+        if sampling:
+            self.start_sampling(client)
         if not episodes:
             return
         for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending

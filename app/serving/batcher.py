@@ -1,0 +1,130 @@
+"""Every pending GET_ACTION of every connection through the policy in one forward pass.
+
+Requests wait at most `max_wait_s` (0: only those read in the same turn of the event
+loop share a pass) or until `max_batch` observations are pending. Each module's
+current ONNX model runs with onnxruntime on the event loop: an MLP on a few thousand
+observations takes well under a millisecond, less than a hop to a thread would cost.
+The session of a published version is built once, when a request first needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from app.policies import Module
+from app.training.onnx_export import PolicyState
+from app.training.policy_store import PolicySetState
+
+
+@dataclass
+class Forward:
+    """One pass's result for one request: the policy outputs of its observations, and the version."""
+
+    dist_inputs: np.ndarray  # [n, width] float64
+    weights_seq_no: int
+
+
+@dataclass
+class _Pending:
+    module: Module
+    obs: np.ndarray  # [n, *obs_shape] float32
+    future: asyncio.Future[Forward]
+    queued_at: float
+
+
+class _Runner:
+    """onnxruntime's session of one module's published model."""
+
+    def __init__(self, state: PolicyState) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # the learner has the other core
+        self.state = state
+        self.session = ort.InferenceSession(state.onnx_bytes, options, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+
+    def run(self, obs: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {self.input_name: obs})[0].astype(np.float64)
+
+
+class ActionBatcher:
+    """Collects observations from every connection and runs them through the policy together."""
+
+    def __init__(
+        self,
+        current_state: Callable[[], PolicySetState],
+        *,
+        max_batch: int,
+        max_wait_s: float,
+        on_pass: Callable[[int, list[float]], None] | None = None,
+    ) -> None:
+        self._current_state = current_state
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._on_pass = on_pass  # (observations in the pass, each request's wait in s) for the metrics
+        self._pending: deque[_Pending] = deque()
+        self._pending_rows = 0
+        self._flush: asyncio.Handle | None = None
+        self._runners: dict[str, _Runner] = {}
+
+    async def forward(self, module: Module, obs: np.ndarray) -> Forward:
+        """The policy outputs for `obs` [n, *obs_shape] under `module`'s current model."""
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(module, obs, future, time.perf_counter()))
+        self._pending_rows += len(obs)
+        if self._pending_rows >= self.max_batch:
+            self._run_pending()
+        elif self._flush is None:
+            loop = asyncio.get_running_loop()
+            self._flush = loop.call_soon(self._run_pending) if self.max_wait_s == 0 else loop.call_later(
+                self.max_wait_s, self._run_pending
+            )
+        return await future
+
+    def _run_pending(self) -> None:
+        """One pass per module over what is pending (at most max_batch observations; the rest waits its turn)."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        taken, rows = [], 0
+        while self._pending and (not taken or rows + len(self._pending[0].obs) <= self.max_batch):
+            rows += len(self._pending[0].obs)
+            taken.append(self._pending.popleft())
+        self._pending_rows -= rows
+        if self._pending:
+            self._flush = asyncio.get_running_loop().call_soon(self._run_pending)
+        published = self._current_state()
+        by_module: dict[str, list[_Pending]] = {}
+        for request in taken:
+            by_module.setdefault(request.module.module_id, []).append(request)
+        now = time.perf_counter()
+        for module_id, requests in by_module.items():
+            try:
+                outputs = self._runner(module_id, published.modules[module_id]).run(
+                    np.concatenate([request.obs for request in requests])
+                )
+            except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
+                for request in requests:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            start = 0
+            for request in requests:
+                n = len(request.obs)
+                if not request.future.done():  # the client may have gone
+                    request.future.set_result(Forward(outputs[start : start + n], published.weights_seq_no))
+                start += n
+        if self._on_pass is not None:
+            self._on_pass(rows, [now - request.queued_at for request in taken])
+
+    def _runner(self, module_id: str, state: PolicyState) -> _Runner:
+        runner = self._runners.get(module_id)
+        if runner is None or runner.state is not state:
+            runner = self._runners[module_id] = _Runner(state)
+        return runner
