@@ -428,13 +428,42 @@ def near_valid_chunks(draw, spaces: PolicySet, allow_non_finite: bool) -> dict:
     return chunk
 
 
+THIN_TYPES = ["START_EPISODE", "GET_ACTION", "LOG_ACTION", "LOG_RETURNS", "END_EPISODE"]
+
+
+@st.composite
+def thin_client_fields(draw, allow_non_finite: bool) -> dict:
+    """Some of the thin-client requests' fields, mostly well-formed, sometimes odd."""
+    num = odd_numbers if allow_non_finite else numbers
+    obs = st.lists(num, min_size=0, max_size=5) | json_values
+    episode_id = st.text(min_size=0, max_size=8) | json_values
+    item = st.fixed_dictionaries({"episode_id": episode_id, "obs": obs}, optional={"explore": st.booleans() | json_values})
+    fields = {
+        "episode_id": episode_id,
+        "obs": obs,
+        "explore": st.booleans() | json_values,
+        "batch": st.lists(item, max_size=4) | json_values,
+        "reward": num | json_values,
+        "action": st.integers(-2, 3) | st.lists(num, max_size=2) | json_values,
+        "is_terminated": st.booleans() | json_values,
+        "is_truncated": st.booleans() | json_values,
+        "training_enabled": st.booleans() | json_values,
+        "agent_id": st.text(max_size=8) | json_values,
+        "module_id": st.text(max_size=8) | json_values,
+    }
+    chosen = draw(st.lists(st.sampled_from(sorted(fields)), max_size=6, unique=True))
+    return {name: draw(fields[name]) for name in chosen}
+
+
 @st.composite
 def structured_messages(draw, spaces: PolicySet, allow_non_finite: bool) -> dict:
-    """A message of any type (mostly EPISODES*) with near-valid chunks and odd fields."""
+    """A message of any type (mostly EPISODES* and the thin clients') with near-valid
+    chunks and odd fields."""
     message_type = draw(
         st.one_of(
             st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]),
             st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]),
+            st.sampled_from(THIN_TYPES),
             st.sampled_from(sorted(REQUEST_TYPES | RESPONSE_TYPES)),
             st.sampled_from(["ping", "", "EPISODES "]) | json_values,
         )
@@ -444,6 +473,8 @@ def structured_messages(draw, spaces: PolicySet, allow_non_finite: bool) -> dict
     message["episodes"] = draw(st.one_of(chunks, chunks, chunks, json_values))
     if draw(st.booleans()):
         message[draw(st.sampled_from(["env_steps", "timesteps"]))] = draw(st.integers(-1, 2**70) | json_values)
+    if message_type in THIN_TYPES or draw(st.integers(0, 9)) == 0:
+        message.update(draw(thin_client_fields(allow_non_finite)))
     if draw(st.booleans()):
         message["token"] = draw(st.text(max_size=10) | json_values)
     if draw(st.booleans()):
