@@ -57,6 +57,9 @@ def bind_http(settings: Settings) -> socket.socket:
     return sock
 
 
+GC_GEN0_THRESHOLD = 50_000  # allocations between young collections (CPython's default: 700)
+
+
 async def serve(settings: Settings) -> None:
     """Bind HTTP, start the gateway (restore, workers, TCP), then serve until stopped."""
     app = create_app(settings)
@@ -69,6 +72,12 @@ async def serve(settings: Settings) -> None:
         # the event loop, every few seconds while experience streams in).
         gc.collect()
         gc.freeze()
+        # Pending episode chunks are many small containers that live until their batch
+        # trains; at the default thresholds the collector walks them again and again
+        # (a multi-agent message of 64 short chunks took twice as long to take in while
+        # many were pending). Rarer young collections keep that walk rare; the gateway's
+        # own objects seldom form cycles.
+        gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
         config = uvicorn.Config(app, log_level=settings.log_level.lower(), lifespan="on", **uvicorn_options(settings))
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:
