@@ -4,7 +4,9 @@ Requests wait at most `max_wait_s` (0: only those read in the same turn of the e
 loop share a pass) or until `max_batch` observations are pending. Each module's
 current ONNX model runs with onnxruntime on the event loop: an MLP on a few thousand
 observations takes well under a millisecond, less than a hop to a thread would cost.
-The session of a published version is built once, when a request first needs it.
+The actions of a whole pass are sampled at once too (app/action_dists.py), and so are
+the log-probs of actions clients chose themselves (LOG_ACTION). The session of a
+published version is built once, when a request first needs it.
 """
 
 from __future__ import annotations
@@ -18,16 +20,20 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
+from app.action_dists import categorical_logp_all, gaussian_logp, sample_categorical, sample_gaussian
 from app.policies import Module
+from app.spaces import DiscreteSpace
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState
 
 
 @dataclass
-class Forward:
-    """One pass's result for one request: the policy outputs of its observations, and the version."""
+class Actions:
+    """One request's share of a pass: an action per observation (sampled, or the one given)
+    with its log-prob, and the version that chose them."""
 
-    dist_inputs: np.ndarray  # [n, width] float64
+    actions: np.ndarray  # [n] int64 (Discrete) or [n, *shape] float (Box, unclipped)
+    logp: np.ndarray  # [n]
     weights_seq_no: int
 
 
@@ -35,7 +41,9 @@ class Forward:
 class _Pending:
     module: Module
     obs: np.ndarray  # [n, *obs_shape] float32
-    future: asyncio.Future[Forward]
+    explore: np.ndarray  # [n] bool
+    given: np.ndarray | None  # actions the client chose (LOG_ACTION): their log-probs, no sampling
+    future: asyncio.Future[Actions]
     queued_at: float
 
 
@@ -62,9 +70,11 @@ class ActionBatcher:
         *,
         max_batch: int,
         max_wait_s: float,
+        rng: np.random.Generator,
         on_pass: Callable[[int, list[float]], None] | None = None,
     ) -> None:
         self._current_state = current_state
+        self._rng = rng
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self._on_pass = on_pass  # (observations in the pass, each request's wait in s) for the metrics
@@ -73,10 +83,18 @@ class ActionBatcher:
         self._flush: asyncio.Handle | None = None
         self._runners: dict[str, _Runner] = {}
 
-    async def forward(self, module: Module, obs: np.ndarray) -> Forward:
-        """The policy outputs for `obs` [n, *obs_shape] under `module`'s current model."""
+    async def act(self, module: Module, obs: np.ndarray, explore: np.ndarray) -> Actions:
+        """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
+        model: sampled, or the most likely one (the mean) where `explore` [n] is False."""
+        return await self._queue(module, obs, explore, None)
+
+    async def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray) -> Actions:
+        """The log-probs of actions the client chose itself, under the current model."""
+        return await self._queue(module, obs, np.zeros(len(obs), bool), actions)
+
+    async def _queue(self, module: Module, obs: np.ndarray, explore: np.ndarray, given: np.ndarray | None) -> Actions:
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(module, obs, future, time.perf_counter()))
+        self._pending.append(_Pending(module, obs, explore, given, future, time.perf_counter()))
         self._pending_rows += len(obs)
         if self._pending_rows >= self.max_batch:
             self._run_pending()
@@ -106,9 +124,11 @@ class ActionBatcher:
         now = time.perf_counter()
         for module_id, requests in by_module.items():
             try:
-                outputs = self._runner(module_id, published.modules[module_id]).run(
+                module = requests[0].module
+                dist_inputs = self._runner(module_id, published.modules[module_id]).run(
                     np.concatenate([request.obs for request in requests])
                 )
+                actions, logp = self._sample(module, dist_inputs, np.concatenate([request.explore for request in requests]))
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
                 for request in requests:
                     if not request.future.done():
@@ -116,12 +136,29 @@ class ActionBatcher:
                 continue
             start = 0
             for request in requests:
-                n = len(request.obs)
-                if not request.future.done():  # the client may have gone
-                    request.future.set_result(Forward(outputs[start : start + n], published.weights_seq_no))
-                start += n
+                part = slice(start, start + len(request.obs))
+                start = part.stop
+                if request.future.done():  # the client has gone
+                    continue
+                if request.given is None:
+                    result = Actions(actions[part], logp[part], published.weights_seq_no)
+                else:
+                    result = Actions(request.given, self._log_prob(module, dist_inputs[part], request.given), published.weights_seq_no)
+                request.future.set_result(result)
         if self._on_pass is not None:
             self._on_pass(rows, [now - request.queued_at for request in taken])
+
+    def _sample(self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if isinstance(module.action_space, DiscreteSpace):
+            return sample_categorical(dist_inputs, self._rng, explore)
+        actions, logp = sample_gaussian(dist_inputs, self._rng, explore)
+        return actions.reshape(len(actions), *module.action_space.shape), logp
+
+    @staticmethod
+    def _log_prob(module: Module, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        if isinstance(module.action_space, DiscreteSpace):
+            return categorical_logp_all(dist_inputs)[np.arange(len(actions)), actions]
+        return gaussian_logp(dist_inputs, actions.reshape(len(actions), -1))
 
     def _runner(self, module_id: str, state: PolicyState) -> _Runner:
         runner = self._runners.get(module_id)

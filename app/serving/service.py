@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.action_dists import categorical_logp_all, gaussian_logp, sample_categorical, sample_gaussian
 from app.config import Settings
 from app.policies import Module, PolicySet, UnknownModule
 from app.protocol import ErrorCode, ProtocolError
@@ -68,9 +67,9 @@ class ServingService:
             training.current_state,
             max_batch=settings.inference_max_batch,
             max_wait_s=settings.inference_max_wait_ms / 1000,
+            rng=np.random.default_rng(seed),
             on_pass=self.metrics.record_pass,
         )
-        self._rng = np.random.default_rng(seed)
         self._episodes: dict[int, dict[str, ServedEpisode]] = {}  # client id -> episode id -> episode
         self._clients: dict[int, ClientInfo] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -132,12 +131,12 @@ class ServingService:
         version = 0
         for indices in by_module.values():
             module = episodes[indices[0]].module
-            forward = await self.batcher.forward(module, np.stack([items[i].obs for i in indices]))
             explore = np.array([items[i].explore for i in indices])
-            sampled, logps = self._sample(module, forward.dist_inputs, explore)
-            version = forward.weights_seq_no
+            chosen = await self.batcher.act(module, np.stack([items[i].obs for i in indices]), explore)
+            version = chosen.weights_seq_no
             for row, i in enumerate(indices):
-                played = PlayedAction(self._env_action(module, sampled[row]), _chunk_action(sampled[row]), float(logps[row]), version)
+                sampled = chosen.actions[row]
+                played = PlayedAction(self._env_action(module, sampled), _chunk_action(sampled), float(chosen.logp[row]), version)
                 self._record(client, items[i].episode_id, episodes[i], items[i].obs, played)
                 actions[i] = played.env_action
         self.metrics.record_served(len(items), time.perf_counter() - received_at)
@@ -149,9 +148,8 @@ class ServingService:
         episode = self._episode(client, request.episode_id)
         self._check_obs(episode, request.obs)
         action = self._logged_action(episode.module, request.action)
-        forward = await self.batcher.forward(episode.module, request.obs[None])
-        logp = self._log_prob(episode.module, forward.dist_inputs, action[None])[0]
-        played = PlayedAction(_chunk_action(action), _chunk_action(action), float(logp), forward.weights_seq_no)
+        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None])
+        played = PlayedAction(_chunk_action(action), _chunk_action(action), float(logged.logp[0]), logged.weights_seq_no)
         self._record(client, request.episode_id, episode, request.obs, played)
         self.metrics.actions_logged_total += 1
 
@@ -243,18 +241,6 @@ class ServingService:
         self.training.ingest(client, [chunk], sampling=False)
 
     # -- Actions --------------------------------------------------------------------
-
-    def _sample(self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(module.action_space, DiscreteSpace):
-            return sample_categorical(dist_inputs, self._rng, explore)
-        actions, logps = sample_gaussian(dist_inputs, self._rng, explore)
-        return actions.reshape(len(actions), *module.action_space.shape), logps
-
-    @staticmethod
-    def _log_prob(module: Module, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        if isinstance(module.action_space, DiscreteSpace):
-            return categorical_logp_all(dist_inputs)[np.arange(len(actions)), actions]
-        return gaussian_logp(dist_inputs, actions.reshape(len(actions), -1))
 
     @staticmethod
     def _env_action(module: Module, action: np.ndarray):
