@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from app.auth import token_matches
-from app.protocol import ErrorCode, Event, FrameRejected, ProtocolError, RequestReceived, Session, encode_message
+from app.protocol import (
+    ErrorCode,
+    Event,
+    FrameRejected,
+    ProtocolError,
+    RequestReceived,
+    Session,
+    carries_episodes,
+    encode_message,
+)
 from app.schemas import (
     Action,
     EndEpisode,
@@ -124,7 +133,11 @@ class Connection(Generic[Tag]):
         """
         self._traffic.bytes_received += len(data)
         for frame in self._session.receive_frames(data):
-            if type(frame) is bytes and (decoded := await self._gateway.decoders.submit(frame)) is not None:
+            if (
+                type(frame) is bytes
+                and carries_episodes(frame)
+                and (decoded := await self._gateway.decoders.submit(frame)) is not None
+            ):
                 await self._queue.put((_Decoding(frame, decoded), tag))
                 continue
             if (event := self._session.parse(frame)) is None:

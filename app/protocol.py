@@ -173,6 +173,13 @@ def detect_encoding(body: bytes) -> Encoding:
 ARRAYS_MIN_BODY_BYTES = 2048
 
 
+def carries_episodes(body: bytes) -> bool:
+    """Whether a JSON body may hold episode chunks (an `episodes` key), the only bodies the
+    array parser and the decode workers speed up: for others, such as a thin client's
+    batch of observations, orjson alone is an order of magnitude quicker."""
+    return b'"episodes"' in body
+
+
 def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
     """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one.
 
@@ -188,7 +195,11 @@ def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
         if not isinstance(data, dict):  # pragma: no cover - the first byte promised a map
             raise ProtocolError(ErrorCode.BAD_MSGPACK, "body must be a msgpack map")
         return data, encoding
-    if len(body) >= ARRAYS_MIN_BODY_BYTES and (data := loads_with_arrays(body, ARRAY_FIELDS)) is not None:
+    if (
+        len(body) >= ARRAYS_MIN_BODY_BYTES
+        and carries_episodes(body)
+        and (data := loads_with_arrays(body, ARRAY_FIELDS)) is not None
+    ):
         return data, encoding
     try:
         data = orjson.loads(body)
