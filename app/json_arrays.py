@@ -65,7 +65,7 @@ def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | Non
     converter = _Converter(keys)
     try:
         data = converter.convert(document)
-    except (_Declined, RecursionError, KeyError):  # KeyError: simdjson finds no key holding "\u0000"
+    except (_Declined, RecursionError):
         return None
     if np.count_nonzero(np.frombuffer(body, np.uint8) == _OPEN_BRACKET) != converter.arrays:  # 4x bytes.count
         return None
@@ -110,8 +110,10 @@ class _Converter:
         if kind is simdjson.Object:
             # Its items() and values() would convert whole subtrees to Python objects, and
             # node[key] finds a key's first value (orjson keeps the last), in a linear scan.
+            # A key holding NUL is looked up only up to it (it would find the key "" or
+            # another prefix's value), so such objects are left to orjson.
             keys = list(node.keys())
-            if len(keys) > _MAX_KEYS or len(set(keys)) != len(keys):
+            if len(keys) > _MAX_KEYS or len(set(keys)) != len(keys) or any("\x00" in key for key in keys):
                 raise _Declined
             return {key: self.convert(node[key], key in self.keys) for key in keys}
         if kind is simdjson.Array:

@@ -123,6 +123,7 @@ def test_rectangular_number_lists_are_not_declined(data):
         b'{"obs": [1, 18446744073709551615]}',  # numpy: uint64
         b'{"obs": [1], "id": "a[b"}',  # a '[' in a string: declined, to be safe
         b'{"obs": [1], "obs": [2]}',  # a key twice: orjson keeps the last
+        b'{"obs": {"": false, "\\u0000": null}}',  # simdjson looks a key up only to its NUL
         b'\xef\xbb\xbf{"obs": [1]}',  # orjson refuses a byte-order mark
         b'{"obs": [1, 2]',
         b"[1, 2]",
