@@ -14,6 +14,7 @@ import socket
 import sys
 
 import uvicorn
+from pydantic import ValidationError
 
 from app.cli import parse_command_line
 from app.config import Settings
@@ -86,7 +87,12 @@ async def serve(settings: Settings) -> None:
 
 
 def main() -> None:
-    settings = parse_command_line()
+    try:
+        settings = parse_command_line()
+    except ValidationError as exc:  # a bad flag or RLLINK_ variable: say which and why, no traceback
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        print(f"cannot start: invalid settings: {problems}", file=sys.stderr)
+        sys.exit(EXIT_STARTUP_ERROR)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

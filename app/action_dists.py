@@ -6,6 +6,9 @@ serving thin clients and the Python reference clients sample with these same fun
 - `gaussian`: the mean then the log std of each of the d action values; a sample is
   mean + std * N(0, 1) (unbounded: clip it to the box before acting, and keep the
   sample itself for its log-prob).
+- `squashed_gaussian` (SAC): the mean then the log std of each of the d pre-squash values
+  u; an action is low + (tanh(u) + 1) / 2 * (high - low), always inside the box, and its
+  log-prob includes the change of variables (the tanh and the scale).
 """
 
 from __future__ import annotations
@@ -44,3 +47,57 @@ def sample_gaussian(dist_inputs: np.ndarray, rng: np.random.Generator, explore: 
     noise = rng.standard_normal(mean.shape) * np.reshape(explore, (-1, 1))
     actions = mean + np.exp(log_std) * noise
     return actions, gaussian_logp(dist_inputs, actions)
+
+
+def squashed_gaussian_logp(dist_inputs: np.ndarray, actions: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Log-prob of in-bounds actions [N, d] under the squashed Gaussians of dist_inputs [N, 2d]."""
+    scale = (high - low) / 2
+    squashed = np.clip((actions - (high + low) / 2) / scale, -1 + 1e-6, 1 - 1e-6)
+    pre_squash = np.arctanh(squashed)
+    return gaussian_logp(dist_inputs, pre_squash) - np.sum(np.log(scale * (1 - squashed**2) + 1e-6), axis=1)
+
+
+def sample_squashed_gaussian(
+    dist_inputs: np.ndarray, low: float, high: float, rng: np.random.Generator, explore: np.ndarray | bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """An action [N, d] in [low, high] per row of dist_inputs [N, 2d] and its log-prob:
+    the tanh of mean + std * N(0, 1) scaled to the box, or of the mean where `explore` is False."""
+    mean, log_std = np.split(dist_inputs, 2, axis=1)
+    noise = rng.standard_normal(mean.shape) * np.reshape(explore, (-1, 1))
+    squashed = np.tanh(mean + np.exp(log_std) * noise)
+    scale = (high - low) / 2
+    actions = squashed * scale + (high + low) / 2
+    logp = gaussian_logp(dist_inputs, mean + np.exp(log_std) * noise) - np.sum(np.log(scale * (1 - squashed**2) + 1e-6), axis=1)
+    return actions, logp
+
+
+def sample_actions(
+    distribution: str,
+    dist_inputs: np.ndarray,
+    rng: np.random.Generator,
+    explore: np.ndarray | bool = True,
+    low: float | None = None,
+    high: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Actions ([N] ints, or [N, d] floats) and their log-probs under the named
+    distribution (`low`/`high`: the box's bounds, for `squashed_gaussian`)."""
+    if distribution == "categorical":
+        return sample_categorical(dist_inputs, rng, explore)
+    if distribution == "gaussian":
+        return sample_gaussian(dist_inputs, rng, explore)
+    if distribution == "squashed_gaussian":
+        return sample_squashed_gaussian(dist_inputs, low, high, rng, explore)
+    raise ValueError(f"unknown action distribution {distribution!r}")
+
+
+def actions_logp(
+    distribution: str, dist_inputs: np.ndarray, actions: np.ndarray, low: float | None = None, high: float | None = None
+) -> np.ndarray:
+    """Log-probs of given actions ([N] ints, or [N, d] floats) under the named distribution."""
+    if distribution == "categorical":
+        return categorical_logp_all(dist_inputs)[np.arange(len(actions)), actions]
+    if distribution == "gaussian":
+        return gaussian_logp(dist_inputs, actions)
+    if distribution == "squashed_gaussian":
+        return squashed_gaussian_logp(dist_inputs, actions, low, high)
+    raise ValueError(f"unknown action distribution {distribution!r}")

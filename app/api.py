@@ -95,9 +95,14 @@ def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
 
 def current_config(gateway: Gateway) -> GatewayConfig:
     settings, service, policies = gateway.settings, gateway.service, gateway.policies
-    derived = {"onnx_output_names", "ppo", "policies", "policy_mapping", "limits", "auth_enabled", "tls_enabled"}
+    derived = {
+        "onnx_output_names", "ppo", "policies", "policy_mapping", "limits", "auth_enabled", "tls_enabled",
+        "force_on_policy", "device",
+    }
     return GatewayConfig(
         **settings.model_dump(include=set(GatewayConfig.model_fields) - derived),
+        force_on_policy=service.force_on_policy,
+        device=str(service.device),
         onnx_output_names=service.onnx_output_names,
         ppo=service.ppo_config,
         policies={
@@ -106,7 +111,9 @@ def current_config(gateway: Gateway) -> GatewayConfig:
                 action_space=module.action_space,
                 trainable=module.trainable,
                 opponent_of=module.opponent_of,
+                algorithm=module.algorithm,
                 ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
+                sac=service.module_sac_config(module.module_id) if module.trainable else None,
                 self_play=module.self_play,
             )
             for module in policies.modules.values()
@@ -212,7 +219,9 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
                 action_distribution=module.action_distribution,
                 trainable=module.trainable,
                 opponent_of=module.opponent_of,
+                algorithm=module.algorithm,
                 ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
+                sac=service.module_sac_config(module.module_id) if module.trainable else None,
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
                 **{
                     **metrics[module.module_id].model_dump(),

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -45,6 +45,26 @@ class PPOConfig(BaseModel):
     hidden_sizes: tuple[int, ...] = Field((64, 64), min_length=1, description="MLP layer widths.")
 
 
+class SACConfig(BaseModel):
+    """SAC hyperparameters (Haarnoja et al. 2018), named as in CleanRL's sac_continuous_action.py."""
+
+    q_lr: float = Field(1e-3, gt=0, le=1, description="Adam step size of the twin Q networks.")
+    policy_lr: float = Field(3e-4, gt=0, le=1, description="Adam step size of the actor (and of alpha).")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    tau: float = Field(0.005, gt=0, le=1, description="Target networks' Polyak averaging coefficient.")
+    buffer_size: int = Field(1_000_000, ge=1, description="Transitions the replay buffer keeps (the oldest go first).")
+    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    learning_starts: int = Field(5000, ge=1, description="Transitions in the buffer before the first update.")
+    utd_ratio: float = Field(1.0, gt=0, le=64, description="Gradient steps per env step received (update-to-data ratio).")
+    policy_frequency: int = Field(2, ge=1, description="Q updates per (delayed) actor update, as TD3.")
+    target_network_frequency: int = Field(1, ge=1, description="Q updates between two target network updates.")
+    alpha: float = Field(0.2, gt=0, description="Entropy coefficient, or its start value with autotune.")
+    autotune: bool = Field(True, description="Tune alpha towards the target entropy -dim(A).")
+    hidden_sizes: tuple[int, ...] = Field((256, 256), min_length=1, description="MLP layer widths (actor and Q).")
+
+
+Algorithm = Literal["ppo", "sac"]
+
 DEFAULT_MODULE_ID = "default_policy"
 MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a directory name under checkpoint_dir
 
@@ -73,8 +93,12 @@ class PolicyConfig(BaseModel):
 
     observation_space: BoxSpace
     action_space: Space
+    algorithm: Algorithm | None = Field(None, description="ppo or sac; unset: the gateway's --algorithm.")
     ppo: dict[str, Any] = Field(
         default_factory=dict, description="PPO hyperparameters that differ from the gateway's --ppo for this module."
+    )
+    sac: dict[str, Any] = Field(
+        default_factory=dict, description="SAC hyperparameters that differ from the gateway's --sac for this module."
     )
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
 
@@ -85,6 +109,14 @@ class PolicyConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown PPO hyperparameters: {', '.join(sorted(unknown))}")
         return ppo
+
+    @field_validator("sac")
+    @classmethod
+    def _known_sac_names(cls, sac: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(sac) - set(SACConfig.model_fields)
+        if unknown:
+            raise ValueError(f"unknown SAC hyperparameters: {', '.join(sorted(unknown))}")
+        return sac
 
 
 class Settings(BaseSettings):
@@ -133,10 +165,31 @@ class Settings(BaseSettings):
     train_batch_size: int = Field(2000, ge=1, description="Env steps that trigger a training step.")
     barrier_timeout_s: float = Field(10.0, gt=0, description="Train on what is there this many seconds after its oldest data arrived.")
     max_policy_lag: int = Field(2, ge=0, description="Drop data collected more than this many versions ago.")
+    max_training_backlog: int = Field(
+        1000,
+        ge=0,
+        description="Off-policy (clients that need not wait for each version): EPISODES_AND_GET_STATE waits for training "
+        "while more env steps than this wait for their gradient steps, so a simulator faster than the learner is held "
+        "back (as Reverb's rate limiter) and the update-to-data ratio holds; 0 waits every time.",
+    )
     seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
+    algorithm: Algorithm = Field(
+        "ppo",
+        description="ppo (on-policy; clients wait for each version) or sac (off-policy, Box actions with bounds; "
+        "clients never wait, every step received goes to a replay buffer).",
+    )
     ppo: PPOConfig = Field(
         default_factory=PPOConfig,
         description="PPO hyperparameters, named as in CleanRL's ppo.py; each is a flag --ppo.<name-in-kebab-case>.",
+    )
+    sac: SACConfig = Field(
+        default_factory=SACConfig,
+        description="SAC hyperparameters, named as in CleanRL's sac_continuous_action.py; flags --sac.<name-in-kebab-case>.",
+    )
+    device: str = Field(
+        "auto",
+        pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$",
+        description="Where the learners train: auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda, cuda:1, ..."
     )
     checkpoint_dir: Path = Field(Path("checkpoints"), description="Where the policy is saved and restored from.")
 
@@ -212,6 +265,7 @@ class Settings(BaseSettings):
                 raise ValueError("policies must declare at least one module (or be unset)")
             for module_id, policy in self.policies.items():
                 PPOConfig.model_validate({**self.ppo.model_dump(), **policy.ppo})
+                SACConfig.model_validate({**self.sac.model_dump(), **policy.sac})
                 opponent = policy.self_play and policy.self_play.opponent_module_id
                 for name in (module_id, opponent) if opponent else (module_id,):
                     if not MODULE_ID_PATTERN.match(name):

@@ -253,7 +253,7 @@ class Connection(Generic[Tag]):
                 return self._set_state(self._service.current_state())
             case EpisodesAndGetState():
                 self._service.ingest(self.client, request.episodes)
-                if self._gateway.settings.force_on_policy:
+                if self._service.must_wait():
                     return self._set_state(await self._service.wait_for_training(self.client))
                 return self._set_state(self._service.current_state())
             case Episodes():
@@ -290,7 +290,7 @@ class Connection(Generic[Tag]):
         default = described[policies.default_module_id]
         return SetConfig(
             env_steps_per_sample=settings.env_steps_per_sample,
-            force_on_policy=settings.force_on_policy,
+            force_on_policy=self._service.force_on_policy,
             **default.model_dump(exclude={"trainable"}),
             policies=described,
             policy_mapping=policies.mapping,

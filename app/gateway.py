@@ -36,7 +36,10 @@ class Gateway:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.policies = PolicySet.from_settings(settings)
-        self.service = TrainingService(settings, self.policies)
+        try:
+            self.service = TrainingService(settings, self.policies)
+        except ValueError as exc:  # e.g. a device torch does not have
+            raise StartupError(str(exc)) from None
         self.serving = ServingService(settings, self.policies, self.service, seed=settings.seed)
         self.traffic = TrafficStats()
         self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)

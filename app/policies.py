@@ -10,10 +10,11 @@ module (the first declared), so single-agent clients work unchanged.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from app.config import DEFAULT_MODULE_ID, PPOConfig, SelfPlayConfig, Settings
+from app.config import DEFAULT_MODULE_ID, PPOConfig, SACConfig, SelfPlayConfig, Settings
 from app.spaces import BoxSpace, DiscreteSpace
 
 
@@ -34,15 +35,42 @@ class Module:
     ppo: PPOConfig | None = None  # None: a frozen self-play opponent, never trained
     self_play: SelfPlayConfig | None = None
     opponent_of: str | None = None  # the learner whose snapshots this opponent plays
+    algorithm: str = "ppo"  # "ppo" or "sac" (an opponent: its learner's)
+    sac: SACConfig | None = None  # with algorithm "sac"
+
+    def __post_init__(self) -> None:
+        if self.algorithm == "sac" and not _bounded_box(self.action_space):
+            raise ValueError(
+                f"module {self.module_id!r}: sac needs a box action space with finite low and high "
+                f"(its squashed Gaussian is scaled to them), got {self.action_space.model_dump_json()}"
+            )
 
     @property
     def trainable(self) -> bool:
         return self.opponent_of is None
 
     @property
+    def off_policy(self) -> bool:
+        """Trains from a replay buffer: its experience is never stale, its clients never wait."""
+        return self.algorithm == "sac"
+
+    @property
     def action_distribution(self) -> str:
         """How clients turn the model's output into an action (RLLINK.md, "Action distributions")."""
-        return "categorical" if isinstance(self.action_space, DiscreteSpace) else "gaussian"
+        if isinstance(self.action_space, DiscreteSpace):
+            return "categorical"
+        return "squashed_gaussian" if self.algorithm == "sac" else "gaussian"
+
+
+def _bounded_box(space: BoxSpace | DiscreteSpace) -> bool:
+    return (
+        isinstance(space, BoxSpace)
+        and space.low is not None
+        and space.high is not None
+        and math.isfinite(space.low)
+        and math.isfinite(space.high)
+        and space.low < space.high
+    )
 
 
 class PolicySet:
@@ -77,15 +105,24 @@ class PolicySet:
     def from_settings(cls, settings: Settings) -> PolicySet:
         """The modules of `policies` (each self-play one followed by its opponent), or the single default module."""
         if settings.policies is None:
-            module = Module(DEFAULT_MODULE_ID, settings.observation_space, settings.action_space, settings.ppo)
+            module = Module(
+                DEFAULT_MODULE_ID, settings.observation_space, settings.action_space, settings.ppo,
+                algorithm=settings.algorithm, sac=settings.sac,
+            )
             return cls([module], settings.policy_mapping)
         modules = []
         for module_id, policy in settings.policies.items():
             ppo = PPOConfig.model_validate({**settings.ppo.model_dump(), **policy.ppo})
-            modules.append(Module(module_id, policy.observation_space, policy.action_space, ppo, policy.self_play))
+            sac = SACConfig.model_validate({**settings.sac.model_dump(), **policy.sac})
+            algorithm = policy.algorithm or settings.algorithm
+            modules.append(
+                Module(module_id, policy.observation_space, policy.action_space, ppo, policy.self_play, algorithm=algorithm, sac=sac)
+            )
             if policy.self_play is not None:
                 opponent_id = policy.self_play.opponent_module_id or f"{module_id}_opponent"
-                modules.append(Module(opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id))
+                modules.append(
+                    Module(opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id, algorithm=algorithm)
+                )
         return cls(modules, settings.policy_mapping)
 
     @property

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.config import PPOConfig, SelfPlayConfig
+from app.config import PPOConfig, SACConfig, SelfPlayConfig
 from app.spaces import BoxSpace, Space
 
 
@@ -17,7 +18,8 @@ class Health(BaseModel):
 
 
 class LearnerStats(BaseModel):
-    """The latest PPO update's statistics (absent before the first training step)."""
+    """The latest training step's statistics (absent before the first one): PPO's losses,
+    or SAC's (qf_loss, actor_loss, alpha, ...); entropy for both."""
 
     policy_loss: float | None = None
     vf_loss: float | None = None
@@ -25,6 +27,12 @@ class LearnerStats(BaseModel):
     approx_kl: float | None = None
     clip_frac: float | None = None
     explained_var: float | None = None
+    qf_loss: float | None = Field(None, description="SAC: mean squared TD error of the twin Q networks.")
+    qf1_values: float | None = Field(None, description="SAC: mean Q1(s, a) over the minibatches.")
+    actor_loss: float | None = Field(None, description="SAC: alpha * log pi - min Q.")
+    alpha: float | None = Field(None, description="SAC: the entropy coefficient.")
+    gradient_steps: float | None = Field(None, description="SAC: gradient steps in this training step.")
+    buffer_size: float | None = Field(None, description="SAC: transitions in the replay buffer.")
 
 
 class EpisodeWindow(BaseModel):
@@ -162,7 +170,9 @@ class Policy(PolicyMetrics):
     action_distribution: str
     trainable: bool = Field(description="False for a frozen self-play opponent.")
     opponent_of: str | None = Field(description="For a self-play opponent: the module whose snapshots it plays.")
+    algorithm: Literal["ppo", "sac"] = Field(description="How it trains (an opponent: as its learner).")
     ppo: PPOConfig | None = Field(description="Its PPO hyperparameters (None for a frozen opponent).")
+    sac: SACConfig | None = Field(None, description="Its SAC hyperparameters (a SAC module only).")
     self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
 
 
@@ -173,7 +183,9 @@ class PolicyConfigView(BaseModel):
     action_space: Space
     trainable: bool
     opponent_of: str | None
+    algorithm: Literal["ppo", "sac"]
     ppo: PPOConfig | None
+    sac: SACConfig | None = None
     self_play: SelfPlayConfig | None
 
 
@@ -183,7 +195,9 @@ class GatewayConfig(BaseModel):
     observation_space: BoxSpace
     action_space: Space
     env_steps_per_sample: int
-    force_on_policy: bool
+    force_on_policy: bool = Field(description="Whether clients wait for each version: the setting, off when every module is off-policy.")
+    algorithm: Literal["ppo", "sac"] = Field(description="The default algorithm of the modules.")
+    device: str = Field(description="Where the learners train (auto resolved).")
     onnx_input_name: str
     onnx_output_names: list[str]
     train_batch_size: int

@@ -523,7 +523,7 @@ class Pong(_Message):
     type: Literal["PONG"] = "PONG"
 
 
-ActionDistribution = Literal["categorical", "gaussian"]
+ActionDistribution = Literal["categorical", "gaussian", "squashed_gaussian"]
 
 
 class PolicyDescription(BaseModel):

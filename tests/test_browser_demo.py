@@ -26,8 +26,7 @@ import pytest
 import torch
 
 from app.config import DEFAULT_MODULE_ID, PPOConfig
-from app.training.checkpoints import load_checkpoint
-from app.training.policy import ActorCritic
+from app.training.learner import Learner
 
 from .browser import NEEDS_BROWSER, module_page, open_page, start_training
 from .helpers import gateway_settings, running_gateway
@@ -251,8 +250,12 @@ def test_model_downloaded_from_the_rest_api_runs_in_the_browser_like_the_torch_p
         output_names = gateway.service.onnx_output_names
 
     # The gateway's torch policy at that version, as it checkpointed it after training.
-    policy = ActorCritic(settings.observation_space, settings.action_space, settings.ppo.hidden_sizes)
-    saved_version = load_checkpoint(settings.checkpoint_dir / DEFAULT_MODULE_ID, policy, torch.optim.Adam(policy.parameters()))
+    learner = Learner(
+        settings.ppo, settings.observation_space, settings.action_space, seed=1,
+        checkpoint_dir=settings.checkpoint_dir / DEFAULT_MODULE_ID, onnx_input_name=settings.onnx_input_name,
+    )
+    assert learner.restore()
+    policy, saved_version = learner.policy, learner.weights_seq_no
     with torch.no_grad():
         expected = policy(torch.from_numpy(OBSERVATIONS)).numpy()
 

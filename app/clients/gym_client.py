@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 
-from app.action_dists import sample_categorical, sample_gaussian
+from app.action_dists import sample_actions
 from app.clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("app.clients")
@@ -61,20 +61,35 @@ class RunResult:
 class OnnxPolicy:
     """The policy from a SET_STATE message, sampling actions like RLlib's client."""
 
-    def __init__(self, set_state: dict[str, Any], input_name: str, action_space: dict, rng: np.random.Generator):
+    def __init__(
+        self,
+        set_state: dict[str, Any],
+        input_name: str,
+        action_space: dict,
+        rng: np.random.Generator,
+        distribution: str | None = None,
+    ):
         model = gzip.decompress(base64.b64decode(set_state["onnx_file"]))
         self.session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         self.weights_seq_no = int(set_state["weights_seq_no"])
         self.input_name = input_name
         self.action_space = action_space
+        # SET_CONFIG's action_distribution; RLlib's own server sends none: by the space.
+        self.distribution = distribution or ("categorical" if action_space["type"] == "discrete" else "gaussian")
         self.rng = rng
 
     @classmethod
     def from_base64(
-        cls, onnx_file: str, weights_seq_no: int, input_name: str, action_space: dict, rng: np.random.Generator
+        cls,
+        onnx_file: str,
+        weights_seq_no: int,
+        input_name: str,
+        action_space: dict,
+        rng: np.random.Generator,
+        distribution: str | None = None,
     ) -> OnnxPolicy:
         """One module's model from SET_STATE's `onnx_files` (base64 of the gzipped ONNX)."""
-        return cls({"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}, input_name, action_space, rng)
+        return cls({"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}, input_name, action_space, rng, distribution)
 
     def act(self, obs: np.ndarray) -> tuple[Any, float, list[float]]:
         """Sample one action; return it, its log-prob and the raw policy outputs."""
@@ -93,12 +108,13 @@ class OnnxPolicy:
         return outputs.astype(np.float64)
 
     def sample(self, dist_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probs: ints [N] from logits, or unclipped floats [N, *shape]
-        from a mean and log std (app.action_dists)."""
-        if self.action_space["type"] == "discrete":
-            return sample_categorical(dist_inputs, self.rng)
-        actions, logps = sample_gaussian(dist_inputs, self.rng)
-        shape = tuple(self.action_space.get("shape") or (actions.shape[1],))
+        """Actions and their log-probs: ints [N] from logits, or floats [N, *shape] from a
+        mean and log std (unclipped for `gaussian`, in the box for `squashed_gaussian`)."""
+        space = self.action_space
+        actions, logps = sample_actions(self.distribution, dist_inputs, self.rng, True, space.get("low"), space.get("high"))
+        if space["type"] == "discrete":
+            return actions, logps
+        shape = tuple(space.get("shape") or (actions.shape[1],))
         return actions.reshape(len(actions), *shape), logps
 
 
@@ -127,7 +143,8 @@ def run(
     steps_per_sample = int(config["env_steps_per_sample"])
     input_name = config.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME)
     action_space = config.get("action_space", {"type": "discrete"})
-    policy = OnnxPolicy(client.request({"type": "GET_STATE"}), input_name, action_space, rng)
+    distribution = config.get("action_distribution")
+    policy = OnnxPolicy(client.request({"type": "GET_STATE"}), input_name, action_space, rng, distribution)
 
     env = gym.make(env_id)
     obs, _ = env.reset(seed=seed)
@@ -155,7 +172,7 @@ def run(
         reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps_per_sample})
         if reply.get("type") != "SET_STATE":
             raise RuntimeError(f"the gateway answered {reply}")
-        policy = OnnxPolicy(reply, input_name, action_space, rng)
+        policy = OnnxPolicy(reply, input_name, action_space, rng, distribution)
         result.weights_seq_no = policy.weights_seq_no
         result.seconds = time.monotonic() - started
         log.info(

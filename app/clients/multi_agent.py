@@ -40,7 +40,7 @@ from app.trajectory import AgentTrajectory, PlayedAction
 log = logging.getLogger("app.clients")
 
 DEFAULT_MODULE_ID = "default_policy"  # the one module of a gateway that announces no `policies`
-SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian")
+SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian", "squashed_gaussian")
 RETURN_WINDOW = 20  # episodes per module (and per agent) that `mean_return` and the target look at
 OUTCOME_WINDOW = 100  # recent outcomes per module that `outcome_counts` counts
 
@@ -59,6 +59,7 @@ class ModuleSpec:
     action_space: dict
     input_name: str
     trainable: bool = True
+    distribution: str | None = None  # SET_CONFIG's action_distribution
 
 
 class UnmappedAgent(ValueError):
@@ -96,6 +97,7 @@ class GatewayConfig:
                 action_space,
                 policy.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME),
                 bool(policy.get("trainable", True)),
+                distribution,
             )
         return cls(
             env_steps_per_sample=int(config["env_steps_per_sample"]),
@@ -183,7 +185,7 @@ class ModulePolicies:
         for module_id, spec in self.config.modules.items():
             if self._payloads.get(module_id) != files[module_id]:
                 self.policies[module_id] = OnnxPolicy.from_base64(
-                    files[module_id], self.weights_seq_no, spec.input_name, spec.action_space, self.rng
+                    files[module_id], self.weights_seq_no, spec.input_name, spec.action_space, self.rng, spec.distribution
                 )
                 self._payloads[module_id] = files[module_id]
 

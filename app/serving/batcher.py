@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from app.action_dists import categorical_logp_all, gaussian_logp, sample_categorical, sample_gaussian
+from app.action_dists import actions_logp, sample_actions
 from app.policies import Module
 from app.spaces import DiscreteSpace
 from app.training.onnx_export import PolicyState
@@ -149,16 +149,18 @@ class ActionBatcher:
             self._on_pass(rows, [now - request.queued_at for request in taken])
 
     def _sample(self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(module.action_space, DiscreteSpace):
-            return sample_categorical(dist_inputs, self._rng, explore)
-        actions, logp = sample_gaussian(dist_inputs, self._rng, explore)
-        return actions.reshape(len(actions), *module.action_space.shape), logp
+        space = module.action_space
+        if isinstance(space, DiscreteSpace):
+            return sample_actions(module.action_distribution, dist_inputs, self._rng, explore)
+        actions, logp = sample_actions(module.action_distribution, dist_inputs, self._rng, explore, space.low, space.high)
+        return actions.reshape(len(actions), *space.shape), logp
 
     @staticmethod
     def _log_prob(module: Module, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        if isinstance(module.action_space, DiscreteSpace):
-            return categorical_logp_all(dist_inputs)[np.arange(len(actions)), actions]
-        return gaussian_logp(dist_inputs, actions.reshape(len(actions), -1))
+        space = module.action_space
+        if isinstance(space, DiscreteSpace):
+            return actions_logp(module.action_distribution, dist_inputs, actions)
+        return actions_logp(module.action_distribution, dist_inputs, actions.reshape(len(actions), -1), space.low, space.high)
 
     def _runner(self, module_id: str, state: PolicyState) -> _Runner:
         runner = self._runners.get(module_id)

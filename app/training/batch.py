@@ -36,19 +36,22 @@ def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
     `action_logp`, else from its `action_dist_inputs`, else from the current policy."""
     if chunk.action_logp is not None:
         return torch.from_numpy(chunk.action_logp)
-    actions = torch.from_numpy(chunk.actions)
+    device = policy.critic[0].weight.device
+    actions = torch.from_numpy(chunk.actions).to(device)
     dist_inputs = chunk.action_dist_inputs
     if dist_inputs is None or dist_inputs.shape[1] != policy.num_dist_inputs:
-        return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1])), actions)
-    return policy.log_prob(torch.from_numpy(dist_inputs), actions)
+        return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1]).to(device)), actions).cpu()
+    return policy.log_prob(torch.from_numpy(dist_inputs).to(device), actions).cpu()
 
 
 @torch.no_grad()
 def build_batch(chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, gae_lambda: float) -> Batch:
-    """Concatenate the chunks' steps and compute their advantages with GAE."""
+    """Concatenate the chunks' steps and compute their advantages with GAE; the batch's
+    tensors are on the policy's device (GAE itself runs in numpy)."""
+    device = policy.critic[0].weight.device
     # V(s) of every observation, the last one of each chunk included, in one pass.
-    all_obs = torch.from_numpy(np.concatenate([chunk.obs for chunk in chunks]))
-    all_values = policy.value(all_obs).numpy()
+    all_obs = torch.from_numpy(np.concatenate([chunk.obs for chunk in chunks])).to(device)
+    all_values = policy.value(all_obs).cpu().numpy()
 
     rewards, values, next_values, next_nonterminal, chunk_end = [], [], [], [], []
     start = 0
@@ -77,11 +80,12 @@ def build_batch(chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, g
         last_advantage = deltas[t] + gamma * gae_lambda * (1.0 - chunk_end[t]) * last_advantage
         advantages[t] = last_advantage
 
-    return Batch(
-        obs=torch.from_numpy(np.concatenate([chunk.obs[:-1] for chunk in chunks])),
-        actions=torch.from_numpy(np.concatenate([chunk.actions for chunk in chunks])),
-        logp=torch.cat([behaviour_logp(chunk, policy) for chunk in chunks]).float(),
-        values=torch.from_numpy(values),
-        advantages=torch.from_numpy(advantages),
-        returns=torch.from_numpy(advantages + values),
-    )
+    tensors = {
+        "obs": torch.from_numpy(np.concatenate([chunk.obs[:-1] for chunk in chunks])),
+        "actions": torch.from_numpy(np.concatenate([chunk.actions for chunk in chunks])),
+        "logp": torch.cat([behaviour_logp(chunk, policy) for chunk in chunks]).float(),
+        "values": torch.from_numpy(values),
+        "advantages": torch.from_numpy(advantages),
+        "returns": torch.from_numpy(advantages + values),
+    }
+    return Batch(**{name: tensor.to(device) for name, tensor in tensors.items()})

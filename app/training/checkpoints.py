@@ -1,4 +1,4 @@
-"""Save and restore the learner (policy, optimizer, weights_seq_no) in one file.
+"""Save and restore a learner (its networks, optimizers, weights_seq_no) in one file.
 
 Writes go to a temporary file that replaces the old checkpoint atomically, so a crash
 never leaves half a checkpoint (a temporary file it leaves behind is removed at the next
@@ -13,10 +13,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
-
-from app.training.policy import ActorCritic
 
 CHECKPOINT_FILE = "policy.pt"
 TEMPORARY_FILES = CHECKPOINT_FILE + "*.tmp"  # save_checkpoint's, until it replaces the checkpoint
@@ -29,26 +28,23 @@ class CheckpointMismatch(ValueError):
     """The checkpoint on disk was made for a different policy shape than configured."""
 
 
-def _architecture(policy: ActorCritic) -> dict[str, object]:
-    """What a checkpoint must agree on to be loaded into `policy`."""
-    return {
-        "observation_space": policy.observation_space.model_dump(mode="json"),
-        "action_space": policy.action_space.model_dump(mode="json"),
-        "hidden_sizes": list(policy.hidden_sizes),
-    }
+class Stateful(Protocol):
+    """A network or an optimizer: what a checkpoint holds of it."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> Any: ...
 
 
-def save_checkpoint(
-    directory: Path, policy: ActorCritic, optimizer: torch.optim.Optimizer, weights_seq_no: int
-) -> Path:
-    """Write the checkpoint atomically; returns its path."""
+def save_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful], weights_seq_no: int) -> Path:
+    """Write the checkpoint atomically; returns its path. `architecture`: what a checkpoint
+    must agree on to be loaded (spaces, sizes, algorithm); `parts`: what it holds, by name."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / CHECKPOINT_FILE
     data = {
         "weights_seq_no": weights_seq_no,
-        "architecture": _architecture(policy),
-        "policy": policy.state_dict(),
-        "optimizer": optimizer.state_dict(),
+        "architecture": architecture,
+        **{name: part.state_dict() for name, part in parts.items()},
     }
     fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=CHECKPOINT_FILE, suffix=".tmp")
     try:
@@ -63,24 +59,25 @@ def save_checkpoint(
     return path
 
 
-def load_checkpoint(directory: Path, policy: ActorCritic, optimizer: torch.optim.Optimizer) -> int | None:
-    """Restore policy and optimizer from `directory`; returns the saved weights_seq_no,
-    or None when there is no checkpoint yet."""
+def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful]) -> int | None:
+    """Restore `parts` from `directory` (each onto the device it is on); returns the saved
+    weights_seq_no, or None when there is no checkpoint yet. Raises CheckpointMismatch when
+    the checkpoint's architecture differs from `architecture` (a key it lacks counts as None)."""
     remove_orphaned_temporaries(directory)
     path = directory / CHECKPOINT_FILE
     if not path.exists():
         return None
-    data = torch.load(path, weights_only=True)
-    expected = _architecture(policy)
-    for key, value in expected.items():
-        if data["architecture"].get(key) != value:
+    data = torch.load(path, weights_only=True, map_location="cpu")
+    for key in [*architecture, *(key for key in data["architecture"] if key not in architecture)]:
+        saved, expected = data["architecture"].get(key), architecture.get(key)
+        if saved != expected:
             raise CheckpointMismatch(
-                f"checkpoint {path} was saved with {key}={data['architecture'].get(key)} "
-                f"but the settings give {key}={value}: start with another --checkpoint-dir, "
+                f"checkpoint {path} was saved with {key}={saved} "
+                f"but the settings give {key}={expected}: start with another --checkpoint-dir, "
                 f"or move {path.name} out of {directory} to start afresh"
             )
-    policy.load_state_dict(data["policy"])
-    optimizer.load_state_dict(data["optimizer"])
+    for name, part in parts.items():
+        part.load_state_dict(data[name])
     return int(data["weights_seq_no"])
 
 

@@ -1,8 +1,9 @@
-"""The learner: policy, optimizer and version number, and one synchronous training
+"""The PPO learner: policy, optimizer and version number, and one synchronous training
 step (batch, PPO update, new version, ONNX export, checkpoint). It runs in the
 TrainingService's single learner thread, never on the event loop. It is given its
 algorithm's config and its spaces, not the gateway's settings: one learner per module.
 Versions are the gateway's (one weights_seq_no for every module): `train` is told its number.
+SACLearner (sac_learner.py) has the same methods.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from app.training.ppo import ppo_update
 class Learner:
     """Owns the policy's weights; every method is called from one thread at a time."""
 
+    off_policy = False  # on-policy: trains on fresh data only, clients wait for each version
+
     def __init__(
         self,
         cfg: PPOConfig,
@@ -33,27 +36,39 @@ class Learner:
         seed: int,
         checkpoint_dir: Path,
         onnx_input_name: str,
+        device: torch.device = torch.device("cpu"),
     ) -> None:
         self.cfg = cfg
         self.checkpoint_dir = checkpoint_dir
         self.onnx_input_name = onnx_input_name
         torch.manual_seed(seed)
-        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes)
+        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes).to(device)
         # fused: one kernel for all parameters, 4x faster than the default for small nets on CPU.
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(seed)
         self.weights_seq_no = 0
 
+    @property
+    def architecture(self) -> dict[str, object]:
+        """What a checkpoint must agree on to be loaded into this learner."""
+        return {
+            "observation_space": self.policy.observation_space.model_dump(mode="json"),
+            "action_space": self.policy.action_space.model_dump(mode="json"),
+            "hidden_sizes": list(self.policy.hidden_sizes),
+        }
+
     def restore(self) -> bool:
         """Load the checkpoint from checkpoint_dir, if there is one."""
-        saved = load_checkpoint(self.checkpoint_dir, self.policy, self.optimizer)
+        saved = load_checkpoint(self.checkpoint_dir, self.architecture, {"policy": self.policy, "optimizer": self.optimizer})
         if saved is None:
             return False
         self.weights_seq_no = saved
         return True
 
     def save(self) -> None:
-        save_checkpoint(self.checkpoint_dir, self.policy, self.optimizer, self.weights_seq_no)
+        save_checkpoint(
+            self.checkpoint_dir, self.architecture, {"policy": self.policy, "optimizer": self.optimizer}, self.weights_seq_no
+        )
 
     def export(self) -> PolicyState:
         return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name)

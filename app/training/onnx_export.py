@@ -1,6 +1,7 @@
 """Build the actor's ONNX model directly from its weights, and pack it for SET_STATE.
 
-The graph is Gemm and Tanh nodes (plus Flatten for multi-dimensional observations),
+The graph is Gemm and Tanh nodes for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat
+for SAC's actor (plus Flatten for multi-dimensional observations),
 opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
 it. Building it by hand is exact, takes about a millisecond and needs no exporter.
 """
@@ -18,6 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from app.training.policy import ActorCritic
+from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 
 OPSET = 13
 IR_VERSION = 7
@@ -26,64 +28,100 @@ BATCH_AXIS = "batch"
 GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
 
 
-def output_layout(policy: ActorCritic) -> str:
+Actor = ActorCritic | SquashedGaussianActor  # PPO's policy, or SAC's actor
+
+
+def output_layout(policy: Actor) -> str:
     """What the columns of `action_dist_inputs` mean, for the metadata and the docs."""
-    k = policy.num_dist_inputs
-    if policy.is_discrete:
-        return f"[batch, {k}]: logits of a Categorical; sample from softmax(logits)"
+    if isinstance(policy, ActorCritic) and policy.is_discrete:
+        return f"[batch, {policy.num_dist_inputs}]: logits of a Categorical; sample from softmax(logits)"
+    k = 2 * policy.action_space.flat_dim
     half = k // 2
-    return (
-        f"[batch, {k}]: columns 0..{half - 1} the mean, columns {half}..{k - 1} the log std "
-        "of a diagonal Gaussian; sample mean + exp(log_std) * N(0, 1)"
-    )
+    columns = f"[batch, {k}]: columns 0..{half - 1} the mean, columns {half}..{k - 1} the log std of a diagonal Gaussian"
+    if isinstance(policy, SquashedGaussianActor):
+        space = policy.action_space
+        return f"{columns} over u; the action is tanh(u) scaled to [{space.low}, {space.high}] (squashed_gaussian)"
+    return f"{columns}; sample mean + exp(log_std) * N(0, 1)"
 
 
-def _actor_layers(policy: ActorCritic) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(weight [out, in], bias [out]) of each actor layer; for a Box the last layer also
-    emits log_std: zero weight rows whose bias is log_std."""
-    linears = [m for m in policy.actor if isinstance(m, nn.Linear)]
-    layers = [(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in linears]
+def _weights(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
+    """(weight [out, in], bias [out]) as numpy copies (from the CPU, whatever the device)."""
+    return layer.weight.detach().cpu().numpy(), layer.bias.detach().cpu().numpy()
+
+
+class _Graph:
+    """Nodes and initializers of one ONNX graph, added in order."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def node(self, op: str, inputs: list[str], output: str, **attributes) -> str:
+        self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
+        return output
+
+    def constant(self, value: np.ndarray, name: str) -> str:
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        return name
+
+    def gemm(self, x: str, weight: np.ndarray, bias: np.ndarray, output: str) -> str:
+        """x @ weight.T + bias."""
+        w, b = self.constant(weight, f"{output}_W"), self.constant(bias, f"{output}_b")
+        return self.node("Gemm", [x, w, b], output, transB=1)
+
+
+def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic) -> None:
+    """Gemm-Tanh layers; for a Box the last Gemm also emits log_std (zero weight rows
+    whose bias is log_std)."""
+    layers = [_weights(m) for m in policy.actor if isinstance(m, nn.Linear)]
     if policy.log_std is not None:
         weight, bias = layers[-1]
-        log_std = policy.log_std.detach().numpy()
-        weight = np.concatenate([weight, np.zeros_like(weight)])
-        bias = np.concatenate([bias, log_std])
-        layers[-1] = (weight, bias)
-    return layers
+        log_std = policy.log_std.detach().cpu().numpy()
+        layers[-1] = (np.concatenate([weight, np.zeros_like(weight)]), np.concatenate([bias, log_std]))
+    for i, (weight, bias) in enumerate(layers[:-1]):
+        x = graph.node("Tanh", [graph.gemm(x, weight, bias, f"gemm{i}")], f"tanh{i}")
+    graph.gemm(x, *layers[-1], OUTPUT_NAME)
 
 
-def export_onnx(policy: ActorCritic, weights_seq_no: int, input_name: str = "obs") -> bytes:
+def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor) -> None:
+    """Gemm-Relu layers, a mean head, and a log std head squashed into [LOG_STD_MIN, LOG_STD_MAX]."""
+    for i, layer in enumerate(m for m in actor.body if isinstance(m, nn.Linear)):
+        x = graph.node("Relu", [graph.gemm(x, *_weights(layer), f"gemm{i}")], f"relu{i}")
+    mean = graph.gemm(x, *_weights(actor.fc_mean), "mean")
+    squashed = graph.node("Tanh", [graph.gemm(x, *_weights(actor.fc_logstd), "log_std_raw")], "log_std_tanh")
+    half_range = graph.constant(np.array(0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_half_range")
+    middle = graph.constant(np.array(LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_middle")
+    log_std = graph.node("Add", [graph.node("Mul", [squashed, half_range], "log_std_scaled"), middle], "log_std")
+    graph.node("Concat", [mean, log_std], OUTPUT_NAME, axis=1)
+
+
+def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs") -> bytes:
     """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32,
     output `action_dist_inputs` [batch, k] float32."""
     obs_shape = list(policy.observation_space.shape)
+    width = policy.num_dist_inputs if isinstance(policy, ActorCritic) else 2 * policy.action_space.flat_dim
     graph_input = helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])
-    graph_output = helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, policy.num_dist_inputs])
+    graph_output = helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, width])
 
-    nodes, initializers = [], []
+    graph = _Graph()
     x = input_name
     if len(obs_shape) > 1:
-        nodes.append(helper.make_node("Flatten", [x], ["obs_flat"], axis=1))
-        x = "obs_flat"
-    layers = _actor_layers(policy)
-    for i, (weight, bias) in enumerate(layers):
-        last = i == len(layers) - 1
-        initializers += [numpy_helper.from_array(weight, f"W{i}"), numpy_helper.from_array(bias, f"b{i}")]
-        gemm_out = OUTPUT_NAME if last else f"gemm{i}"
-        nodes.append(helper.make_node("Gemm", [x, f"W{i}", f"b{i}"], [gemm_out], transB=1))
-        if not last:
-            nodes.append(helper.make_node("Tanh", [gemm_out], [f"tanh{i}"]))
-            x = f"tanh{i}"
+        x = graph.node("Flatten", [x], "obs_flat", axis=1)
+    if isinstance(policy, SquashedGaussianActor):
+        _sac_actor(graph, x, policy)
+    else:
+        _ppo_actor(graph, x, policy)
 
-    graph = helper.make_graph(
-        nodes,
+    onnx_graph = helper.make_graph(
+        graph.nodes,
         "rllink_policy",
         [graph_input],
         [graph_output],
-        initializer=initializers,
+        initializer=graph.initializers,
         doc_string=f"Input {input_name}; output {OUTPUT_NAME} {output_layout(policy)}",
     )
     model = helper.make_model(
-        graph,
+        onnx_graph,
         opset_imports=[helper.make_opsetid("", OPSET)],
         producer_name="rllink-gateway",
         ir_version=IR_VERSION,
@@ -111,7 +149,7 @@ class PolicyState:
     onnx_gzip_b64: str  # SET_STATE's `onnx_file`
 
 
-def policy_state(policy: ActorCritic, weights_seq_no: int, input_name: str) -> PolicyState:
+def policy_state(policy: Actor, weights_seq_no: int, input_name: str) -> PolicyState:
     """Export the policy and pack it for SET_STATE."""
     onnx_bytes = export_onnx(policy, weights_seq_no, input_name)
     return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))

@@ -27,7 +27,7 @@ def ppo_update(
     sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
     num_minibatches = 0
     for epoch in range(cfg.update_epochs):
-        b_inds = torch.randperm(batch.num_steps, generator=generator)
+        b_inds = torch.randperm(batch.num_steps, generator=generator).to(batch.obs.device)
         for start in range(0, batch.num_steps, cfg.minibatch_size):
             mb_inds = b_inds[start : start + cfg.minibatch_size]
 
@@ -87,6 +87,6 @@ def ppo_update(
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     """1 - Var[returns - values] / Var[returns]: 1 is a perfect critic, 0 no better than a constant."""
-    y_pred, y_true = values.numpy(), returns.numpy()
+    y_pred, y_true = values.cpu().numpy(), returns.cpu().numpy()
     var_y = np.var(y_true)
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)

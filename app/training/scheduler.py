@@ -3,7 +3,10 @@
 Experience from every client goes into one pending batch. It trains when it holds
 `train_batch_size` env steps, when every sampling client is waiting for it (so a lone
 client never waits on others; with no sampling client nobody waits for it), or
-`barrier_timeout_s` after its oldest data arrived.
+`barrier_timeout_s` after its oldest data arrived. With `train_on_arrival` (every module
+off-policy) it trains as soon as no step is running: what came in meanwhile is the batch.
+Chunks older than `max_policy_lag` versions are dropped as stale, unless `never_stale`
+says their module learns off-policy.
 Batches are numbered 1, 2, ... in the order they start training; the pending batch is
 number `started + 1`. A client waits until the batch holding its latest data has
 finished. The training step itself is injected (`train`): no torch here.
@@ -48,6 +51,8 @@ class BatchScheduler:
         train_batch_size: int,
         barrier_timeout_s: float,
         max_policy_lag: int,
+        never_stale: Callable[[EpisodeChunk], bool] = lambda chunk: False,
+        train_on_arrival: bool = False,
     ) -> None:
         self._registry = registry
         self._metrics = metrics
@@ -56,6 +61,8 @@ class BatchScheduler:
         self.train_batch_size = train_batch_size
         self.barrier_timeout_s = barrier_timeout_s
         self.max_policy_lag = max_policy_lag
+        self._never_stale = never_stale
+        self.train_on_arrival = train_on_arrival
         self._due_batch: dict[int, int] = {}  # client id -> batch number holding its latest data
         self._pending: list[_PendingChunk] = []
         self.pending_env_steps = 0
@@ -133,7 +140,9 @@ class BatchScheduler:
         """Start a training step if none is running and the pending batch is due."""
         if self._training is not None or not self._pending or self._stopped:
             return
-        if self.pending_env_steps >= self.train_batch_size:
+        if self.train_on_arrival:
+            reason = "off-policy: train on arrival"
+        elif self.pending_env_steps >= self.train_batch_size:
             reason = "batch full"
         elif self._someone_waits_and_everyone_does():
             reason = "all clients waiting"
@@ -164,7 +173,11 @@ class BatchScheduler:
     async def _run_batch(self, pending: list[_PendingChunk], reason: str) -> None:
         """Drop the stale chunks, train on the rest, then wake the batch's waiters."""
         current = self._current_version()
-        fresh = [p.chunk for p in pending if p.weights_seq_no is None or current - p.weights_seq_no <= self.max_policy_lag]
+        fresh = [
+            p.chunk
+            for p in pending
+            if p.weights_seq_no is None or current - p.weights_seq_no <= self.max_policy_lag or self._never_stale(p.chunk)
+        ]
         stale_steps = sum(p.chunk.num_steps for p in pending) - sum(c.num_steps for c in fresh)
         self._metrics.dropped_env_steps["stale"] += stale_steps
         self.training_env_steps -= stale_steps

@@ -3,7 +3,8 @@
 A composition of parts, each with one job:
 - `ClientRegistry` (registry.py): who is connected, who samples, who waits;
 - `BatchScheduler` (scheduler.py): the pending batch and when it trains (no torch);
-- a `Learner` per trainable module (learner.py): its weights and one training step;
+- a learner per trainable module (learner.py for PPO, sac_learner.py for SAC): its
+  weights and one training step;
 - a `League` per self-play module (self_play.py): snapshots, opponents, the rating;
 - `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
 Here they are wired together: a training step trains every module that has data in
@@ -24,11 +25,13 @@ from typing import Any
 
 import torch
 
-from app.config import PPOConfig, Settings
+from app.config import PPOConfig, SACConfig, Settings
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
+from app.training.device import resolve_device
 from app.training.learner import Learner
+from app.training.sac_learner import SACLearner
 from app.training.metrics import TrainingMetrics
 from app.training.onnx_export import OUTPUT_NAME, PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
@@ -48,17 +51,22 @@ class TrainingService:
         self.settings = settings
         self.policies = policies or PolicySet.from_settings(settings)
         self.metrics = TrainingMetrics(list(self.policies.modules))
-        self._learners = {
-            module.module_id: Learner(
-                module.ppo,
+        self.device = resolve_device(settings.device)
+        self._learners: dict[str, Learner | SACLearner] = {
+            module.module_id: (SACLearner if module.off_policy else Learner)(
+                module.sac if module.off_policy else module.ppo,
                 module.observation_space,
                 module.action_space,
                 seed=settings.seed + i,
                 checkpoint_dir=settings.checkpoint_dir / module.module_id,
                 onnx_input_name=settings.onnx_input_name,
+                device=self.device,
             )
             for i, module in enumerate(self.policies.trainable)
         }
+        off_policy = {m.module_id for m in self.policies.trainable if m.off_policy}
+        # Clients wait for each version only while some module learns on-policy.
+        self.force_on_policy = settings.force_on_policy and len(off_policy) < len(self._learners)
         self.leagues = {
             module.module_id: League(module.self_play, seed=settings.seed)
             for module in self.policies.trainable
@@ -76,6 +84,8 @@ class TrainingService:
             train_batch_size=settings.train_batch_size,
             barrier_timeout_s=settings.barrier_timeout_s,
             max_policy_lag=settings.max_policy_lag,
+            never_stale=lambda chunk: (chunk.module_id or self.policies.default_module_id) in off_policy,
+            train_on_arrival=len(off_policy) == len(self._learners),
         )
 
     # -- Lifecycle ----------------------------------------------------------------
@@ -90,6 +100,7 @@ class TrainingService:
         # One intra-op thread: the MLPs are small, so more threads only add overhead,
         # and the second core stays free for the event loop.
         await self._in_learner_thread(torch.set_num_threads, 1)
+        logger.info("learners train on %s", self.device)
         restored, fresh, refused = {}, [], []
         for module_id, learner in self._learners.items():
             try:
@@ -176,6 +187,12 @@ class TrainingService:
                 league.record_game(chunk.outcome, version)
         self._scheduler.add(client, episodes)
 
+    def must_wait(self) -> bool:
+        """Whether EPISODES_AND_GET_STATE waits for training: always while learning on-policy,
+        else only while the learner is more than max_training_backlog env steps behind."""
+        backlog = self._scheduler.pending_env_steps + self._scheduler.training_env_steps
+        return self.force_on_policy or backlog > self.settings.max_training_backlog
+
     async def wait_for_training(self, client: ClientInfo) -> PolicySetState:
         """Wait until the policy has trained on a batch holding all the client's data
         ingested so far, then return the current state. Safe to cancel."""
@@ -224,7 +241,13 @@ class TrainingService:
         return self._learners[self.policies.default_module_id].cfg
 
     def module_ppo_config(self, module_id: str) -> PPOConfig:
-        return self._learners[module_id].cfg
+        learner = self._learners[module_id]
+        return learner.cfg if isinstance(learner, Learner) else self.policies.modules[module_id].ppo
+
+    def module_sac_config(self, module_id: str) -> SACConfig | None:
+        """A SAC module's hyperparameters; None for a PPO module."""
+        learner = self._learners[module_id]
+        return learner.cfg if isinstance(learner, SACLearner) else None
 
     def checked_ppo_config(
         self, changes: dict[str, Any], base: PPOConfig | None = None, module_id: str | None = None
@@ -236,6 +259,8 @@ class TrainingService:
         if module_id not in self._learners:
             trainable = ", ".join(self._learners)
             raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {trainable}")
+        if isinstance(self._learners[module_id], SACLearner):
+            raise ValueError(f"{module_id!r} trains with sac: its hyperparameters are set at start-up (--sac.*)")
         current = base or self._learners[module_id].cfg
         unknown = set(changes) - set(PPOConfig.model_fields)
         if unknown:
@@ -283,23 +308,17 @@ class TrainingService:
             mean_return = snapshot["policies"][module_id]["episode_return_mean"]
             rating = f" | elo {self.leagues[module_id].elo:.0f}" if module_id in self.leagues else ""
             logger.info(
-                "  %s: %d steps | return mean %s over %d episodes%s | policy_loss %.4f vf_loss %.4f entropy %.3f "
-                "approx_kl %.4f clip_frac %.3f explained_var %.3f",
+                "  %s: %d steps | return mean %s over %d episodes%s | %s",
                 module_id,
                 module_steps,
                 "n/a" if mean_return is None else f"{mean_return:.1f}",
                 snapshot["policies"][module_id]["episodes_in_window"],
                 rating,
-                stats["policy_loss"],
-                stats["vf_loss"],
-                stats["entropy"],
-                stats["approx_kl"],
-                stats["clip_frac"],
-                stats["explained_var"],
+                " ".join(f"{name} {value:.4g}" for name, value in stats.items()),
             )
 
     def _train_modules(
         self, by_module: dict[str, list[EpisodeChunk]], version: int
     ) -> dict[str, tuple[PolicyState, dict[str, float]]]:
-        """In the learner thread: one PPO update per module that has data."""
+        """In the learner thread: one training step per module that has data."""
         return {module_id: self._learners[module_id].train(chunks, version) for module_id, chunks in by_module.items()}

@@ -1,0 +1,137 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018) for Box actions, written after CleanRL's
+sac_continuous_action.py: a squashed Gaussian actor, twin Q networks with target copies,
+delayed actor updates and automatic entropy tuning.
+
+The actor's output is the policy's `action_dist_inputs`, [mean, log_std] of the
+pre-squash Gaussian; an action is tanh(u) scaled to the box ("squashed_gaussian").
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from app.config import SACConfig
+from app.spaces import BoxSpace
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log std lies in this range (tanh-rescaled)
+
+
+def relu_mlp(in_dim: int, hidden_sizes: tuple[int, ...]) -> nn.Sequential:
+    """Linear-ReLU layers of the given widths (PyTorch's default initialisation, as CleanRL)."""
+    layers: list[nn.Module] = []
+    for width in hidden_sizes:
+        layers += [nn.Linear(in_dim, width), nn.ReLU()]
+        in_dim = width
+    return nn.Sequential(*layers)
+
+
+class SoftQNetwork(nn.Module):
+    """Q(s, a) for flat observations and actions."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.body = relu_mlp(obs_dim + action_dim, hidden_sizes)
+        self.out = nn.Linear(hidden_sizes[-1], 1)
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        return self.out(self.body(torch.cat([obs, actions], dim=1))).squeeze(-1)
+
+
+class SquashedGaussianActor(nn.Module):
+    """pi(a | s): a Gaussian over u with a state-dependent log std, then a = tanh(u) in the box."""
+
+    def __init__(self, observation_space: BoxSpace, action_space: BoxSpace, hidden_sizes: tuple[int, ...]) -> None:
+        super().__init__()
+        self.observation_space, self.action_space = observation_space, action_space
+        self.hidden_sizes = tuple(hidden_sizes)
+        action_dim = action_space.flat_dim
+        self.body = relu_mlp(observation_space.flat_dim, self.hidden_sizes)
+        self.fc_mean = nn.Linear(self.hidden_sizes[-1], action_dim)
+        self.fc_logstd = nn.Linear(self.hidden_sizes[-1], action_dim)
+        self.register_buffer("action_scale", torch.tensor((action_space.high - action_space.low) / 2, dtype=torch.float32))
+        self.register_buffer("action_bias", torch.tensor((action_space.high + action_space.low) / 2, dtype=torch.float32))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """`action_dist_inputs` [batch, 2 * action_dim]: the mean, then the log std."""
+        x = self.body(obs.flatten(start_dim=1))
+        log_std = torch.tanh(self.fc_logstd(x))
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1)
+        return torch.cat([self.fc_mean(x), log_std], dim=1)
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action in the box and its log-prob (change of variables included)."""
+        mean, log_std = self(obs).chunk(2, dim=1)
+        normal = torch.distributions.Normal(mean, log_std.exp(), validate_args=False)
+        x_t = normal.rsample()
+        y_t = torch.tanh(x_t)
+        action = y_t * self.action_scale + self.action_bias
+        log_prob = normal.log_prob(x_t) - torch.log(self.action_scale * (1 - y_t.pow(2)) + 1e-6)
+        return action, log_prob.sum(dim=1)
+
+
+class SAC(nn.Module):
+    """The actor, the twin Q networks and their targets, alpha, and their optimisers."""
+
+    def __init__(self, observation_space: BoxSpace, action_space: BoxSpace, cfg: SACConfig) -> None:
+        super().__init__()
+        obs_dim, action_dim = observation_space.flat_dim, action_space.flat_dim
+        self.actor = SquashedGaussianActor(observation_space, action_space, cfg.hidden_sizes)
+        self.qf1 = SoftQNetwork(obs_dim, action_dim, cfg.hidden_sizes)
+        self.qf2 = SoftQNetwork(obs_dim, action_dim, cfg.hidden_sizes)
+        self.qf1_target = SoftQNetwork(obs_dim, action_dim, cfg.hidden_sizes)
+        self.qf2_target = SoftQNetwork(obs_dim, action_dim, cfg.hidden_sizes)
+        self.qf1_target.load_state_dict(self.qf1.state_dict())
+        self.qf2_target.load_state_dict(self.qf2.state_dict())
+        self.target_entropy = -float(action_dim)
+        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.alpha)).log())
+        self.q_optimizer = torch.optim.Adam([*self.qf1.parameters(), *self.qf2.parameters()], lr=cfg.q_lr)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr)
+        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr)
+        self.updates = 0  # gradient steps of the Q networks so far
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "a_optimizer": self.a_optimizer}
+
+    def update(self, cfg: SACConfig, batch: tuple[torch.Tensor, ...]) -> dict[str, float]:
+        """One gradient step of the Q networks, and of the actor and alpha every
+        `policy_frequency` steps (as many as were delayed); returns the losses."""
+        obs, actions, rewards, next_obs, dones = batch
+        alpha = self.log_alpha.exp().detach()
+        with torch.no_grad():
+            next_actions, next_log_pi = self.actor.sample(next_obs)
+            qf_next_target = torch.min(self.qf1_target(next_obs, next_actions), self.qf2_target(next_obs, next_actions))
+            next_q_value = rewards + (1 - dones) * cfg.gamma * (qf_next_target - alpha * next_log_pi)
+
+        qf1_a_values, qf2_a_values = self.qf1(obs, actions), self.qf2(obs, actions)
+        qf_loss = F.mse_loss(qf1_a_values, next_q_value) + F.mse_loss(qf2_a_values, next_q_value)
+        self.q_optimizer.zero_grad()
+        qf_loss.backward()
+        self.q_optimizer.step()
+        self.updates += 1
+        stats = {"qf_loss": qf_loss.item() / 2, "qf1_values": qf1_a_values.mean().item()}
+
+        if self.updates % cfg.policy_frequency == 0:  # TD3's delayed update, compensated
+            for _ in range(cfg.policy_frequency):
+                pi, log_pi = self.actor.sample(obs)
+                min_qf_pi = torch.min(self.qf1(obs, pi), self.qf2(obs, pi))
+                actor_loss = (alpha * log_pi - min_qf_pi).mean()
+                self.actor_optimizer.zero_grad()
+                actor_loss.backward()
+                self.actor_optimizer.step()
+                if cfg.autotune:
+                    alpha_loss = (-self.log_alpha.exp() * (log_pi.detach() + self.target_entropy)).mean()
+                    self.a_optimizer.zero_grad()
+                    alpha_loss.backward()
+                    self.a_optimizer.step()
+                    alpha = self.log_alpha.exp().detach()
+            stats.update(actor_loss=actor_loss.item(), entropy=-log_pi.mean().item())
+
+        if self.updates % cfg.target_network_frequency == 0:
+            with torch.no_grad():
+                for net, target in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
+                    for param, target_param in zip(net.parameters(), target.parameters()):
+                        target_param.lerp_(param, cfg.tau)  # tau * param + (1 - tau) * target_param
+        stats["alpha"] = float(alpha)
+        return stats

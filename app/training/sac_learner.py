@@ -1,0 +1,106 @@
+"""The SAC learner: SAC's networks and optimisers, a replay buffer, and one training step
+(store the chunks, `utd_ratio` gradient steps per env step received, new version, ONNX
+export, checkpoint). The same methods as the PPO Learner; it runs in the learner thread.
+
+Off-policy: every step received goes to the buffer whatever policy chose it, so nothing is
+stale, and clients never wait for a training step (the TrainingService sees `off_policy`).
+The checkpoint holds the networks, optimisers and alpha, not the buffer (it refills).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from app.config import SACConfig
+from app.schemas import EpisodeChunk
+from app.spaces import BoxSpace
+from app.training.checkpoints import load_checkpoint, save_checkpoint
+from app.training.onnx_export import PolicyState, policy_state
+from app.training.replay import ReplayBuffer
+from app.training.sac import SAC
+
+
+class SACLearner:
+    """Owns SAC's weights and buffer; every method is called from one thread at a time."""
+
+    off_policy = True
+
+    def __init__(
+        self,
+        cfg: SACConfig,
+        observation_space: BoxSpace,
+        action_space: BoxSpace,
+        *,
+        seed: int,
+        checkpoint_dir: Path,
+        onnx_input_name: str,
+        device: torch.device = torch.device("cpu"),
+    ) -> None:
+        self.cfg = cfg
+        self.checkpoint_dir = checkpoint_dir
+        self.onnx_input_name = onnx_input_name
+        self.device = device
+        torch.manual_seed(seed)
+        self.sac = SAC(observation_space, action_space, cfg).to(device)
+        self.buffer = ReplayBuffer(cfg.buffer_size, observation_space.flat_dim, action_space.flat_dim)
+        self.rng = np.random.default_rng(seed)
+        self.weights_seq_no = 0
+        self._owed_updates = 0.0  # gradient steps the data received so far asks for, not yet done
+
+    @property
+    def architecture(self) -> dict[str, object]:
+        """What a checkpoint must agree on to be loaded into this learner."""
+        actor = self.sac.actor
+        return {
+            "algorithm": "sac",
+            "observation_space": actor.observation_space.model_dump(mode="json"),
+            "action_space": actor.action_space.model_dump(mode="json"),
+            "hidden_sizes": list(actor.hidden_sizes),
+        }
+
+    def _parts(self) -> dict[str, object]:
+        return {"sac": self.sac, **self.sac.optimizers()}
+
+    def restore(self) -> bool:
+        """Load the checkpoint from checkpoint_dir, if there is one."""
+        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts())
+        if saved is None:
+            return False
+        self.weights_seq_no = saved
+        return True
+
+    def save(self) -> None:
+        save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
+
+    def export(self) -> PolicyState:
+        return policy_state(self.sac.actor, self.weights_seq_no, self.onnx_input_name)
+
+    def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
+        """Store the chunks, take the gradient steps they ask for once the buffer holds
+        `learning_starts` transitions, export the result as version `weights_seq_no`."""
+        cfg = self.cfg  # may be replaced between steps
+        for group in self.sac.q_optimizer.param_groups + self.sac.a_optimizer.param_groups:
+            group["lr"] = cfg.q_lr
+        for group in self.sac.actor_optimizer.param_groups:
+            group["lr"] = cfg.policy_lr
+        received = sum(self.buffer.add_chunk(chunk) for chunk in chunks)
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        updates = 0
+        if self.buffer.size >= cfg.learning_starts:
+            self._owed_updates += received * cfg.utd_ratio
+            while self._owed_updates >= 1:
+                self._owed_updates -= 1
+                updates += 1
+                for name, value in self.sac.update(cfg, self.buffer.sample(cfg.batch_size, self.rng, self.device)).items():
+                    sums[name] = sums.get(name, 0.0) + value
+                    counts[name] = counts.get(name, 0) + 1
+        stats = {name: total / counts[name] for name, total in sums.items()}
+        stats.update(gradient_steps=float(updates), buffer_size=float(self.buffer.size))
+        self.weights_seq_no = weights_seq_no
+        state = self.export()
+        self.save()
+        return state, stats
