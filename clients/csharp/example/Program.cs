@@ -1,0 +1,242 @@
+// CartPole in C#, trained through an RLlink gateway.
+//
+//   mono CartPole.exe --host 127.0.0.1 --port 5555 --target-return 200 --max-seconds 300
+//
+// Thin mode by default (the gateway acts; one round trip per step); --inference local
+// runs the policy of each SET_STATE in C# (MlpPolicyRuntime) and sends the experience
+// with EPISODES_AND_GET_STATE. --envs N (thin) steps N carts with one batched GET_ACTION.
+// Prints progress every 20 episodes; exits 0 once the mean return of the last 20
+// episodes reaches the target, 1 if the time or step budget ran out first, 2 for bad
+// arguments, 3 when the gateway refused us (the RLlinkException's code and message).
+
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Globalization;
+using System.Linq;
+using System.Security.Cryptography.X509Certificates;
+
+namespace RLlink.Example
+{
+    public static class Program
+    {
+        const int Window = 20;
+
+        sealed class Args
+        {
+            public string Host = "127.0.0.1";
+            public int Port = 5555;
+            public string Token;
+            public double TargetReturn = 450;
+            public double MaxSeconds = 300;
+            public long MaxEnvSteps;
+            public string Inference = "thin";
+            public int Envs = 1;
+            public int Seed;
+            public bool Tls;
+            public string TlsCert;
+        }
+
+        const string Usage =
+            "usage: mono CartPole.exe [--host 127.0.0.1] [--port 5555] [--token T] [--target-return 450]\n" +
+            "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local]\n" +
+            "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]";
+
+        public static int Main(string[] argv)
+        {
+            Args args;
+            try
+            {
+                args = Parse(argv);
+            }
+            catch (ArgumentException e)
+            {
+                Console.Error.WriteLine("error: " + e.Message + "\n" + Usage);
+                return 2;
+            }
+            if (args == null) { Console.WriteLine(Usage); return 0; }
+
+            var options = new RLlinkClientOptions
+            {
+                Host = args.Host,
+                Port = args.Port,
+                Token = args.Token,
+                UseTls = args.Tls,
+                Log = line => Console.WriteLine("rllink: " + line),
+            };
+            if (args.TlsCert != null)
+            {
+                var pinned = new X509Certificate2(args.TlsCert);
+                options.CertificateValidation = (sender, certificate, chain, errors) =>
+                    certificate != null && certificate.GetCertHashString() == pinned.GetCertHashString();
+            }
+            try
+            {
+                using (var client = new RLlinkClient(options))
+                {
+                    var config = client.Connect();
+                    Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
+                        "gateway: observations {0}, actions {1}, env_steps_per_sample {2}, protocol {3}; inference: {4}",
+                        config.Default.ObservationSpace, config.Default.ActionSpace, config.EnvStepsPerSample,
+                        config.ProtocolVersion ?? "?", args.Inference));
+                    bool reached = args.Envs > 1 ? TrainBatched(client, args) : Train(client, args);
+                    return reached ? 0 : 1;
+                }
+            }
+            catch (RLlinkException e)
+            {
+                Console.Error.WriteLine("error: the gateway refused us: [" + e.Code + "] " + e.GatewayMessage
+                    + (e.Request != null ? " (request " + e.Request + ")" : ""));
+                return 3;
+            }
+        }
+
+        /// <summary>One cart through AgentSession, as the Unity adapter drives it.</summary>
+        static bool Train(RLlinkClient client, Args args)
+        {
+            var mode = args.Inference == "local" ? InferenceMode.Local : InferenceMode.Thin;
+            var session = new AgentSession(client, mode, mode == InferenceMode.Local ? new MlpPolicyRuntime() : null, args.Seed);
+            var env = new CartPoleEnv(args.Seed);
+            var progress = new Progress(args);
+            while (true)
+            {
+                float[] obs = env.Reset();
+                float episodeReturn = 0;
+                while (true)
+                {
+                    AgentAction action = session.Act(obs);
+                    bool terminated, truncated;
+                    float reward = env.Step(action.Discrete, out terminated, out truncated);
+                    obs = env.Observation();
+                    session.AddReward(reward);
+                    episodeReturn += reward;
+                    if (terminated || truncated)
+                    {
+                        session.EndEpisode(obs, terminated, truncated);
+                        break;
+                    }
+                }
+                if (progress.Episode(episodeReturn, env.Steps, session.WeightsSeqNo, session.Reconnects)) return true;
+                if (progress.BudgetSpent()) return false;
+            }
+        }
+
+        /// <summary>N carts at once, thin: one batched GET_ACTION per step for all of them.</summary>
+        static bool TrainBatched(RLlinkClient client, Args args)
+        {
+            if (args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
+            var envs = Enumerable.Range(0, args.Envs).Select(i => new CartPoleEnv(args.Seed + i)).ToArray();
+            var obs = envs.Select(e => e.Reset()).ToArray();
+            var ids = envs.Select(e => client.StartEpisode()).ToArray();
+            var returns = new float[envs.Length];
+            var progress = new Progress(args);
+            int version = 0;
+            while (true)
+            {
+                var batch = new List<ActionRequest>();
+                for (int i = 0; i < envs.Length; i++) batch.Add(new ActionRequest(ids[i], obs[i]));
+                AgentAction[] actions = client.GetActions(batch);
+                version = actions[0].WeightsSeqNo;
+                for (int i = 0; i < envs.Length; i++)
+                {
+                    bool terminated, truncated;
+                    float reward = envs[i].Step(actions[i].Discrete, out terminated, out truncated);
+                    obs[i] = envs[i].Observation();
+                    returns[i] += reward;
+                    client.LogReturns(ids[i], reward);
+                    if (!terminated && !truncated) continue;
+                    client.EndEpisode(ids[i], obs[i], terminated, truncated);
+                    if (progress.Episode(returns[i], envs[i].Steps, version, 0)) { client.Flush(); return true; }
+                    obs[i] = envs[i].Reset();
+                    returns[i] = 0;
+                    ids[i] = client.StartEpisode();
+                }
+                if (progress.BudgetSpent()) return false;
+            }
+        }
+
+        sealed class Progress
+        {
+            readonly Args args;
+            readonly Stopwatch clock = Stopwatch.StartNew();
+            readonly Queue<float> recent = new Queue<float>();
+            int episodes;
+            long envSteps;
+
+            public Progress(Args args) { this.args = args; }
+
+            double Mean { get { return recent.Count > 0 ? recent.Average() : double.NaN; } }
+
+            /// <summary>Record an episode; true once the last 20 average the target.</summary>
+            public bool Episode(float episodeReturn, int steps, int version, int reconnects)
+            {
+                episodes++;
+                envSteps += steps;
+                recent.Enqueue(episodeReturn);
+                if (recent.Count > Window) recent.Dequeue();
+                bool reached = recent.Count == Window && Mean >= args.TargetReturn;
+                if (episodes % Window == 0 || reached)
+                    Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
+                        "v{0}  env steps {1}  episodes {2}  mean return (last {3}) {4:F1}  {5:F1}s{6}",
+                        version, envSteps, episodes, recent.Count, Mean, clock.Elapsed.TotalSeconds,
+                        reconnects > 0 ? "  reconnects " + reconnects : ""));
+                if (reached)
+                    Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
+                        "reached the target: mean return {0:F1} >= {1} after {2} episodes, {3} env steps, {4:F1}s",
+                        Mean, args.TargetReturn, episodes, envSteps, clock.Elapsed.TotalSeconds));
+                return reached;
+            }
+
+            public bool BudgetSpent()
+            {
+                bool spent = (args.MaxSeconds > 0 && clock.Elapsed.TotalSeconds >= args.MaxSeconds)
+                    || (args.MaxEnvSteps > 0 && envSteps >= args.MaxEnvSteps);
+                if (spent)
+                    Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
+                        "budget spent before the target: mean return (last {0}) {1:F1} < {2} after {3} episodes, {4} env steps, {5:F1}s",
+                        recent.Count, Mean, args.TargetReturn, episodes, envSteps, clock.Elapsed.TotalSeconds));
+                return spent;
+            }
+        }
+
+        static Args Parse(string[] argv)
+        {
+            var args = new Args();
+            for (int i = 0; i < argv.Length; i++)
+            {
+                string flag = argv[i];
+                if (flag == "-h" || flag == "--help") return null;
+                if (flag == "--tls") { args.Tls = true; continue; }
+                if (i + 1 >= argv.Length) throw new ArgumentException(flag + " needs a value");
+                string value = argv[++i];
+                try
+                {
+                    switch (flag)
+                    {
+                        case "--host": args.Host = value; break;
+                        case "--port": args.Port = int.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--token": args.Token = value; break;
+                        case "--target-return": args.TargetReturn = double.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--max-seconds": args.MaxSeconds = double.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--max-env-steps": args.MaxEnvSteps = long.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--envs": args.Envs = int.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--seed": args.Seed = int.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--tls-cert": args.TlsCert = value; args.Tls = true; break;
+                        case "--inference":
+                            if (value != "thin" && value != "local") throw new ArgumentException("--inference is thin or local");
+                            args.Inference = value;
+                            break;
+                        default: throw new ArgumentException("unknown option " + flag);
+                    }
+                }
+                catch (FormatException)
+                {
+                    throw new ArgumentException(flag + " takes a number, not '" + value + "'");
+                }
+            }
+            if (args.Envs < 1) throw new ArgumentException("--envs must be at least 1");
+            if (args.Envs > 1 && args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
+            return args;
+        }
+    }
+}

@@ -1,0 +1,299 @@
+// One agent's side of training, whatever the engine: call Act with each observation,
+// AddReward for what the last action earned, EndEpisode when the episode is over. The
+// session speaks RLlink for it, in one of two modes:
+//
+// - Thin: the gateway runs the policy (START_EPISODE, GET_ACTION, LOG_RETURNS,
+//   END_EPISODE): one round trip per step, no model in the game.
+// - Local: the game runs the policy from SET_STATE through an IPolicyRuntime (Sentis,
+//   or the kit's MlpPolicyRuntime), samples actions, and sends its experience every
+//   env_steps_per_sample steps with EPISODES_AND_GET_STATE (RLlib's own way).
+//
+// A broken connection costs the session nothing but time: it reconnects (RLlinkClient's
+// AutoReconnect). In thin mode the gateway ended the open episode as truncated, so the
+// session starts a new one on the new connection and goes on; in local mode the
+// experience not yet sent is sent after reconnecting.
+
+using System;
+using System.Collections.Generic;
+
+namespace RLlink
+{
+    public enum InferenceMode
+    {
+        /// <summary>The gateway chooses every action (server-side inference).</summary>
+        Thin,
+        /// <summary>The game runs the downloaded ONNX policy through an IPolicyRuntime.</summary>
+        Local,
+    }
+
+    public sealed class AgentSession
+    {
+        readonly RLlinkClient client;
+        readonly IPolicyRuntime runtime;
+        readonly ActionSampler sampler;
+
+        /// <summary>Thin or Local.</summary>
+        public InferenceMode Mode { get; private set; }
+        /// <summary>The agent's id (optional; picks the module through the gateway's policy_mapping).</summary>
+        public string AgentId;
+        /// <summary>The module to play (optional; wins over the mapping).</summary>
+        public string ModuleId;
+        /// <summary>false: act with the most likely action (evaluation).</summary>
+        public bool Explore = true;
+        /// <summary>false: the gateway serves the episodes but does not train on them (thin mode;
+        /// in local mode no experience is sent).</summary>
+        public bool TrainingEnabled = true;
+        /// <summary>How many times one call may reconnect before it gives up.</summary>
+        public int MaxReconnects = 3;
+
+        /// <summary>Policy version of the last action.</summary>
+        public int WeightsSeqNo { get; private set; }
+        public long EnvSteps { get; private set; }
+        public int Episodes { get; private set; }
+        public int Reconnects { get; private set; }
+        public ModuleInfo Module { get; private set; }
+
+        /// <summary>Called with each new policy version (thin mode: the first action of a new
+        /// version; local mode: after loading its model).</summary>
+        public event Action<int> PolicyUpdated;
+
+        // Thin mode
+        string episodeId;             // the gateway's id of the open episode
+        int episodeConnection;        // the connection it was opened on
+        bool actedInEpisode;          // an action exists that a reward can belong to
+        float pendingReward;          // reward for the last action, not yet sent
+
+        // Local mode
+        Dictionary<string, object> chunk;                   // the open episode's current chunk
+        readonly List<Dictionary<string, object>> finished = new List<Dictionary<string, object>>();
+        int stepsSinceSample;
+        bool modelLoaded;
+        string localEpisodeId;
+
+        public AgentSession(RLlinkClient client, InferenceMode mode, IPolicyRuntime runtime = null, int seed = 0)
+        {
+            if (mode == InferenceMode.Local && runtime == null)
+                throw new ArgumentException("local inference needs an IPolicyRuntime (e.g. new MlpPolicyRuntime())");
+            this.client = client;
+            this.runtime = runtime;
+            Mode = mode;
+            sampler = new ActionSampler(seed);
+        }
+
+        public RLlinkClient Client { get { return client; } }
+
+        /// <summary>
+        /// The action for this observation. The first call of an episode starts it; each
+        /// later call completes the previous step with this observation.
+        /// </summary>
+        public AgentAction Act(float[] obs)
+        {
+            return Mode == InferenceMode.Thin ? ActThin(obs) : ActLocal(obs);
+        }
+
+        /// <summary>Reward for the last action (added up over calls).</summary>
+        public void AddReward(float reward)
+        {
+            if (Mode == InferenceMode.Thin)
+            {
+                pendingReward += reward;
+                return;
+            }
+            if (chunk == null) return;
+            var rewards = (List<float>)chunk["rewards"];
+            if (rewards.Count > 0) rewards[rewards.Count - 1] += reward;
+        }
+
+        /// <summary>The episode is over: the final observation, and whether it reached a
+        /// terminal state (terminated) or was cut by a time limit (truncated).</summary>
+        public void EndEpisode(float[] finalObs, bool terminated, bool truncated)
+        {
+            if (!terminated && !truncated) throw new ArgumentException("an episode ends terminated, truncated or both");
+            if (Mode == InferenceMode.Thin) EndThin(finalObs, terminated, truncated);
+            else EndLocal(finalObs, terminated, truncated);
+            Episodes++;
+        }
+
+        /// <summary>Close the connection (thin: the gateway ends an open episode as truncated).</summary>
+        public void Close() { client.Close(); }
+
+        void Connected()
+        {
+            if (client.Config == null || (!client.IsConnected && client.Options.AutoReconnect)) client.Connect();
+            Module = client.Config.ModuleFor(AgentId, ModuleId);
+        }
+
+        // -- Thin mode --------------------------------------------------------------------
+
+        AgentAction ActThin(float[] obs)
+        {
+            for (int attempt = 0; ; attempt++)
+            {
+                try
+                {
+                    Connected();
+                    if (episodeId != null && episodeConnection != client.ConnectionNumber)
+                        episodeId = null; // the connection it lived on is gone; the gateway ended it
+                    if (episodeId == null)
+                    {
+                        episodeId = client.StartEpisode(null, AgentId, ModuleId, TrainingEnabled);
+                        episodeConnection = client.ConnectionNumber;
+                        actedInEpisode = false;
+                        pendingReward = 0;
+                    }
+                    if (actedInEpisode && pendingReward != 0) client.LogReturns(episodeId, pendingReward);
+                    pendingReward = 0;
+                    var action = client.GetAction(episodeId, obs, Explore);
+                    actedInEpisode = true;
+                    if (action.WeightsSeqNo != WeightsSeqNo)
+                    {
+                        WeightsSeqNo = action.WeightsSeqNo;
+                        if (PolicyUpdated != null) PolicyUpdated(WeightsSeqNo);
+                    }
+                    EnvSteps++;
+                    return action;
+                }
+                catch (RLlinkException e)
+                {
+                    if (e.Code != RLlinkException.ConnectionClosed || attempt >= MaxReconnects) throw;
+                    Reconnects++;
+                    episodeId = null;
+                }
+            }
+        }
+
+        void EndThin(float[] finalObs, bool terminated, bool truncated)
+        {
+            if (episodeId == null || episodeConnection != client.ConnectionNumber || !client.IsConnected)
+            {
+                episodeId = null; // nothing open on this connection: nothing to end
+                return;
+            }
+            try
+            {
+                if (actedInEpisode && pendingReward != 0) client.LogReturns(episodeId, pendingReward);
+                client.EndEpisode(episodeId, finalObs, terminated, truncated);
+            }
+            catch (RLlinkException e)
+            {
+                if (e.Code != RLlinkException.ConnectionClosed) throw;
+                Reconnects++; // the gateway ended the episode itself; the next Act reconnects
+            }
+            finally
+            {
+                episodeId = null;
+                pendingReward = 0;
+            }
+        }
+
+        // -- Local mode ---------------------------------------------------------------------
+
+        AgentAction ActLocal(float[] obs)
+        {
+            if (!modelLoaded)
+            {
+                WithReconnects(() =>
+                {
+                    Connected();
+                    Load(client.GetState());
+                });
+            }
+            if (TrainingEnabled && stepsSinceSample >= client.Config.EnvStepsPerSample)
+            {
+                if (chunk != null && ((List<object>)chunk["actions"]).Count > 0)
+                {
+                    ((List<float[]>)chunk["obs"]).Add(obs); // completes its last step; the episode goes on
+                    finished.Add(chunk);
+                    chunk = NewChunk(localEpisodeId, obs);
+                }
+                var episodes = new List<Dictionary<string, object>>(finished);
+                int steps = stepsSinceSample;
+                WithReconnects(() =>
+                {
+                    Connected();
+                    Load(client.EpisodesAndGetState(episodes, steps));
+                });
+                finished.Clear();
+                stepsSinceSample = 0;
+                if (chunk != null) chunk["weights_seq_no"] = WeightsSeqNo;
+            }
+            if (chunk == null)
+            {
+                localEpisodeId = Guid.NewGuid().ToString("N");
+                chunk = NewChunk(localEpisodeId, obs);
+            }
+            else if (((List<object>)chunk["actions"]).Count > 0)
+            {
+                ((List<float[]>)chunk["obs"]).Add(obs);
+            }
+            float logp;
+            object raw = sampler.Sample(runtime.Run(obs), Module.ActionDistribution, Explore, out logp);
+            ((List<object>)chunk["actions"]).Add(raw);
+            ((List<float>)chunk["rewards"]).Add(0f);
+            ((List<float>)chunk["action_logp"]).Add(logp);
+            stepsSinceSample++;
+            EnvSteps++;
+            object act = raw;
+            if (raw is float[]) act = ActionSampler.Clip((float[])raw, Module.ActionSpace);
+            return new AgentAction(act, WeightsSeqNo, localEpisodeId);
+        }
+
+        void EndLocal(float[] finalObs, bool terminated, bool truncated)
+        {
+            if (chunk == null) return;
+            if (((List<object>)chunk["actions"]).Count > 0)
+            {
+                ((List<float[]>)chunk["obs"]).Add(finalObs);
+                chunk["is_terminated"] = terminated;
+                chunk["is_truncated"] = truncated;
+                if (TrainingEnabled) finished.Add(chunk);
+            }
+            chunk = null;
+        }
+
+        Dictionary<string, object> NewChunk(string id, float[] firstObs)
+        {
+            var newChunk = new Dictionary<string, object>
+            {
+                { "obs", new List<float[]> { firstObs } },
+                { "actions", new List<object>() },
+                { "rewards", new List<float>() },
+                { "action_logp", new List<float>() },
+                { "is_terminated", false },
+                { "is_truncated", false },
+                { "episode_id", id },
+                { "weights_seq_no", WeightsSeqNo },
+            };
+            if (AgentId != null) newChunk["agent_id"] = AgentId;
+            if (ModuleId != null) newChunk["module_id"] = ModuleId;
+            return newChunk;
+        }
+
+        void Load(PolicyState state)
+        {
+            string moduleId = Module.ModuleId;
+            byte[] model = state.OnnxFiles.Count > 0 && state.OnnxFiles.ContainsKey(moduleId) ? state.OnnxModel(moduleId) : state.OnnxModel();
+            runtime.Load(model, Module.OnnxInputName, Module.OnnxOutputNames, Module.ObservationSpace.Shape);
+            modelLoaded = true;
+            WeightsSeqNo = state.WeightsSeqNo;
+            if (PolicyUpdated != null) PolicyUpdated(WeightsSeqNo);
+        }
+
+        void WithReconnects(Action action)
+        {
+            for (int attempt = 0; ; attempt++)
+            {
+                try
+                {
+                    action();
+                    return;
+                }
+                catch (RLlinkException e)
+                {
+                    if (e.Code != RLlinkException.ConnectionClosed || attempt >= MaxReconnects) throw;
+                    Reconnects++;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+// What SET_CONFIG and SET_STATE say, as typed objects (the raw parsed JSON stays
+// available as Raw).
+
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.IO.Compression;
+using System.Text.RegularExpressions;
+
+namespace RLlink
+{
+    /// <summary>An observation or action space: <c>box</c> (Shape, Low, High) or <c>discrete</c> (N).</summary>
+    public sealed class SpaceInfo
+    {
+        public string Type;        // "box" or "discrete" (the gateway's two kinds)
+        public int N;              // discrete: actions 0..N-1
+        public int[] Shape = new int[0];
+        public float? Low, High;   // box bounds (null: unbounded)
+
+        public bool IsDiscrete { get { return Type == "discrete"; } }
+
+        /// <summary>Number of floats in one element (the flattened box), or 1 for discrete.</summary>
+        public int Size
+        {
+            get
+            {
+                if (IsDiscrete) return 1;
+                int size = 1;
+                foreach (int d in Shape) size *= d;
+                return size;
+            }
+        }
+
+        public static SpaceInfo FromJson(IDictionary<string, object> json)
+        {
+            if (json == null) return null;
+            var space = new SpaceInfo { Type = Json.GetString(json, "type", "box"), N = Json.GetInt(json, "n") };
+            var shape = Json.GetList(json, "shape");
+            if (shape != null) space.Shape = Json.ToInts(shape);
+            object low, high;
+            if (json.TryGetValue("low", out low) && low is double) space.Low = (float)(double)low;
+            if (json.TryGetValue("high", out high) && high is double) space.High = (float)(double)high;
+            return space;
+        }
+
+        public override string ToString()
+        {
+            return IsDiscrete ? "Discrete(" + N + ")" : "Box(shape [" + string.Join(", ", Array.ConvertAll(Shape, d => d.ToString())) + "])";
+        }
+    }
+
+    /// <summary>One module (policy) a client can play: one entry of SET_CONFIG's <c>policies</c>.</summary>
+    public sealed class ModuleInfo
+    {
+        public string ModuleId;
+        public SpaceInfo ObservationSpace;
+        public SpaceInfo ActionSpace;
+        public string OnnxInputName = "obs";
+        public string[] OnnxOutputNames = { "action_dist_inputs" };
+        public string ActionDistribution = "categorical"; // "categorical" (logits) or "gaussian" (mean, log std)
+        public bool Trainable = true;
+
+        internal static ModuleInfo FromJson(string moduleId, IDictionary<string, object> json)
+        {
+            var module = new ModuleInfo
+            {
+                ModuleId = moduleId,
+                ObservationSpace = SpaceInfo.FromJson(Json.GetObject(json, "observation_space")),
+                ActionSpace = SpaceInfo.FromJson(Json.GetObject(json, "action_space")),
+                OnnxInputName = Json.GetString(json, "onnx_input_name", "obs"),
+                Trainable = Json.GetBool(json, "trainable", true),
+            };
+            var outputs = Json.GetList(json, "onnx_output_names");
+            if (outputs != null) module.OnnxOutputNames = outputs.ConvertAll(o => (string)o).ToArray();
+            string defaultDist = module.ActionSpace != null && !module.ActionSpace.IsDiscrete ? "gaussian" : "categorical";
+            module.ActionDistribution = Json.GetString(json, "action_distribution", defaultDist);
+            return module;
+        }
+    }
+
+    /// <summary>SET_CONFIG: how to sample, and (gateway extensions) the spaces, ONNX names and modules.</summary>
+    public sealed class GatewayConfig
+    {
+        public int EnvStepsPerSample;
+        public bool ForceOnPolicy;
+        public string DefaultModuleId = "default_policy";
+        public string ProtocolVersion;
+        /// <summary>Every module by module_id; the default module is also <see cref="Default"/>.</summary>
+        public Dictionary<string, ModuleInfo> Policies = new Dictionary<string, ModuleInfo>();
+        /// <summary>agent_id glob -> module_id, in the gateway's order (the first match wins).</summary>
+        public List<KeyValuePair<string, string>> PolicyMapping = new List<KeyValuePair<string, string>>();
+        public Dictionary<string, object> Raw;
+
+        /// <summary>The default module (the unprefixed spaces and names of SET_CONFIG).</summary>
+        public ModuleInfo Default;
+
+        public static GatewayConfig FromJson(Dictionary<string, object> json)
+        {
+            var config = new GatewayConfig
+            {
+                Raw = json,
+                EnvStepsPerSample = Json.GetInt(json, "env_steps_per_sample", 500),
+                ForceOnPolicy = Json.GetBool(json, "force_on_policy", true),
+                DefaultModuleId = Json.GetString(json, "default_module_id", "default_policy"),
+                ProtocolVersion = Json.GetString(json, "protocol_version"),
+            };
+            config.Default = ModuleInfo.FromJson(config.DefaultModuleId, json);
+            if (config.Default.ObservationSpace == null) // RLlib's own server sends no spaces
+                config.Default.ObservationSpace = new SpaceInfo { Type = "box" };
+            if (config.Default.ActionSpace == null)
+                config.Default.ActionSpace = new SpaceInfo { Type = "discrete", N = 2 };
+            var policies = Json.GetObject(json, "policies");
+            if (policies != null)
+                foreach (var entry in policies)
+                    config.Policies[entry.Key] = ModuleInfo.FromJson(entry.Key, entry.Value as Dictionary<string, object>);
+            if (!config.Policies.ContainsKey(config.DefaultModuleId)) config.Policies[config.DefaultModuleId] = config.Default;
+            var mapping = Json.GetObject(json, "policy_mapping");
+            if (mapping != null)
+                foreach (var entry in mapping) config.PolicyMapping.Add(new KeyValuePair<string, string>(entry.Key, entry.Value as string));
+            return config;
+        }
+
+        /// <summary>
+        /// The module an agent plays, as the gateway decides: <paramref name="moduleId"/> if
+        /// given, else the first policy_mapping glob matching <paramref name="agentId"/>, else
+        /// the default module.
+        /// </summary>
+        public ModuleInfo ModuleFor(string agentId, string moduleId = null)
+        {
+            ModuleInfo module;
+            if (moduleId != null)
+            {
+                if (Policies.TryGetValue(moduleId, out module)) return module;
+                throw new ArgumentException("the gateway has no module '" + moduleId + "'; it has " + string.Join(", ", new List<string>(Policies.Keys).ToArray()));
+            }
+            if (agentId != null)
+                foreach (var rule in PolicyMapping)
+                    if (GlobMatches(rule.Key, agentId) && Policies.TryGetValue(rule.Value, out module)) return module;
+            return Default;
+        }
+
+        static bool GlobMatches(string glob, string text)
+        {
+            // fnmatch: * ? [seq]; case-sensitive, as the gateway's.
+            string pattern = "^" + Regex.Escape(glob).Replace(@"\*", ".*").Replace(@"\?", ".").Replace(@"\[!", "[^").Replace(@"\[", "[").Replace(@"\]", "]") + "$";
+            return Regex.IsMatch(text, pattern);
+        }
+    }
+
+    /// <summary>SET_STATE: the policy version and its models (base64 of gzipped ONNX).</summary>
+    public sealed class PolicyState
+    {
+        public int WeightsSeqNo;
+        /// <summary>The default module's model, as sent (base64 of the gzipped ONNX).</summary>
+        public string OnnxFile;
+        /// <summary>Every module's model by module_id, as sent (gateway extension).</summary>
+        public Dictionary<string, string> OnnxFiles = new Dictionary<string, string>();
+
+        public static PolicyState FromJson(Dictionary<string, object> json)
+        {
+            var state = new PolicyState
+            {
+                WeightsSeqNo = Json.GetInt(json, "weights_seq_no"),
+                OnnxFile = Json.GetString(json, "onnx_file"),
+            };
+            var files = Json.GetObject(json, "onnx_files");
+            if (files != null)
+                foreach (var entry in files) state.OnnxFiles[entry.Key] = entry.Value as string;
+            return state;
+        }
+
+        /// <summary>The plain ONNX bytes of a module's model (the default module's if null).</summary>
+        public byte[] OnnxModel(string moduleId = null)
+        {
+            string packed = OnnxFile;
+            if (moduleId != null && OnnxFiles.Count > 0 && !OnnxFiles.TryGetValue(moduleId, out packed))
+                throw new ArgumentException("SET_STATE holds no model of module '" + moduleId + "'");
+            if (packed == null) throw new InvalidOperationException("SET_STATE holds no onnx_file");
+            return DecodeOnnxFile(packed);
+        }
+
+        /// <summary>SET_STATE's <c>onnx_file</c> (base64 of the gzip-compressed ONNX) as the ONNX bytes.</summary>
+        public static byte[] DecodeOnnxFile(string onnxFile)
+        {
+            byte[] gzipped = Convert.FromBase64String(onnxFile);
+            using (var input = new GZipStream(new MemoryStream(gzipped), CompressionMode.Decompress))
+            using (var output = new MemoryStream())
+            {
+                var buffer = new byte[16384];
+                int n;
+                while ((n = input.Read(buffer, 0, buffer.Length)) > 0) output.Write(buffer, 0, n);
+                return output.ToArray();
+            }
+        }
+    }
+}

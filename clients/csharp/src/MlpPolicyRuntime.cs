@@ -1,0 +1,371 @@
+// A pure-C# IPolicyRuntime for the gateway's models: it reads the ONNX protobuf itself
+// and runs its Gemm, Tanh and Flatten nodes (also MatMul, Add, Relu, Sigmoid, Identity),
+// which is all a gateway policy holds. No package, no native code: it runs in the
+// Unity editor and every player (WebGL and consoles included), in mono and .NET.
+// A model with any other operator is refused at Load with its name: use Sentis then.
+
+using System;
+using System.Collections.Generic;
+using System.IO;
+using System.Text;
+
+namespace RLlink
+{
+    public sealed class MlpPolicyRuntime : IPolicyRuntime
+    {
+        sealed class Tensor
+        {
+            public int[] Shape;
+            public float[] Data;
+            public Tensor(int[] shape, float[] data) { Shape = shape; Data = data; }
+        }
+
+        sealed class Node
+        {
+            public string OpType;
+            public List<string> Inputs = new List<string>();
+            public List<string> Outputs = new List<string>();
+            public Dictionary<string, double> Attributes = new Dictionary<string, double>();
+            public double Attr(string name, double fallback)
+            {
+                double value;
+                return Attributes.TryGetValue(name, out value) ? value : fallback;
+            }
+        }
+
+        static readonly HashSet<string> Supported = new HashSet<string> { "Gemm", "Tanh", "Flatten", "MatMul", "Add", "Relu", "Sigmoid", "Identity" };
+
+        List<Node> nodes = new List<Node>();
+        Dictionary<string, Tensor> initializers = new Dictionary<string, Tensor>();
+        string inputName, outputName;
+        int[] observationShape;
+
+        /// <summary>Metadata of the loaded model (weights_seq_no, spaces, output_layout, ...).</summary>
+        public Dictionary<string, string> Metadata { get; private set; }
+
+        public MlpPolicyRuntime() { Metadata = new Dictionary<string, string>(); }
+
+        public void Load(byte[] onnxModel, string inputName, string[] outputNames, int[] observationShape)
+        {
+            var newNodes = new List<Node>();
+            var newInitializers = new Dictionary<string, Tensor>();
+            var metadata = new Dictionary<string, string>();
+            var graphOutputs = new List<string>();
+            var model = new ProtoReader(onnxModel);
+            while (model.Next())
+            {
+                if (model.Field == 7) ReadGraph(model.Bytes(), newNodes, newInitializers, graphOutputs);
+                else if (model.Field == 14) ReadMetadata(model.Bytes(), metadata);
+                else model.Skip();
+            }
+            foreach (var node in newNodes)
+                if (!Supported.Contains(node.OpType))
+                    throw new NotSupportedException("MlpPolicyRuntime runs Gemm/Tanh/Flatten models; this one has a " + node.OpType + " node");
+            this.nodes = newNodes;
+            this.initializers = newInitializers;
+            this.inputName = inputName;
+            this.outputName = outputNames != null && outputNames.Length > 0 ? outputNames[0] : graphOutputs[0];
+            this.observationShape = observationShape;
+            Metadata = metadata;
+        }
+
+        public float[] Run(float[] observation)
+        {
+            if (nodes.Count == 0) throw new InvalidOperationException("no model loaded");
+            var shape = new int[observationShape.Length + 1];
+            shape[0] = 1;
+            Array.Copy(observationShape, 0, shape, 1, observationShape.Length);
+            var values = new Dictionary<string, Tensor>(initializers);
+            values[inputName] = new Tensor(shape, observation);
+            foreach (var node in nodes)
+            {
+                Tensor result = Evaluate(node, values);
+                values[node.Outputs[0]] = result;
+            }
+            Tensor output;
+            if (!values.TryGetValue(outputName, out output))
+                throw new InvalidOperationException("the model computed no output named " + outputName);
+            return output.Data;
+        }
+
+        static Tensor Evaluate(Node node, Dictionary<string, Tensor> values)
+        {
+            Func<int, Tensor> input = i =>
+            {
+                Tensor t;
+                if (i >= node.Inputs.Count || node.Inputs[i] == "" || !values.TryGetValue(node.Inputs[i], out t)) return null;
+                return t;
+            };
+            switch (node.OpType)
+            {
+                case "Gemm":
+                    return Gemm(input(0), input(1), input(2), (float)node.Attr("alpha", 1), (float)node.Attr("beta", 1),
+                        node.Attr("transA", 0) != 0, node.Attr("transB", 0) != 0);
+                case "MatMul":
+                    return Gemm(input(0), input(1), null, 1, 0, false, false);
+                case "Add":
+                    return Add(input(0), input(1));
+                case "Tanh":
+                    return Map(input(0), x => (float)Math.Tanh(x));
+                case "Relu":
+                    return Map(input(0), x => x > 0 ? x : 0);
+                case "Sigmoid":
+                    return Map(input(0), x => (float)(1.0 / (1.0 + Math.Exp(-x))));
+                case "Identity":
+                    return input(0);
+                case "Flatten":
+                {
+                    Tensor x = input(0);
+                    int axis = (int)node.Attr("axis", 1);
+                    if (axis < 0) axis += x.Shape.Length;
+                    int outer = 1, inner = 1;
+                    for (int i = 0; i < x.Shape.Length; i++) { if (i < axis) outer *= x.Shape[i]; else inner *= x.Shape[i]; }
+                    return new Tensor(new[] { outer, inner }, x.Data);
+                }
+                default:
+                    throw new NotSupportedException(node.OpType);
+            }
+        }
+
+        static Tensor Gemm(Tensor a, Tensor b, Tensor c, float alpha, float beta, bool transA, bool transB)
+        {
+            if (a.Shape.Length != 2 || b.Shape.Length != 2) throw new NotSupportedException("Gemm/MatMul of 2-D tensors only");
+            int m = transA ? a.Shape[1] : a.Shape[0], k = transA ? a.Shape[0] : a.Shape[1];
+            int kb = transB ? b.Shape[1] : b.Shape[0], n = transB ? b.Shape[0] : b.Shape[1];
+            if (k != kb) throw new InvalidOperationException("Gemm: inner sizes " + k + " and " + kb + " differ (observation of the wrong size?)");
+            var y = new float[m * n];
+            for (int row = 0; row < m; row++)
+                for (int col = 0; col < n; col++)
+                {
+                    double sum = 0;
+                    for (int i = 0; i < k; i++)
+                    {
+                        float av = transA ? a.Data[i * m + row] : a.Data[row * k + i];
+                        float bv = transB ? b.Data[col * k + i] : b.Data[i * n + col];
+                        sum += (double)av * bv;
+                    }
+                    double bias = 0;
+                    if (c != null)
+                    {
+                        if (c.Data.Length == 1) bias = c.Data[0];
+                        else if (c.Data.Length == n) bias = c.Data[col];
+                        else bias = c.Data[row * n + col];
+                    }
+                    y[row * n + col] = (float)(alpha * sum + beta * bias);
+                }
+            return new Tensor(new[] { m, n }, y);
+        }
+
+        static Tensor Add(Tensor a, Tensor b)
+        {
+            if (b.Data.Length > a.Data.Length) { var t = a; a = b; b = t; }
+            var y = new float[a.Data.Length];
+            for (int i = 0; i < y.Length; i++) y[i] = a.Data[i] + b.Data[i % b.Data.Length];
+            return new Tensor(a.Shape, y);
+        }
+
+        static Tensor Map(Tensor x, Func<float, float> f)
+        {
+            var y = new float[x.Data.Length];
+            for (int i = 0; i < y.Length; i++) y[i] = f(x.Data[i]);
+            return new Tensor(x.Shape, y);
+        }
+
+        // -- The ONNX protobuf, as far as these models need it ------------------------------
+
+        static void ReadGraph(byte[] bytes, List<Node> nodes, Dictionary<string, Tensor> initializers, List<string> outputs)
+        {
+            var graph = new ProtoReader(bytes);
+            while (graph.Next())
+            {
+                switch (graph.Field)
+                {
+                    case 1: nodes.Add(ReadNode(graph.Bytes())); break;
+                    case 5:
+                    {
+                        string name;
+                        var tensor = ReadTensor(graph.Bytes(), out name);
+                        initializers[name] = tensor;
+                        break;
+                    }
+                    case 12:
+                    {
+                        var info = new ProtoReader(graph.Bytes());
+                        while (info.Next()) { if (info.Field == 1) outputs.Add(info.String()); else info.Skip(); }
+                        break;
+                    }
+                    default: graph.Skip(); break;
+                }
+            }
+        }
+
+        static Node ReadNode(byte[] bytes)
+        {
+            var node = new Node();
+            var reader = new ProtoReader(bytes);
+            while (reader.Next())
+            {
+                switch (reader.Field)
+                {
+                    case 1: node.Inputs.Add(reader.String()); break;
+                    case 2: node.Outputs.Add(reader.String()); break;
+                    case 4: node.OpType = reader.String(); break;
+                    case 5:
+                    {
+                        var attribute = new ProtoReader(reader.Bytes());
+                        string name = null;
+                        double value = 0;
+                        while (attribute.Next())
+                        {
+                            if (attribute.Field == 1) name = attribute.String();
+                            else if (attribute.Field == 2) value = attribute.Float();
+                            else if (attribute.Field == 3) value = attribute.Varint();
+                            else attribute.Skip();
+                        }
+                        if (name != null) node.Attributes[name] = value;
+                        break;
+                    }
+                    default: reader.Skip(); break;
+                }
+            }
+            return node;
+        }
+
+        static Tensor ReadTensor(byte[] bytes, out string name)
+        {
+            name = null;
+            var dims = new List<int>();
+            var floats = new List<float>();
+            byte[] raw = null;
+            int dataType = 1;
+            var reader = new ProtoReader(bytes);
+            while (reader.Next())
+            {
+                switch (reader.Field)
+                {
+                    case 1:
+                        if (reader.WireType == 2) { var packed = new ProtoReader(reader.Bytes()); while (!packed.AtEnd) dims.Add((int)packed.ReadVarint()); }
+                        else dims.Add((int)reader.Varint());
+                        break;
+                    case 2: dataType = (int)reader.Varint(); break;
+                    case 4:
+                        if (reader.WireType == 2)
+                        {
+                            byte[] packed = reader.Bytes();
+                            for (int i = 0; i + 4 <= packed.Length; i += 4) floats.Add(BitConverterLE.ToSingle(packed, i));
+                        }
+                        else floats.Add(reader.Float());
+                        break;
+                    case 8: name = reader.String(); break;
+                    case 9: raw = reader.Bytes(); break;
+                    default: reader.Skip(); break;
+                }
+            }
+            if (dataType != 1) throw new NotSupportedException("tensor " + name + " is not float32 (ONNX data type " + dataType + ")");
+            float[] data;
+            if (raw != null)
+            {
+                data = new float[raw.Length / 4];
+                for (int i = 0; i < data.Length; i++) data[i] = BitConverterLE.ToSingle(raw, i * 4);
+            }
+            else data = floats.ToArray();
+            return new Tensor(dims.ToArray(), data);
+        }
+
+        static void ReadMetadata(byte[] bytes, Dictionary<string, string> metadata)
+        {
+            var entry = new ProtoReader(bytes);
+            string key = null, value = null;
+            while (entry.Next())
+            {
+                if (entry.Field == 1) key = entry.String();
+                else if (entry.Field == 2) value = entry.String();
+                else entry.Skip();
+            }
+            if (key != null) metadata[key] = value;
+        }
+
+        static class BitConverterLE
+        {
+            public static float ToSingle(byte[] bytes, int offset)
+            {
+                if (BitConverter.IsLittleEndian) return BitConverter.ToSingle(bytes, offset);
+                var copy = new byte[4];
+                Array.Copy(bytes, offset, copy, 0, 4);
+                Array.Reverse(copy);
+                return BitConverter.ToSingle(copy, 0);
+            }
+        }
+
+        /// <summary>Reads protobuf wire format: fields one at a time.</summary>
+        sealed class ProtoReader
+        {
+            readonly byte[] data;
+            int pos;
+            public int Field, WireType;
+
+            public ProtoReader(byte[] data) { this.data = data; }
+
+            public bool AtEnd { get { return pos >= data.Length; } }
+
+            public bool Next()
+            {
+                if (AtEnd) return false;
+                ulong key = ReadVarint();
+                Field = (int)(key >> 3);
+                WireType = (int)(key & 7);
+                return true;
+            }
+
+            public ulong ReadVarint()
+            {
+                ulong result = 0;
+                int shift = 0;
+                while (true)
+                {
+                    if (pos >= data.Length) throw new InvalidDataException("truncated ONNX protobuf");
+                    byte b = data[pos++];
+                    result |= (ulong)(b & 0x7f) << shift;
+                    if ((b & 0x80) == 0) return result;
+                    shift += 7;
+                    if (shift > 63) throw new InvalidDataException("bad varint in ONNX protobuf");
+                }
+            }
+
+            public long Varint() { return (long)ReadVarint(); }
+
+            public float Float()
+            {
+                if (WireType != 5) throw new InvalidDataException("expected a 32-bit field");
+                float value = BitConverterLE.ToSingle(data, pos);
+                pos += 4;
+                return value;
+            }
+
+            public byte[] Bytes()
+            {
+                if (WireType != 2) throw new InvalidDataException("expected a length-delimited field");
+                int length = (int)ReadVarint();
+                if (length < 0 || pos + length > data.Length) throw new InvalidDataException("truncated ONNX protobuf");
+                var result = new byte[length];
+                Buffer.BlockCopy(data, pos, result, 0, length);
+                pos += length;
+                return result;
+            }
+
+            public string String() { return Encoding.UTF8.GetString(Bytes()); }
+
+            public void Skip()
+            {
+                switch (WireType)
+                {
+                    case 0: ReadVarint(); break;
+                    case 1: pos += 8; break;
+                    case 2: { int length = (int)ReadVarint(); pos += length; break; }
+                    case 5: pos += 4; break;
+                    default: throw new InvalidDataException("unsupported protobuf wire type " + WireType);
+                }
+            }
+        }
+    }
+}

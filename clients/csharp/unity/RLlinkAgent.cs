@@ -1,0 +1,332 @@
+// The Unity adapter: a MonoBehaviour agent, in the spirit of ML-Agents' Agent, that
+// trains through an RLlink gateway. Subclass it, fill in the hooks, add it to a
+// GameObject:
+//
+//   public class BalanceAgent : RLlinkAgent
+//   {
+//       protected override void OnEpisodeBegin() { /* reset the scene */ }
+//       protected override void CollectObservations(List<float> obs) { obs.Add(...); }
+//       protected override void OnActionReceived(AgentAction action)
+//       {
+//           /* act with action.Discrete or action.Continuous */
+//           AddReward(0.01f);
+//           if (fell) EndEpisode();                // terminated
+//       }
+//   }
+//
+// Every decisionPeriod FixedUpdates the agent collects an observation and asks for an
+// action; the hooks run on Unity's main thread. Standalone, editor and mobile players
+// speak TCP through RLlinkClient (blocking: a thin step is one round trip, well under a
+// millisecond on localhost; use local inference for a distant gateway). WebGL players
+// cannot open sockets: there the agent goes through the .jslib bridge
+// (Plugins/WebGL/RLlink.jslib) to static/rllink.js over the gateway's WebSocket, thin
+// mode only, and an action arrives a frame or so after it was asked for.
+//
+// Not compiled by mono in CI except against stand-ins of UnityEngine (unity/stubs/).
+
+using System;
+using System.Collections.Generic;
+using UnityEngine;
+
+namespace RLlink.Unity
+{
+    public abstract class RLlinkAgent : MonoBehaviour
+    {
+        [Header("Gateway")]
+        [Tooltip("Host of the gateway (TCP) or, in WebGL, ws(s)://host:port/rllink")]
+        public string host = "127.0.0.1";
+        [Tooltip("The gateway's TCP port (tcp_port); unused in WebGL (the URL has it)")]
+        public int port = 5555;
+        [Tooltip("The gateway's auth_token, if its auth is on")]
+        public string token = "";
+        public bool useTls;
+        [Tooltip("WebGL: URL of rllink.js (empty: <gateway>/static/rllink.js)")]
+        public string rllinkModuleUrl = "";
+
+        [Header("Agent")]
+        public InferenceMode inference = InferenceMode.Thin;
+        [Tooltip("agent_id: picks the module through the gateway's policy_mapping (optional)")]
+        public string agentId = "";
+        [Tooltip("module_id: the module to play (optional; wins over the mapping)")]
+        public string moduleId = "";
+        [Tooltip("Ask for an action every this many FixedUpdates; repeat it in between")]
+        public int decisionPeriod = 1;
+        [Tooltip("0: no limit; else the episode is truncated after this many decisions")]
+        public int maxSteps;
+        public bool explore = true;
+        public bool trainingEnabled = true;
+        public int seed;
+
+        IAgentLink link;
+        AgentAction lastAction;
+        int fixedUpdates, episodeSteps;
+        bool waitingForAction, episodeBegun, ending;
+        bool endTerminated, endTruncated;
+        readonly List<float> observations = new List<float>();
+
+        /// <summary>Return of the episode so far (the rewards added).</summary>
+        public float EpisodeReturn { get; private set; }
+        /// <summary>Decisions taken in this episode.</summary>
+        public int StepCount { get { return episodeSteps; } }
+        public int CompletedEpisodes { get; private set; }
+
+        // -- The hooks -------------------------------------------------------------------------
+
+        /// <summary>Reset the scene for a new episode.</summary>
+        protected virtual void OnEpisodeBegin() { }
+
+        /// <summary>Add the observation's values, always the same number (the gateway's observation space).</summary>
+        protected abstract void CollectObservations(List<float> obs);
+
+        /// <summary>Act: action.Discrete (discrete space) or action.Continuous (box, clipped to its bounds).</summary>
+        protected abstract void OnActionReceived(AgentAction action);
+
+        /// <summary>The gateway refused something (e.g. [unauthorized]) or cannot be reached.
+        /// By default: log it, and stop the agent if the error closed the connection.</summary>
+        protected virtual void OnGatewayError(RLlinkException error)
+        {
+            Debug.LogError("RLlink: " + error.Message);
+            if (error.IsFatal) enabled = false;
+        }
+
+        /// <summary>Local inference: the runtime that runs each SET_STATE model. By default the
+        /// kit's pure-C# MlpPolicyRuntime (enough for the gateway's MLPs); override to plug in
+        /// Sentis / Inference Engine (see clients/csharp/README.md).</summary>
+        public virtual IPolicyRuntime CreatePolicyRuntime() { return new MlpPolicyRuntime(); }
+
+        // -- What the hooks call ------------------------------------------------------------------
+
+        /// <summary>Reward for the last action (added up).</summary>
+        public void AddReward(float reward)
+        {
+            EpisodeReturn += reward;
+            if (link != null) link.AddReward(reward);
+        }
+
+        /// <summary>The episode reached a terminal state (the pole fell, the goal was reached).</summary>
+        public void EndEpisode() { RequestEnd(true, false); }
+
+        /// <summary>The episode was cut short without reaching a terminal state (a time limit).</summary>
+        public void EpisodeInterrupted() { RequestEnd(false, true); }
+
+        void RequestEnd(bool terminated, bool truncated)
+        {
+            ending = true;
+            endTerminated |= terminated;
+            endTruncated |= truncated;
+        }
+
+        // -- Unity -------------------------------------------------------------------------------
+
+        protected virtual void OnEnable()
+        {
+            try
+            {
+                link = RLlinkConnections.Link(this);
+            }
+            catch (RLlinkException e)
+            {
+                OnGatewayError(e);
+            }
+        }
+
+        protected virtual void OnDisable()
+        {
+            if (link != null) link.Close();
+            link = null;
+            episodeBegun = false;
+            waitingForAction = false;
+        }
+
+        protected virtual void FixedUpdate()
+        {
+            if (link == null) return;
+            try
+            {
+                Step();
+            }
+            catch (RLlinkException e)
+            {
+                waitingForAction = false;
+                OnGatewayError(e);
+            }
+        }
+
+        void Step()
+        {
+            var error = link.TakeError();
+            if (error != null) throw error;
+            if (!link.Ready) return;
+            if (ending)
+            {
+                link.EndEpisode(Observe(), endTerminated, endTruncated || !endTerminated);
+                ending = endTerminated = endTruncated = false;
+                episodeBegun = false;
+                waitingForAction = false;
+                CompletedEpisodes++;
+            }
+            if (!episodeBegun)
+            {
+                episodeBegun = true;
+                episodeSteps = 0;
+                EpisodeReturn = 0;
+                fixedUpdates = 0;
+                lastAction = null;
+                OnEpisodeBegin();
+            }
+            if (waitingForAction)
+            {
+                AgentAction action;
+                if (!link.TryTakeAction(out action)) return; // WebGL: not here yet
+                Received(action);
+                return;
+            }
+            if (fixedUpdates++ % Math.Max(1, decisionPeriod) != 0)
+            {
+                if (lastAction != null) OnActionReceived(lastAction);
+                return;
+            }
+            if (maxSteps > 0 && episodeSteps >= maxSteps)
+            {
+                EpisodeInterrupted();
+                return;
+            }
+            link.RequestAction(Observe());
+            waitingForAction = true;
+            AgentAction ready;
+            if (link.TryTakeAction(out ready)) Received(ready);
+        }
+
+        void Received(AgentAction action)
+        {
+            waitingForAction = false;
+            lastAction = action;
+            episodeSteps++;
+            OnActionReceived(action);
+        }
+
+        float[] Observe()
+        {
+            observations.Clear();
+            CollectObservations(observations);
+            return observations.ToArray();
+        }
+    }
+
+    /// <summary>How an agent reaches the gateway: sockets (AgentSession) or the WebGL bridge.</summary>
+    public interface IAgentLink
+    {
+        bool Ready { get; }
+        void RequestAction(float[] obs);
+        bool TryTakeAction(out AgentAction action);
+        void AddReward(float reward);
+        void EndEpisode(float[] finalObs, bool terminated, bool truncated);
+        /// <summary>An error that came in the background (WebGL), or null.</summary>
+        RLlinkException TakeError();
+        void Close();
+    }
+
+    /// <summary>An agent over a TCP connection: AgentSession, answers at once (blocking).</summary>
+    public sealed class SocketAgentLink : IAgentLink
+    {
+        readonly AgentSession session;
+        readonly Action release;
+        AgentAction action;
+
+        public SocketAgentLink(AgentSession session, Action release)
+        {
+            this.session = session;
+            this.release = release;
+        }
+
+        public AgentSession Session { get { return session; } }
+        public bool Ready { get { return true; } }
+        public void RequestAction(float[] obs) { action = session.Act(obs); }
+
+        public bool TryTakeAction(out AgentAction taken)
+        {
+            taken = action;
+            action = null;
+            return taken != null;
+        }
+
+        public void AddReward(float reward) { session.AddReward(reward); }
+        public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { session.EndEpisode(finalObs, terminated, truncated); }
+        public RLlinkException TakeError() { return null; }
+        public void Close() { if (release != null) release(); }
+    }
+
+    /// <summary>
+    /// Connections shared by the agents of a scene: one per gateway in thin mode (the
+    /// gateway batches their GET_ACTIONs into one forward pass), one per agent in local mode
+    /// (each trades its own experience for the next policy).
+    /// </summary>
+    public static class RLlinkConnections
+    {
+        sealed class Shared
+        {
+            public RLlinkClient Client;
+            public int Users;
+        }
+
+        static readonly Dictionary<string, Shared> clients = new Dictionary<string, Shared>();
+
+        public static IAgentLink Link(RLlinkAgent agent)
+        {
+#if UNITY_WEBGL && !UNITY_EDITOR
+            return new WebGLAgentLink(agent.host, agent.token, agent.rllinkModuleUrl,
+                Nullable(agent.agentId), Nullable(agent.moduleId), agent.explore, agent.trainingEnabled);
+#else
+            string key = agent.host + ":" + agent.port + "|" + agent.useTls + "|" + agent.token;
+            RLlinkClient client;
+            Action release;
+            if (agent.inference == InferenceMode.Thin)
+            {
+                Shared shared;
+                if (!clients.TryGetValue(key, out shared))
+                {
+                    shared = new Shared { Client = NewClient(agent) };
+                    clients[key] = shared;
+                }
+                shared.Users++;
+                client = shared.Client;
+                release = () =>
+                {
+                    if (--shared.Users > 0) return;
+                    shared.Client.Close();
+                    clients.Remove(key);
+                };
+            }
+            else
+            {
+                client = NewClient(agent);
+                release = client.Close;
+            }
+            if (client.Config == null) client.Connect();
+            var runtime = agent.inference == InferenceMode.Local ? agent.CreatePolicyRuntime() : null;
+            var session = new AgentSession(client, agent.inference, runtime, agent.seed)
+            {
+                AgentId = Nullable(agent.agentId),
+                ModuleId = Nullable(agent.moduleId),
+                Explore = agent.explore,
+                TrainingEnabled = agent.trainingEnabled,
+            };
+            return new SocketAgentLink(session, release);
+#endif
+        }
+
+        static RLlinkClient NewClient(RLlinkAgent agent)
+        {
+            return new RLlinkClient(new RLlinkClientOptions
+            {
+                Host = agent.host,
+                Port = agent.port,
+                Token = Nullable(agent.token),
+                UseTls = agent.useTls,
+                Log = line => Debug.Log("RLlink: " + line),
+            });
+        }
+
+        static string Nullable(string text) { return string.IsNullOrEmpty(text) ? null : text; }
+    }
+}
