@@ -238,7 +238,7 @@ class TrainingService:
     @property
     def ppo_config(self) -> PPOConfig:
         """The default module's PPO hyperparameters."""
-        return self._learners[self.policies.default_module_id].cfg
+        return self.module_ppo_config(self.policies.default_module_id)
 
     def module_ppo_config(self, module_id: str) -> PPOConfig:
         learner = self._learners[module_id]
