@@ -43,6 +43,16 @@ class PPOConfig(BaseModel):
     norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
     target_kl: float | None = Field(None, gt=0, description="Stop the epochs early above this KL.")
     hidden_sizes: tuple[int, ...] = Field((64, 64), min_length=1, description="MLP layer widths.")
+    normalize_obs: bool | None = Field(
+        None,
+        description="Normalise observations by running statistics (baked into the exported ONNX, so clients send raw "
+        "observations); unset: on for Box action spaces (continuous control), off for Discrete.",
+    )
+    normalize_reward: bool | None = Field(
+        None,
+        description="Divide rewards by the running std of the discounted return; unset: on for Box action spaces, "
+        "off for Discrete.",
+    )
 
 
 class SACConfig(BaseModel):

@@ -25,11 +25,9 @@ from .helpers import RunningGateway, gateway_settings, running_gateway
 
 pytestmark = pytest.mark.e2e
 
-PENDULUM_SPACES = dict(
+PENDULUM_SPACES = dict(  # nothing but the spaces: PPO's defaults for a Box action space
     observation_space=BoxSpace(shape=(3,)),
     action_space=BoxSpace(shape=(1,), low=-2.0, high=2.0),
-    env_steps_per_sample=1000,
-    ppo=PPOConfig(gamma=0.9),
 )
 
 
@@ -69,12 +67,13 @@ def test_cartpole_clients_over_tcp_and_websocket_reach_450(tmp_path: Path) -> No
     assert metrics["weights_seq_no"] == max(tcp.weights_seq_no, ws.weights_seq_no)
 
 
-def test_pendulum_improves_clearly_over_the_initial_random_policy(tmp_path: Path) -> None:
-    # The initial N(0, 1) policy scores about -1200 per episode (std ~300); training
-    # for 30k steps reaches -250 to -640 over the last 20 episodes.
+def test_ppo_with_default_settings_learns_pendulum(tmp_path: Path) -> None:
+    # The initial N(0, 1) policy scores about -1200 per episode; -400 swings up and
+    # balances. With observation and reward normalisation (on by default for a Box action
+    # space) three seeds took 24.5k to 32.5k env steps; without, 76k, 88k, 110k and >150k.
     with running_gateway(gateway_settings(tmp_path, **PENDULUM_SPACES)) as gateway:
-        (result,) = run_clients(gateway, "Pendulum-v1", ["ws"], target_return=None, max_env_steps=30_000)
+        (result,) = run_clients(gateway, "Pendulum-v1", ["ws"], target_return=-400, max_env_steps=100_000)
     first, last = float(np.mean(result.first_returns)), result.mean_return
     print(f"Pendulum: {result.env_steps} steps, {result.seconds:.1f} s, first 20 mean {first:.1f}, last 20 {last:.1f}")
-    assert result.episodes >= 100
-    assert last > first + 300, f"no clear improvement: first 20 episodes {first:.1f}, last 20 {last:.1f}"
+    assert first < -900
+    assert result.reached_target, f"mean return of the last 20 episodes {last:.1f} after {result.env_steps} env steps"

@@ -24,13 +24,17 @@ SPACES = {
 ENGINE_OPS = {"Gemm", "Tanh", "Flatten"}  # all in Unity Sentis' and onnxruntime-web's lists
 
 
-def trained_looking_policy(observation_space, action_space, hidden_sizes=(64, 64)) -> ActorCritic:
-    """A policy whose weights are not the near-zero output layer of a fresh one."""
+def trained_looking_policy(observation_space, action_space, hidden_sizes=(64, 64), normalize_obs=False) -> ActorCritic:
+    """A policy whose weights are not the near-zero output layer of a fresh one (and whose
+    observation statistics, if it normalises, are far from 0 and 1)."""
     torch.manual_seed(0)
-    policy = ActorCritic(observation_space, action_space, hidden_sizes)
+    policy = ActorCritic(observation_space, action_space, hidden_sizes, normalize_obs)
     with torch.no_grad():
         for parameter in policy.parameters():
             parameter.add_(0.3 * torch.randn_like(parameter))
+    if normalize_obs:
+        dim = observation_space.flat_dim
+        policy.obs_norm.update(torch.randn(500, dim) * torch.linspace(0.1, 20, dim) + torch.linspace(-5, 5, dim))
     return policy
 
 
@@ -43,9 +47,10 @@ def run_onnx(onnx_bytes: bytes, input_name: str, obs: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("input_name", ["obs", "onnx::Gemm_0"])
 @pytest.mark.parametrize("spaces", SPACES.values(), ids=SPACES.keys())
 @pytest.mark.parametrize("batch", [1, 32])
-def test_onnx_matches_torch(spaces, input_name, batch):
-    policy = trained_looking_policy(*spaces)
-    obs = np.random.default_rng(batch).standard_normal((batch, *spaces[0].shape)).astype(np.float32)
+@pytest.mark.parametrize("normalize_obs", [False, True], ids=["raw", "normalised"])
+def test_onnx_matches_torch(spaces, input_name, batch, normalize_obs):
+    policy = trained_looking_policy(*spaces, normalize_obs=normalize_obs)
+    obs = np.random.default_rng(batch).standard_normal((batch, *spaces[0].shape)).astype(np.float32) * 10
     expected = policy(torch.from_numpy(obs)).detach().numpy()
     actual = run_onnx(export_onnx(policy, 7, input_name), input_name, obs)
     assert actual.shape == (batch, policy.num_dist_inputs)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 
 from app.config import DEFAULT_MODULE_ID, PPOConfig, Settings
 from app.policies import PolicySet
@@ -337,3 +338,24 @@ async def test_every_env_step_is_accounted_for_at_every_moment(tmp_path):
         m = service.metrics
         assert m.dropped_env_steps["stale"] == 7 and m.num_env_steps_trained_lifetime == 45
         assert service.training_env_steps == 0 and unaccounted(service) == 0
+
+
+async def test_a_checkpoint_restores_the_observation_and_reward_statistics(tmp_path):
+    normalising = PPOConfig(normalize_obs=True, normalize_reward=True)
+    settings = make_settings(tmp_path, ppo=normalising)
+    async with running(settings) as service:
+        client = service.connect("tcp", "a")
+        for steps in (20, 30):
+            await send_and_wait(service, client, [chunk(steps, reward=5.0)])
+        learner = service._learners[DEFAULT_MODULE_ID]
+        saved = {name: tensor.clone() for name, tensor in learner.policy.obs_norm.state_dict().items()}
+        scale = learner.reward_scaler.scale
+    assert saved["count"] > 50 and scale != 1.0  # they learned from the data
+
+    async with running(settings) as restored:
+        learner = restored._learners[DEFAULT_MODULE_ID]
+        for name, tensor in learner.policy.obs_norm.state_dict().items():
+            assert torch.equal(tensor, saved[name]), name
+        assert learner.reward_scaler.scale == scale
+    with pytest.raises(CheckpointMismatch, match="normalize_obs"):  # a checkpoint without them is refused
+        await TrainingService(make_settings(tmp_path, ppo=PPOConfig(normalize_obs=False))).start()

@@ -45,7 +45,9 @@ def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
 
 
 @torch.no_grad()
-def build_batch(chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, gae_lambda: float) -> Batch:
+def build_batch(
+    chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, gae_lambda: float, reward_scale: float = 1.0
+) -> Batch:
     """Concatenate the chunks' steps and compute their advantages with GAE; the batch's
     tensors are on the policy's device (GAE itself runs in numpy)."""
     device = policy.critic[0].weight.device
@@ -59,7 +61,7 @@ def build_batch(chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, g
         steps = chunk.num_steps
         chunk_values = all_values[start : start + steps + 1]
         start += steps + 1
-        rewards.append(chunk.rewards)
+        rewards.append(chunk.rewards * reward_scale)
         values.append(chunk_values[:-1])
         next_values.append(chunk_values[1:])
         nonterminal = np.ones(steps, np.float32)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from app.config import PPOConfig
@@ -18,7 +19,7 @@ from app.training.batch import build_batch
 from app.training.checkpoints import load_checkpoint, save_checkpoint
 from app.training.onnx_export import PolicyState, policy_state
 from app.spaces import BoxSpace, DiscreteSpace
-from app.training.policy import ActorCritic
+from app.training.policy import ActorCritic, RewardScaler
 from app.training.ppo import ppo_update
 
 
@@ -42,7 +43,10 @@ class Learner:
         self.checkpoint_dir = checkpoint_dir
         self.onnx_input_name = onnx_input_name
         torch.manual_seed(seed)
-        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes).to(device)
+        normalize_obs = cfg.normalize_obs if cfg.normalize_obs is not None else isinstance(action_space, BoxSpace)
+        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs).to(device)
+        normalize_reward = cfg.normalize_reward if cfg.normalize_reward is not None else isinstance(action_space, BoxSpace)
+        self.reward_scaler = RewardScaler(cfg.gamma) if normalize_reward else None
         # fused: one kernel for all parameters, 4x faster than the default for small nets on CPU.
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(seed)
@@ -51,24 +55,33 @@ class Learner:
     @property
     def architecture(self) -> dict[str, object]:
         """What a checkpoint must agree on to be loaded into this learner."""
-        return {
+        architecture: dict[str, object] = {
             "observation_space": self.policy.observation_space.model_dump(mode="json"),
             "action_space": self.policy.action_space.model_dump(mode="json"),
             "hidden_sizes": list(self.policy.hidden_sizes),
         }
+        if self.policy.obs_norm is not None:  # absent otherwise, as in checkpoints made before it existed
+            architecture["normalize_obs"] = True
+        if self.reward_scaler is not None:
+            architecture["normalize_reward"] = True
+        return architecture
+
+    def _parts(self) -> dict[str, object]:
+        parts: dict[str, object] = {"policy": self.policy, "optimizer": self.optimizer}
+        if self.reward_scaler is not None:
+            parts["reward_scaler"] = self.reward_scaler.returns
+        return parts
 
     def restore(self) -> bool:
         """Load the checkpoint from checkpoint_dir, if there is one."""
-        saved = load_checkpoint(self.checkpoint_dir, self.architecture, {"policy": self.policy, "optimizer": self.optimizer})
+        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts())
         if saved is None:
             return False
         self.weights_seq_no = saved
         return True
 
     def save(self) -> None:
-        save_checkpoint(
-            self.checkpoint_dir, self.architecture, {"policy": self.policy, "optimizer": self.optimizer}, self.weights_seq_no
-        )
+        save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
 
     def export(self) -> PolicyState:
         return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name)
@@ -78,7 +91,10 @@ class Learner:
         cfg = self.cfg  # may be replaced between steps (TrainingService.update_ppo_config)
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate
-        batch = build_batch(chunks, self.policy, cfg.gamma, cfg.gae_lambda)
+        if self.policy.obs_norm is not None:  # statistics first: the batch's values use them
+            self.policy.obs_norm.update(torch.from_numpy(np.concatenate([c.obs.reshape(len(c.obs), -1) for c in chunks])))
+        reward_scale = 1.0 if self.reward_scaler is None else self.reward_scaler.update([c.rewards for c in chunks])
+        batch = build_batch(chunks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
         stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator)
         self.weights_seq_no = weights_seq_no
         state = self.export()

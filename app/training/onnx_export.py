@@ -71,9 +71,14 @@ class _Graph:
 
 
 def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic) -> None:
-    """Gemm-Tanh layers; for a Box the last Gemm also emits log_std (zero weight rows
-    whose bias is log_std)."""
+    """Gemm-Tanh layers; the observation normaliser, if any, folded into the first Gemm
+    (W / std, b - W @ mean / std); for a Box the last Gemm also emits log_std (zero weight
+    rows whose bias is log_std)."""
     layers = [_weights(m) for m in policy.actor if isinstance(m, nn.Linear)]
+    if policy.obs_norm is not None:  # fold (obs - mean) / std into the first layer
+        inverse_std, mean = (t.detach().cpu().numpy() for t in policy.obs_norm.scale_and_shift())
+        weight, bias = layers[0]
+        layers[0] = (weight * inverse_std, bias - (weight * inverse_std) @ mean)
     if policy.log_std is not None:
         weight, bias = layers[-1]
         log_std = policy.log_std.detach().cpu().numpy()

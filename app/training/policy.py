@@ -1,4 +1,5 @@
-"""The policy network: separate actor and critic MLPs over flattened observations.
+"""The policy network: separate actor and critic MLPs over flattened observations,
+optionally normalised by running statistics.
 
 The actor's output is RLlib's `action_dist_inputs`: the logits for a Discrete action
 space, `[mean, log_std]` for a Box (log_std is a learned, state-independent vector).
@@ -32,6 +33,64 @@ def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int, out_std: float
     return nn.Sequential(*layers)
 
 
+class ObservationNormalizer(nn.Module):
+    """(obs - mean) / std with a running mean and variance of every observation seen
+    (Welford's parallel update, as SB3's VecNormalize; no clipping, so that the ONNX export
+    can fold it into the first layer exactly). Its statistics are buffers: checkpointed."""
+
+    def __init__(self, dim: int, epsilon: float = 1e-8) -> None:
+        super().__init__()
+        self.epsilon = epsilon
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, obs: torch.Tensor) -> None:
+        """Fold a batch of flat observations [N, dim] into the running statistics."""
+        batch = obs.to(self.mean)
+        batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
+        delta, total = batch_mean - self.mean, self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        self.mean += delta * batch_count / total
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def scale_and_shift(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1 / std, mean) as float32: normalised = (obs - mean) * (1 / std)."""
+        return (1 / torch.sqrt(self.var + self.epsilon)).float(), self.mean.float()
+
+    def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
+        inverse_std, mean = self.scale_and_shift()
+        return (flat_obs - mean) * inverse_std
+
+
+class RewardScaler:
+    """Divides rewards by the running standard deviation of the discounted return, as
+    SB3's VecNormalize and CleanRL's NormalizeReward do: value targets of a similar size
+    whatever the task's reward scale. The return restarts with each chunk (the gateway
+    does not keep one per episode); its statistics are checkpointed with the policy."""
+
+    def __init__(self, gamma: float) -> None:
+        self.gamma = gamma
+        self.returns = ObservationNormalizer(1)  # the same running statistics, of a scalar
+
+    def update(self, chunk_rewards: list[np.ndarray]) -> float:
+        """Fold the chunks' discounted returns into the statistics; the scale to apply now."""
+        returns = []
+        for rewards in chunk_rewards:
+            running = 0.0
+            for reward in rewards:
+                running = running * self.gamma + float(reward)
+                returns.append(running)
+        self.returns.update(torch.tensor(returns, dtype=torch.float64)[:, None])
+        return self.scale
+
+    @property
+    def scale(self) -> float:
+        return float(1 / torch.sqrt(self.returns.var[0] + self.returns.epsilon))
+
+
 class ActorCritic(nn.Module):
     """Actor (action distribution inputs) and critic (state value) for one pair of spaces."""
 
@@ -40,12 +99,14 @@ class ActorCritic(nn.Module):
         observation_space: BoxSpace,
         action_space: BoxSpace | DiscreteSpace,
         hidden_sizes: tuple[int, ...],
+        normalize_obs: bool = False,
     ) -> None:
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
         self.hidden_sizes = tuple(hidden_sizes)
         obs_dim = observation_space.flat_dim
+        self.obs_norm = ObservationNormalizer(obs_dim) if normalize_obs else None
         self.critic = mlp(obs_dim, self.hidden_sizes, 1, out_std=1.0)
         if isinstance(action_space, DiscreteSpace):
             self.actor = mlp(obs_dim, self.hidden_sizes, action_space.n, out_std=0.01)
@@ -65,7 +126,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape]."""
-        actor_out = self.actor(obs.flatten(start_dim=1))
+        actor_out = self.actor(self._features(obs))
         if self.log_std is None:
             return actor_out
         return torch.cat([actor_out, self.log_std.expand_as(actor_out)], dim=-1)
@@ -94,4 +155,9 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs), shape [batch]."""
-        return self.critic(obs.flatten(start_dim=1)).squeeze(-1)
+        return self.critic(self._features(obs)).squeeze(-1)
+
+    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The flat, normalised (if normalising) observations the MLPs take."""
+        flat = obs.flatten(start_dim=1)
+        return flat if self.obs_norm is None else self.obs_norm(flat)

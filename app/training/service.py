@@ -267,6 +267,9 @@ class TrainingService:
             raise ValueError(f"unknown PPO hyperparameters: {', '.join(sorted(unknown))}")
         if "hidden_sizes" in changes and tuple(changes["hidden_sizes"]) != current.hidden_sizes:
             raise ValueError("hidden_sizes cannot change while training (the weights have that shape)")
+        for fixed in ("normalize_obs", "normalize_reward"):
+            if fixed in changes and changes[fixed] != getattr(current, fixed):
+                raise ValueError(f"{fixed} cannot change while training (the checkpoint holds its statistics, or none)")
         return PPOConfig.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
 
     def set_ppo_config(self, cfg: PPOConfig, module_id: str | None = None) -> None:
