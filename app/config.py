@@ -66,6 +66,9 @@ class SACConfig(BaseModel):
     batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
     learning_starts: int = Field(5000, ge=1, description="Transitions in the buffer before the first update.")
     utd_ratio: float = Field(1.0, gt=0, le=64, description="Gradient steps per env step received (update-to-data ratio).")
+    updates_per_version: int = Field(
+        250, ge=1, description="Gradient steps at most between two published versions; the rest follow in the next steps."
+    )
     policy_frequency: int = Field(2, ge=1, description="Q updates per (delayed) actor update, as TD3.")
     target_network_frequency: int = Field(1, ge=1, description="Q updates between two target network updates.")
     alpha: float = Field(0.2, gt=0, description="Entropy coefficient, or its start value with autotune.")

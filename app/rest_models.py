@@ -33,6 +33,7 @@ class LearnerStats(BaseModel):
     alpha: float | None = Field(None, description="SAC: the entropy coefficient.")
     gradient_steps: float | None = Field(None, description="SAC: gradient steps in this training step.")
     buffer_size: float | None = Field(None, description="SAC: transitions in the replay buffer.")
+    owed_updates: float | None = Field(None, description="SAC: gradient steps the data received asks for, not yet done.")
 
 
 class EpisodeWindow(BaseModel):

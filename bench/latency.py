@@ -1,6 +1,6 @@
 """Latency: PING -> PONG round trips over TCP and WebSocket, idle and while training.
 
-    python bench/latency.py [--samples 2000] [--train-seconds 15]
+    python bench/latency.py [--samples 2000] [--train-seconds 15] [--algorithm sac]
 
 One client sends a PING, waits for the PONG, and again, on a blocking socket (the
 WebSocket client is websockets' sans-I/O protocol on that socket: no client thread).
@@ -12,6 +12,10 @@ Then a second client drives training: EPISODES_AND_GET_STATE with big batches
 (--train-steps per message, the gateway's default PPO settings), sent again as soon
 as SET_STATE comes back. PINGs are classified by the gateway's own log of each
 training step (its duration): "during training" means sent while a step ran.
+
+With `--algorithm sac` the gateway trains SAC instead (a Box action space, default
+networks, `--sac-utd-ratio` gradient steps per env step, 8 by default: a high update
+ratio), and the driver's chunks carry those actions.
 
 Targets: p99 within 3x of the bare echo server; p99 < 5 ms while a training step runs.
 """
@@ -27,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,6 +55,19 @@ from app.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 STEPS_PER_CHUNK = 500
 TRAINING_LINE = re.compile(r"weights_seq_no (\d+): (\d+) steps .* in ([\d.]+)s")
+# The same line with the gateway's log timestamp (local time, ms): when each step ended.
+TIMED_TRAINING_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*weights_seq_no \d+: \d+ steps .* in ([\d.]+)s", re.MULTILINE
+)
+
+
+def training_windows(log_text: str) -> list[tuple[float, float]]:
+    """(start, end) in Unix time of each training step, from the gateway's log."""
+    windows = []
+    for match in TIMED_TRAINING_LINE.finditer(log_text):
+        end = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        windows.append((end - float(match.group(2)), end))
+    return windows
 
 
 # -- Bare echo servers (a subprocess) -----------------------------------------------------
@@ -189,13 +207,29 @@ def _trainer(port: int, body: bytes, stop_at: float, intervals) -> None:
         intervals.put(None)
 
 
-def measure_during_training(gateway, pingers: dict, train_steps: int, seconds: float) -> dict:
+SAC_ACTION_SPACE = '{"type": "box", "shape": [1], "low": -1, "high": 1}'
+
+
+def gateway_flags(algorithm: str, utd_ratio: float) -> list[str]:
+    """The gateway's flags for the training algorithm measured."""
+    if algorithm == "ppo":
+        return []
+    return ["--algorithm", "sac", "--action-space", SAC_ACTION_SPACE, "--sac.learning-starts", "1000",
+            "--sac.utd-ratio", str(utd_ratio)]
+
+
+def measure_during_training(gateway, pingers: dict, train_steps: int, seconds: float, algorithm: str = "ppo") -> dict:
     chunks = max(1, train_steps // STEPS_PER_CHUNK)
     rng_bodies = episodes_bodies(1, STEPS_PER_CHUNK, seed=7, message_type="EPISODES_AND_GET_STATE")
     message = json.loads(rng_bodies[0])
     # No weights_seq_no: the gateway dates the data by the last SET_STATE it sent, so it
     # stays fresh (max_policy_lag) and every request trains.
     del message["episodes"][0]["weights_seq_no"]
+    if algorithm == "sac":  # in-box actions of one dimension
+        episode = message["episodes"][0]
+        episode["actions"] = [[2.0 * action - 1.0] for action in episode["actions"]]
+        episode.pop("action_logp", None)
+        episode.pop("action_dist_inputs", None)
     message["episodes"] = message["episodes"] * chunks
     message["timesteps"] = chunks * STEPS_PER_CHUNK
     body = json.dumps(message).encode()
@@ -212,7 +246,7 @@ def measure_during_training(gateway, pingers: dict, train_steps: int, seconds: f
     i = 0
     while time.monotonic() < stop_at + 2 and i < 1_000_000:  # PING on, a little past the last send
         name = names[i % len(names)]
-        sent = time.monotonic()
+        sent = time.time()  # compared with the gateway's log timestamps
         samples[name].append((sent, pingers[name].round_trip()))
         i += 1
         time.sleep(0.001)
@@ -228,12 +262,12 @@ def measure_during_training(gateway, pingers: dict, train_steps: int, seconds: f
         if item is None:
             break
         cycles.append(item)
-    # The gateway logs each training step with its duration, in order.
+    # The gateway logs each training step when it ends, with its duration.
     with open(gateway.log_path, "rb") as f:
         f.seek(log_offset)
-        steps = [float(m.group(3)) for m in TRAINING_LINE.finditer(f.read().decode(errors="replace"))]
-    # Step k's reply ends cycle k: it ran during [reply - duration, reply].
-    windows = [(reply - duration, reply) for (_, reply, _), duration in zip(cycles, steps)]
+        log_text = f.read().decode(errors="replace")
+    steps = [float(m.group(3)) for m in TRAINING_LINE.finditer(log_text)]
+    windows = training_windows(log_text)
 
     def in_training(t: float) -> bool:
         return any(a <= t <= b for a, b in windows)
@@ -254,17 +288,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2000, help="round trips per target, idle")
     parser.add_argument("--train-seconds", type=float, default=15.0, help="how long to drive training")
-    parser.add_argument("--train-steps", type=int, default=8000, help="env steps per EPISODES_AND_GET_STATE")
+    parser.add_argument("--train-steps", type=int, default=None, help="env steps per EPISODES_AND_GET_STATE (ppo 8000, sac 1000)")
+    parser.add_argument("--algorithm", choices=["ppo", "sac"], default="ppo", help="what the gateway trains")
+    parser.add_argument("--sac-utd-ratio", type=float, default=8.0, help="SAC's gradient steps per env step")
     parser.add_argument("--gateway-prelude", default=None, help=argparse.SUPPRESS)  # experiments only
     parser.add_argument("--echo-server", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.train_steps is None:
+        args.train_steps = 8000 if args.algorithm == "ppo" else 1000
     if args.echo_server:
         echo_server_main(*args.echo_server)
         return
 
     echo = EchoServers()
     try:
-        with running_gateway(log_level="info", prelude=args.gateway_prelude) as gateway:
+        flags = gateway_flags(args.algorithm, args.sac_utd_ratio)
+        with running_gateway(*flags, log_level="info", prelude=args.gateway_prelude) as gateway:
             pingers = {
                 "echo_tcp": TcpPinger(echo.tcp_port, expect=b'{"type": "PING"}'),
                 "echo_ws": WsPinger(f"ws://{HOST}:{echo.ws_port}/", expect=b'{"type": "PING"}'),
@@ -273,7 +312,8 @@ def main() -> None:
             }
             idle = measure_interleaved(pingers, args.samples)
             training = measure_during_training(
-                gateway, {k: v for k, v in pingers.items() if k.startswith("gateway")}, args.train_steps, args.train_seconds
+                gateway, {k: v for k, v in pingers.items() if k.startswith("gateway")}, args.train_steps,
+                args.train_seconds, args.algorithm,
             )
             for pinger in pingers.values():
                 pinger.close()
@@ -307,7 +347,7 @@ def main() -> None:
                     f"{s['max_ms']:>10.3f}{s['samples']:>9d}"
                 )
     lines.append(
-        f"training: {training['training_steps']} steps of {training['env_steps_per_request']} env steps, "
+        f"training ({args.algorithm}): {training['training_steps']} steps of {training['env_steps_per_request']} env steps, "
         f"durations (s) {training['train_step_s']}"
     )
     for transport, r in ratios.items():

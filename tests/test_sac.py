@@ -167,3 +167,27 @@ def test_sac_needs_a_bounded_box_and_patch_cannot_change_its_ppo_settings(tmp_pa
     assert config["algorithm"] == "sac" and config["policies"]["default_policy"]["sac"]["hidden_sizes"] == [64, 64]
     assert config["force_on_policy"] is False and config["device"] == "cpu"
     assert math.isclose(config["policies"]["default_policy"]["sac"]["tau"], 0.005)
+
+
+def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(tmp_path):
+    """1,000 transitions at utd_ratio 1 owe 1,000 gradient steps: done 250 per version, so
+    clients see a new policy every 250 steps, not one after all 1,000."""
+
+    async def scenario() -> tuple[list[float], float, int]:
+        cfg = SACConfig(hidden_sizes=(16,), learning_starts=100, batch_size=16, updates_per_version=250)
+        service = TrainingService(pendulum_settings(tmp_path, sac=cfg))
+        await service.start()
+        client = service.connect("tcp", "a")
+        service.ingest(client, random_chunks(10, 100, seed=3))
+        for _ in range(600):  # wait until nothing is owed (bounded: 60 s)
+            await asyncio.sleep(0.1)
+            learner = service._learners["default_policy"]
+            if not learner.owes_updates and not service.training_in_progress:
+                break
+        version = service.current_state().weights_seq_no
+        await service.stop()
+        return learner.owed_updates, service.metrics.num_env_steps_trained_lifetime, version
+
+    owed, trained, version = asyncio.run(scenario())
+    assert owed == 0 and trained == 1000
+    assert version == 4  # 1,000 owed gradient steps in versions of 250

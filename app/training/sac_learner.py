@@ -1,6 +1,9 @@
 """The SAC learner: SAC's networks and optimisers, a replay buffer, and one training step
-(store the chunks, `utd_ratio` gradient steps per env step received, new version, ONNX
-export, checkpoint). The same methods as the PPO Learner; it runs in the learner thread.
+(store the chunks, the gradient steps owed, at most `updates_per_version`, new version,
+ONNX export, checkpoint). The same methods as the PPO Learner; it runs in the learner thread.
+Every env step received owes `utd_ratio` gradient steps once the buffer holds
+`learning_starts` transitions; what one training step leaves owed, the next one does
+(the TrainingService starts it even if no new data came).
 
 Off-policy: every step received goes to the buffer whatever policy chose it, so nothing is
 stale, and clients never wait for a training step (the TrainingService sees `off_policy`).
@@ -28,6 +31,16 @@ class SACLearner:
 
     off_policy = True
 
+    @property
+    def owes_updates(self) -> bool:
+        """Whether a training step with no new data would still take a gradient step."""
+        return self.owed_updates >= 1
+
+    @property
+    def owed_env_steps(self) -> float:
+        """The env steps whose gradient steps are still owed (for the rate limiter)."""
+        return self.owed_updates / self.cfg.utd_ratio
+
     def __init__(
         self,
         cfg: SACConfig,
@@ -48,7 +61,7 @@ class SACLearner:
         self.buffer = ReplayBuffer(cfg.buffer_size, observation_space.flat_dim, action_space.flat_dim)
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0
-        self._owed_updates = 0.0  # gradient steps the data received so far asks for, not yet done
+        self.owed_updates = 0.0  # gradient steps the data received so far asks for, not yet done
 
     @property
     def architecture(self) -> dict[str, object]:
@@ -87,19 +100,18 @@ class SACLearner:
         for group in self.sac.actor_optimizer.param_groups:
             group["lr"] = cfg.policy_lr
         received = sum(self.buffer.add_chunk(chunk) for chunk in chunks)
+        if self.buffer.size >= cfg.learning_starts:
+            self.owed_updates += received * cfg.utd_ratio
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        updates = 0
-        if self.buffer.size >= cfg.learning_starts:
-            self._owed_updates += received * cfg.utd_ratio
-            while self._owed_updates >= 1:
-                self._owed_updates -= 1
-                updates += 1
-                for name, value in self.sac.update(cfg, self.buffer.sample(cfg.batch_size, self.rng, self.device)).items():
-                    sums[name] = sums.get(name, 0.0) + value
-                    counts[name] = counts.get(name, 0) + 1
+        updates = min(int(self.owed_updates), cfg.updates_per_version)
+        for _ in range(updates):
+            for name, value in self.sac.update(cfg, self.buffer.sample(cfg.batch_size, self.rng, self.device)).items():
+                sums[name] = sums.get(name, 0.0) + value
+                counts[name] = counts.get(name, 0) + 1
+        self.owed_updates -= updates
         stats = {name: total / counts[name] for name, total in sums.items()}
-        stats.update(gradient_steps=float(updates), buffer_size=float(self.buffer.size))
+        stats.update(gradient_steps=float(updates), buffer_size=float(self.buffer.size), owed_updates=self.owed_updates)
         self.weights_seq_no = weights_seq_no
         state = self.export()
         self.save()

@@ -4,7 +4,8 @@ Experience from every client goes into one pending batch. It trains when it hold
 `train_batch_size` env steps, when every sampling client is waiting for it (so a lone
 client never waits on others; with no sampling client nobody waits for it), or
 `barrier_timeout_s` after its oldest data arrived. With `train_on_arrival` (every module
-off-policy) it trains as soon as no step is running: what came in meanwhile is the batch.
+off-policy) it trains as soon as no step is running: what came in meanwhile is the batch,
+and it trains on while `more_work` says the learners owe gradient steps, new data or not.
 Chunks older than `max_policy_lag` versions are dropped as stale, unless `never_stale`
 says their module learns off-policy.
 Batches are numbered 1, 2, ... in the order they start training; the pending batch is
@@ -53,6 +54,7 @@ class BatchScheduler:
         max_policy_lag: int,
         never_stale: Callable[[EpisodeChunk], bool] = lambda chunk: False,
         train_on_arrival: bool = False,
+        more_work: Callable[[], bool] = lambda: False,
     ) -> None:
         self._registry = registry
         self._metrics = metrics
@@ -63,6 +65,7 @@ class BatchScheduler:
         self.max_policy_lag = max_policy_lag
         self._never_stale = never_stale
         self.train_on_arrival = train_on_arrival
+        self._more_work = more_work
         self._due_batch: dict[int, int] = {}  # client id -> batch number holding its latest data
         self._pending: list[_PendingChunk] = []
         self.pending_env_steps = 0
@@ -138,10 +141,12 @@ class BatchScheduler:
 
     def maybe_train(self) -> None:
         """Start a training step if none is running and the pending batch is due."""
-        if self._training is not None or not self._pending or self._stopped:
+        if self._training is not None or self._stopped:
             return
-        if self.train_on_arrival:
-            reason = "off-policy: train on arrival"
+        if self.train_on_arrival and (self._pending or self._more_work()):
+            reason = "off-policy: train on arrival" if self._pending else "off-policy: gradient steps owed"
+        elif not self._pending:
+            return
         elif self.pending_env_steps >= self.train_batch_size:
             reason = "batch full"
         elif self._someone_waits_and_everyone_does():
@@ -182,7 +187,7 @@ class BatchScheduler:
         self._metrics.dropped_env_steps["stale"] += stale_steps
         self.training_env_steps -= stale_steps
         try:
-            if fresh:
+            if fresh or self.train_on_arrival:
                 await self._train(fresh, reason, stale_steps)  # counts them trained
         except Exception:
             log.exception("training step failed; its %d env steps are dropped", self.training_env_steps)

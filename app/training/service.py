@@ -86,6 +86,7 @@ class TrainingService:
             max_policy_lag=settings.max_policy_lag,
             never_stale=lambda chunk: (chunk.module_id or self.policies.default_module_id) in off_policy,
             train_on_arrival=len(off_policy) == len(self._learners),
+            more_work=lambda: any(learner.owes_updates for learner in self._learners.values()),
         )
 
     # -- Lifecycle ----------------------------------------------------------------
@@ -190,7 +191,8 @@ class TrainingService:
     def must_wait(self) -> bool:
         """Whether EPISODES_AND_GET_STATE waits for training: always while learning on-policy,
         else only while the learner is more than max_training_backlog env steps behind."""
-        backlog = self._scheduler.pending_env_steps + self._scheduler.training_env_steps
+        owed = sum(learner.owed_env_steps for learner in self._learners.values())
+        backlog = self._scheduler.pending_env_steps + self._scheduler.training_env_steps + owed
         return self.force_on_policy or backlog > self.settings.max_training_backlog
 
     async def wait_for_training(self, client: ClientInfo) -> PolicySetState:
@@ -290,6 +292,9 @@ class TrainingService:
     async def _train(self, chunks: list[EpisodeChunk], reason: str, stale_steps: int) -> None:
         """Train every module that has data in the learner thread, publish the new version, count and log it."""
         by_module: dict[str, list[EpisodeChunk]] = defaultdict(list)
+        for module_id, learner in self._learners.items():
+            if learner.owes_updates:  # an off-policy learner with gradient steps to do
+                by_module[module_id] = []
         for chunk in chunks:
             by_module[chunk.module_id or self.policies.default_module_id].append(chunk)
         version = self._store.current.weights_seq_no + 1
