@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -21,6 +22,7 @@ from app.rest_models import (
     Health,
     Limits,
     Metrics,
+    MetricsHistoryView,
     Policy,
     PolicyConfigView,
     SelfPlayStatus,
@@ -76,6 +78,22 @@ def health(gateway: Gateway = Depends(get_gateway)) -> Health:
 @router.get("/metrics", response_model=Metrics, summary="Training progress, learner stats and traffic")
 async def metrics(gateway: Gateway = Depends(get_gateway)) -> Metrics:
     return collect_metrics(gateway)
+
+
+@router.get(
+    "/metrics/history",
+    response_model=MetricsHistoryView,
+    summary="The run's metrics at every training step, for charts drawn from the start",
+    description="A snapshot of `/api/metrics` after each training step, oldest first. Bounded: when "
+    "`max_points` are kept, every other one is dropped and `stride` doubles (one of every `stride` steps is "
+    "kept from then on), so the points always span the whole run.",
+)
+async def metrics_history(gateway: Gateway = Depends(get_gateway)) -> Response:
+    # Serialised as kept (each point was a validated Metrics): validating up to 2,000 models
+    # again would hold the event loop for a noticeable time.
+    history = gateway.history
+    body = {"points": history.points, "stride": history.stride, "max_points": history.max_points}
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 @metrics_router.get(

@@ -13,8 +13,9 @@ import socket
 
 from app.config import Settings
 from app.decode_workers import DecodeWorkers
-from app.protocol import ReplyEncoder
+from app.metrics_history import MetricsHistory
 from app.policies import PolicySet
+from app.protocol import ReplyEncoder
 from app.schemas import ARRAY_FIELDS
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
@@ -42,6 +43,7 @@ class Gateway:
             raise StartupError(str(exc)) from None
         self.serving = ServingService(settings, self.policies, self.service, seed=settings.seed)
         self.traffic = TrafficStats()
+        self.history = MetricsHistory()  # filled at every training step (app/main.py wires it)
         self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)
         self.replies = ReplyEncoder()  # encodes the replies many clients get alike once
         self.tcp_bridge = TcpBridge(self) if settings.tcp_enabled else None

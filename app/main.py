@@ -25,6 +25,8 @@ log = logging.getLogger("app.main")
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A gateway app; nothing listens or trains until its lifespan (or `app.state.gateway.start()`) runs."""
     gateway = Gateway(settings or Settings())
+    # The dashboard's history: a snapshot of /api/metrics at every training step.
+    gateway.service.add_step_listener(lambda: gateway.history.record(api.collect_metrics(gateway).model_dump(mode="json")))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -38,7 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="RLlink gateway",
-        summary="Train one PPO policy from many external simulators over RLlink (TCP and WebSocket).",
+        summary="Train policies (PPO, SAC; one or several) from many external simulators over RLlink (TCP and WebSocket).",
         version="0.1.0",
         lifespan=lifespan,
         docs_url=None,  # served by app/web.py from local files, not a CDN

@@ -265,3 +265,11 @@ class ConfigPatch(BaseModel):
 
     ppo: PPOConfigPatch | None = None
     policies: dict[str, PolicyPatch] = Field(default_factory=dict)
+
+
+class MetricsHistoryView(BaseModel):
+    """GET /api/metrics/history."""
+
+    points: list[Metrics] = Field(description="Snapshots of /api/metrics after training steps, oldest first.")
+    stride: int = Field(description="One of every `stride` training steps is kept (1 until the history first fills).")
+    max_points: int = Field(description="At most this many points are kept.")

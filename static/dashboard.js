@@ -4,8 +4,10 @@
  * GET /api/metrics every second, /api/clients and /api/policies every other second. Every
  * field is optional here: a missing one shows as "—" and leaves a gap in its chart, so
  * the page works with older or newer gateways alike (one without /api/policies shows "—"
- * for the policies). Charts keep their history in the page (from when it was opened);
- * when a counter goes backwards (the gateway restarted) that chart starts over.
+ * for the policies). On opening, the charts are drawn from GET /api/metrics/history (a
+ * snapshot per training step since the run began; absent on older gateways), then grow
+ * with every poll; when a counter goes backwards (the gateway restarted) that chart
+ * starts over.
  *
  * Several policies (modules): the policies table has a row per module; the per-module
  * charts (return mean, losses, version, and ELO for self-play) draw one line per module
@@ -17,6 +19,7 @@
  * header and, being in the URL fragment, never reaches a server log.
  *
  * For tests: #updated carries data-polls, the number of successful metric polls, and
+ * data-history-points, the number of /api/metrics/history points drawn on opening, and
  * each stat tile has the id stat-<metric> (#stat-weights_seq_no,
  * #stat-num_env_steps_sampled_lifetime, #stat-clients, ...; see STATS) with its text
  * in .value. #policies carries data-polls, the number of /api/policies answers shown, and
@@ -92,8 +95,13 @@ const CHARTS = [
     title: 'Losses',
     xLabel: 'training step',
     x: (m) => num(m, 'num_training_steps'),
-    ys: { policy_loss: 'learner.policy_loss', vf_loss: 'learner.vf_loss' },
-    rightAxis: ['vf_loss'],
+    ys: {
+      policy_loss: 'learner.policy_loss',
+      vf_loss: 'learner.vf_loss',
+      actor_loss: 'learner.actor_loss', // SAC
+      qf_loss: 'learner.qf_loss', // SAC
+    },
+    rightAxis: ['vf_loss', 'qf_loss'],
   },
   {
     id: 'chart-entropy-kl',
@@ -247,7 +255,8 @@ class ChartHistory {
       : null;
   }
 
-  add(metrics) {
+  /** Add a point if x moved on; redraw unless `draw` is false (many points at once: draw() once after). */
+  add(metrics, draw = true) {
     const x = this.spec.x(metrics);
     if (x === null) return;
     const xs = this.columns[0];
@@ -257,6 +266,10 @@ class ChartHistory {
     this.columns[0].push(x);
     this.paths.forEach((path, i) => this.columns[i + 1].push(num(metrics, path)));
     if (this.columns[0].length > MAX_POINTS) this.columns.forEach((column) => column.shift());
+    if (draw) this.draw();
+  }
+
+  draw() {
     this.chart?.setData(this.columns);
     describeChart(document.getElementById(this.spec.id), Object.keys(this.spec.ys), this.columns[0], this.columns.slice(1));
   }
@@ -378,7 +391,25 @@ class Dashboard {
     this.renderMetrics({}); // every tile "—" until the first answer
     this.el.clients.textContent = MISSING;
     this.el.policies.textContent = MISSING;
+    await this.drawHistory();
     this.poll();
+  }
+
+  /** The run so far, from /api/metrics/history, through the same charts as the polls. */
+  async drawHistory() {
+    let history = null;
+    try {
+      history = await this.fetchOptionalJson('/api/metrics/history');
+    } catch (error) {
+      this.showBanner(`${error.message}: the charts start from now`);
+    }
+    const points = Array.isArray(get(history, 'points')) ? history.points : [];
+    for (const metrics of points) {
+      for (const chart of this.charts) chart.add(metrics, false);
+      this.addPolicyCharts(metrics);
+    }
+    for (const chart of this.charts) chart.draw();
+    this.el.updated.dataset.historyPoints = String(points.length);
   }
 
   async fetchJson(path) {

@@ -296,3 +296,40 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
     assert charts["chart-policy-version"]["last"] == {"cart": version, "duel": duel["weights_seq_no"]}
     assert charts["chart-elo"]["last"] == {"duel": duel["elo"]}
     assert not errors, "\n".join(errors)
+
+
+HISTORY_STEPS = 30
+
+
+def test_a_dashboard_opened_after_30_training_steps_draws_all_30_then_goes_on(browser, tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway, TcpPeer.connect(gateway) as peer:
+        for step in range(1, HISTORY_STEPS + 1):  # a lone client waits for each: one training step each
+            peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(20, seed=step)]}))
+            assert peer.receive()["weights_seq_no"] == step
+        history = httpx.get(f"{gateway.base_url}/api/metrics/history", timeout=10).raise_for_status().json()
+        with open_page(browser, gateway.base_url) as page:
+            _wait_for_polls(page, 1)
+            opened = page.page.evaluate(CHART_POINTS_JS)
+            peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(20, seed=99)]}))
+            assert peer.receive()["weights_seq_no"] == HISTORY_STEPS + 1
+            page.wait_until(
+                f"Number(document.querySelector('#chart-losses').dataset.points) > {HISTORY_STEPS}",
+                15,
+                "the losses chart to go on after the history",
+            )
+            errors = page.errors()
+
+    assert [point["num_training_steps"] for point in history["points"]] == list(range(1, HISTORY_STEPS + 1))
+    assert history["stride"] == 1 and all(point["learner"]["policy_loss"] is not None for point in history["points"])
+    assert opened["historyPoints"] == HISTORY_STEPS
+    # Every training step is a point of the training-step charts, from the first one on.
+    assert opened["chart-losses"] == opened["chart-entropy-kl"] == HISTORY_STEPS
+    assert opened["chart-return"] >= HISTORY_STEPS  # env steps moved at every step (and maybe at the first poll)
+    assert not errors
+
+
+CHART_POINTS_JS = """() => ({
+  historyPoints: Number(document.querySelector('#updated').dataset.historyPoints),
+  ...Object.fromEntries(['chart-losses', 'chart-entropy-kl', 'chart-return']
+    .map((id) => [id, Number(document.getElementById(id).dataset.points ?? 0)])),
+})"""

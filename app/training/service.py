@@ -20,6 +20,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -73,6 +74,7 @@ class TrainingService:
             if module.self_play is not None
         }
         self._exports: dict[str, PolicyState] = {}  # each learner's latest export
+        self._step_listeners: list[Callable[[], None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
         self._registry = ClientRegistry()
         self._store = PolicyStore()
@@ -152,6 +154,10 @@ class TrainingService:
         self.metrics.weights_seq_no = weights_seq_no
 
     # -- Clients ------------------------------------------------------------------
+
+    def add_step_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` on the event loop after every training step, once it is counted."""
+        self._step_listeners.append(listener)
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
         return self._registry.connect(transport, peer)
@@ -306,6 +312,8 @@ class TrainingService:
         self._publish(version)
         trained = {m: (sum(c.num_steps for c in by_module[m]), stats) for m, (_, stats) in results.items()}
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
+        for listener in self._step_listeners:
+            listener()
         snapshot = self.metrics.snapshot()
         steps = sum(steps for steps, _ in trained.values())
         logger.info(
