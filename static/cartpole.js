@@ -1,9 +1,13 @@
 /**
  * cartpole.js — the CartPole demo page: simulate, act, and train through the gateway.
  *
- * Reads URL options (see cartpole.html), runs the RLlink loop from rllink.js with a
- * Sampler over CartPole and the OnnxPolicy from each SET_STATE, draws the cart, and
- * charts the episode returns.
+ * Reads URL options (see cartpole.html), draws the cart, and charts the episode returns.
+ * Two ways to act:
+ *   - local (default): runs the RLlink loop from rllink.js with a Sampler over CartPole
+ *     and the OnnxPolicy (onnxruntime-web) from each SET_STATE;
+ *   - `?inference=server`: a thin client (rllink.js runThinLoop): the gateway chooses
+ *     every action (GET_ACTION) and builds the episodes. onnx_policy.js and
+ *     onnxruntime-web are never loaded then: nothing of them is fetched.
  *
  * For tests and scripts the page reports in the DOM:
  *   #status  (always)        JSON: phase, weights_seq_no, env_steps, episodes,
@@ -18,12 +22,12 @@ import { CartPole } from './cartpole_env.js';
 import { drawCartPole } from './cartpole_view.js';
 import { LineChart, loadUPlot } from './charts.js';
 import { formatNumber, renderStats } from './widgets.js';
-import { OnnxPolicy, loadOrt } from './onnx_policy.js';
 import { createRandom } from './random.js';
-import { RLlinkClient, decodeOnnxFile, defaultUrl, runTrainingLoop, tokenFromPage } from './rllink.js';
+import { RLlinkClient, decodeOnnxFile, defaultUrl, runThinLoop, runTrainingLoop, tokenFromPage } from './rllink.js';
 
 const STEP_SECONDS = 0.02; // CartPole's tau: real time is 50 steps per second
 const YIELD_EVERY_STEPS = 100; // let the page draw while training at full speed
+const INFERENCE_MODES = ['local', 'server'];
 
 function readOptions(search) {
   const params = new URLSearchParams(search);
@@ -37,6 +41,7 @@ function readOptions(search) {
     maxEnvSteps: number('max_env_steps', Infinity),
     maxSeconds: number('max_seconds', Infinity),
     realtime: params.get('realtime') === '1',
+    inference: params.get('inference') || 'local', // 'server': thin client, no model in the page
   };
 }
 
@@ -51,6 +56,7 @@ class Progress {
     this.returns = []; // every finished episode's return, in order
     this.status = {
       phase: 'starting',
+      inference: options.inference,
       url: options.url,
       target: options.target,
       window: options.window,
@@ -108,33 +114,72 @@ class DemoPage {
 
   async run() {
     try {
-      this.showBanner('info', 'Loading onnxruntime-web…');
-      await loadOrt();
+      const { inference } = this.options;
+      if (!INFERENCE_MODES.includes(inference)) {
+        throw new Error(`unknown inference=${inference}: use ${INFERENCE_MODES.join(' or ')}`);
+      }
+      let onnxPolicy = null;
+      if (inference === 'local') {
+        this.showBanner('info', 'Loading onnxruntime-web…');
+        onnxPolicy = await import('./onnx_policy.js'); // only here: server mode loads no model runtime
+        await onnxPolicy.loadOrt();
+      }
       await this.loadChart();
       this.setPhase('connecting');
       const client = await RLlinkClient.connect(this.options.url, { token: this.options.token });
       this.client = client;
       this.setPhase('training');
-      this.showBanner('info', `Connected to ${this.options.url}`);
+      this.showBanner('info', `Connected to ${this.options.url} (inference: ${inference})`);
       this.drawLoop();
-      const sampler = new Sampler(this.env, {
-        onStep: () => this.pace(),
-        onEpisodeEnd: ({ episodeReturn }) => this.episodeEnded(episodeReturn),
-      });
-      await runTrainingLoop(client, {
-        signal: this.stopper.signal,
-        onState: (state, config) => this.loadPolicy(state, config),
-        collect: async (numSteps) => {
-          const chunks = await sampler.collect(this.policy, numSteps);
-          this.progress.status.env_steps += numSteps;
-          return chunks;
-        },
-      });
+      if (inference === 'server') await this.trainThin(client);
+      else await this.trainLocal(client, onnxPolicy);
       client.close();
       this.finish();
     } catch (error) {
       this.fail(error);
     }
+  }
+
+  /** Local inference: collect chunks with the ONNX policy, trade them for new weights. */
+  async trainLocal(client, { OnnxPolicy }) {
+    const sampler = new Sampler(this.env, {
+      onStep: () => this.pace(),
+      onEpisodeEnd: ({ episodeReturn }) => this.episodeEnded(episodeReturn),
+    });
+    await runTrainingLoop(client, {
+      signal: this.stopper.signal,
+      onState: (state, config) => this.loadPolicy(OnnxPolicy, state, config),
+      collect: async (numSteps) => {
+        const chunks = await sampler.collect(this.policy, numSteps);
+        this.progress.status.env_steps += numSteps;
+        return chunks;
+      },
+    });
+  }
+
+  /** Server-side inference: the gateway acts on every observation and builds the episodes. */
+  async trainThin(client) {
+    const { status } = this.progress;
+    await runThinLoop(client, {
+      env: this.env,
+      signal: this.stopper.signal,
+      onConfig: (config) => {
+        status.env_steps_per_sample = config.env_steps_per_sample;
+      },
+      onStep: ({ weightsSeqNo }) => {
+        status.env_steps += 1;
+        if (weightsSeqNo !== status.weights_seq_no) {
+          status.weights_seq_no = weightsSeqNo;
+          this.logProgress();
+        }
+        return this.pace();
+      },
+      onEpisodeEnd: ({ episodeReturn }) => {
+        this.episodeEnded(episodeReturn);
+        const reason = this.progress.finishReason();
+        if (reason) this.stop(reason);
+      },
+    });
   }
 
   async loadChart() {
@@ -151,7 +196,7 @@ class DemoPage {
     }
   }
 
-  async loadPolicy(state, config) {
+  async loadPolicy(OnnxPolicy, state, config) {
     const onnxBytes = await decodeOnnxFile(state.onnx_file);
     const policy = await OnnxPolicy.create(onnxBytes, {
       inputName: config.onnx_input_name ?? 'onnx::Gemm_0', // RLlib's name when the config gives none
@@ -164,14 +209,20 @@ class DemoPage {
     const { status } = this.progress;
     status.weights_seq_no = state.weights_seq_no;
     status.env_steps_per_sample = config.env_steps_per_sample;
-    this.progress.tick();
-    console.log(
-      `weights_seq_no ${state.weights_seq_no}: ${status.env_steps} env steps, ${status.episodes} episodes, ` +
-        `recent mean return ${formatNumber(status.recent_mean_return, 1)}, ${status.seconds}s`,
-    );
+    this.logProgress();
     this.render();
     const reason = this.progress.finishReason();
     if (reason) this.stop(reason);
+  }
+
+  /** One console line per policy version. */
+  logProgress() {
+    const { status } = this.progress;
+    this.progress.tick();
+    console.log(
+      `weights_seq_no ${status.weights_seq_no}: ${status.env_steps} env steps, ${status.episodes} episodes, ` +
+        `recent mean return ${formatNumber(status.recent_mean_return, 1)}, ${status.seconds}s`,
+    );
   }
 
   episodeEnded(episodeReturn) {

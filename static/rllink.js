@@ -6,6 +6,8 @@
  * JSON object with a "type". This module speaks it over the gateway's WebSocket
  * endpoint (ws(s)://host/rllink), sending JSON frames as text messages.
  *
+ * Local inference (the page runs the policy, see onnx_policy.js):
+ *
  *   import { RLlinkClient, decodeOnnxFile, runTrainingLoop } from '/static/rllink.js';
  *
  *   const client = await RLlinkClient.connect();        // ws(s)://<this page's host>/rllink
@@ -17,30 +19,39 @@
  * or step by step: `await client.handshake()` (PING, then GET_CONFIG -> SET_CONFIG),
  * `await client.getState()`, `await client.episodesAndGetState(chunks)`.
  *
- * From a Unity WebGL .jslib, import the module once, keep the client on `window`, and
- * pass messages as JSON strings; replies go back to C# with SendMessage:
+ * Server-side inference (a thin client: the gateway acts and builds the episodes; no
+ * model, no onnxruntime-web in the page):
  *
- *   mergeInto(LibraryManager.library, {
- *     RLlinkConnect: function (url) {
- *       import('/static/rllink.js')
- *         .then((rllink) => rllink.RLlinkClient.connect(UTF8ToString(url)))
- *         .then((client) => { window.rllinkClient = client; SendMessage('RLlink', 'OnConnected', ''); });
- *     },
- *     RLlinkRequest: function (json) {   // e.g. '{"type":"GET_CONFIG"}'
- *       window.rllinkClient.request(JSON.parse(UTF8ToString(json))).then(
- *         (reply) => SendMessage('RLlink', 'OnReply', JSON.stringify(reply)),
- *         (error) => SendMessage('RLlink', 'OnError', JSON.stringify({ code: error.code, message: error.message })));
- *     },
- *   });
+ *   await client.handshake();
+ *   const { episode_id } = await client.startEpisode();            // EPISODE_STARTED
+ *   const { action } = await client.getAction(episode_id, obs);    // ACTION
+ *   client.logReturns(episode_id, reward);                          // no reply
+ *   client.endEpisode(episode_id, lastObs, { terminated: true });   // no reply
  *
- * (onnxruntime-web runs the policy on the same page: see onnx_policy.js.)
+ * or `runThinLoop(client, { env })`, which plays episodes that way until stopped.
  *
  * Requests are answered strictly in the order they were sent, and only requests get
  * answers, so replies are matched to a FIFO of pending requests. The gateway answers a
  * request it refuses with an ERROR frame (`code`, `message`, `details`); the pending
- * Promise then rejects with an `RLlinkError` carrying them. EPISODES has no reply of
- * its own, so `sendEpisodes` follows it with a PING: the PONG says it was accepted,
- * an ERROR before the PONG says why not.
+ * Promise then rejects with an `RLlinkError` carrying them.
+ *
+ * Requests with no reply (EPISODES, LOG_ACTION, LOG_RETURNS, END_EPISODE) still get an
+ * ERROR, in their turn, when refused; nothing when accepted. An ERROR alone cannot say
+ * which of several such requests it refuses, nor whether it refuses the next request
+ * instead, so each of them goes out followed by a PING (in the same WebSocket message):
+ * an ERROR before that PING's PONG is the request's, a PONG alone says it was accepted.
+ * - `sendEpisodes` (and the `{ack: true}` form of the thin calls) resolves with that
+ *   PONG or rejects with the ERROR.
+ * - `logAction`, `logReturns`, `endEpisode` resolve once written, so a simulator never
+ *   waits a round trip for them. An ERROR that comes later for one of them (an
+ *   `RLlinkError` whose `request` and `episodeId` name it) is reported exactly once:
+ *   to `client.onerror(error)` if set; otherwise the next call on this client rejects
+ *   with it (sending nothing), or a `flush()` already under way does. `flush()` resolves
+ *   once the gateway has handled everything sent before it.
+ *
+ * A Unity WebGL build reaches this module through clients/csharp/unity/Plugins/WebGL/
+ * RLlink.jslib (C#: RLlinkWebGL.cs), which imports it, keeps the clients, and hands C#
+ * tickets to poll for each request's result.
  */
 
 const HEADER_SIZE = 8;
@@ -50,8 +61,16 @@ const REPLY_TYPES = {
   GET_CONFIG: 'SET_CONFIG',
   GET_STATE: 'SET_STATE',
   EPISODES_AND_GET_STATE: 'SET_STATE',
-  EPISODES: 'PONG', // of the PING that follows it (see sendEpisodes)
+  START_EPISODE: 'EPISODE_STARTED',
+  GET_ACTION: 'ACTION',
+  // No reply of their own: the PONG of the PING that follows each (see the header).
+  EPISODES: 'PONG',
+  LOG_ACTION: 'PONG',
+  LOG_RETURNS: 'PONG',
+  END_EPISODE: 'PONG',
 };
+const NO_REPLY_TYPES = new Set(['EPISODES', 'LOG_ACTION', 'LOG_RETURNS', 'END_EPISODE']);
+const WEBSOCKET_OPEN = 1;
 const textEncoder = new TextEncoder();
 const textDecoder = new TextDecoder();
 
@@ -61,14 +80,16 @@ export class RLlinkError extends Error {
    * @param {string} message  what went wrong, for people
    * @param {object} [info]   `code` (the gateway's error code, or 'connection_closed' /
    *                          'bad_frame' / 'unexpected_reply' for failures seen here),
-   *                          `details`, and `request` (the type of the refused request)
+   *                          `details`, `request` (the type of the refused request) and
+   *                          `episodeId` (the thin-client episode it named, if any)
    */
-  constructor(message, { code = 'error', details = undefined, request = undefined } = {}) {
+  constructor(message, { code = 'error', details = undefined, request = undefined, episodeId = undefined } = {}) {
     super(message);
     this.name = 'RLlinkError';
     this.code = code;
     this.details = details;
     this.request = request;
+    this.episodeId = episodeId;
   }
 }
 
@@ -203,8 +224,10 @@ export class RLlinkClient {
     this.token = token;
     this.closed = false;
     this.onclose = null; // optional callback(RLlinkError) when the connection ends
+    this.onerror = null; // optional callback(RLlinkError) for a refused logAction/logReturns/endEpisode
     this._decoder = new FrameDecoder();
-    this._pending = []; // requests awaiting replies, oldest first: {type, resolve, reject, error}
+    this._pending = []; // requests awaiting replies, oldest first: {type, episodeId, fenced, settle, error}
+    this._lateErrors = []; // refused no-reply requests not yet reported (no onerror set)
     socket.addEventListener('message', (event) => this._received(event.data));
     socket.addEventListener('close', (event) =>
       this._fail(
@@ -215,15 +238,19 @@ export class RLlinkClient {
     );
   }
 
-  /** Send a request that gets a reply; resolve with the reply message, reject on ERROR. */
+  /**
+   * Send any request; resolve with its reply message, reject on ERROR. A request with no
+   * reply of its own (EPISODES, LOG_*, END_EPISODE) resolves with the PONG of the PING
+   * sent after it, as `sendEpisodes` does.
+   */
   request(message) {
-    if (message.type === 'EPISODES') return this.sendEpisodes(message.episodes, message.env_steps);
-    return this._send([message], message.type);
+    if (NO_REPLY_TYPES.has(message.type)) return this._sendFenced(message, { ack: true });
+    return this._send(message);
   }
 
   /** PING -> PONG; carries the token, if any (the gateway's auth wants it in the first message). */
   ping() {
-    return this.request(this.token ? { type: 'PING', token: this.token } : { type: 'PING' });
+    return this.request(this._ping());
   }
 
   /** GET_CONFIG -> SET_CONFIG: env_steps_per_sample, force_on_policy, spaces, ONNX names. */
@@ -254,7 +281,88 @@ export class RLlinkClient {
 
   /** EPISODES (no reply of its own), acknowledged by a following PING; resolves with the PONG. */
   sendEpisodes(episodes, envSteps = countSteps(episodes)) {
-    return this._send([{ type: 'EPISODES', episodes, env_steps: envSteps }, { type: 'PING' }], 'EPISODES');
+    return this._sendFenced({ type: 'EPISODES', episodes, env_steps: envSteps }, { ack: true });
+  }
+
+  // -- Server-side inference (thin clients) --------------------------------------------
+
+  /**
+   * START_EPISODE -> EPISODE_STARTED `{episode_id}`: open an episode the gateway builds from
+   * this connection's GET_ACTION / LOG_* requests. Give your own `episodeId` to send
+   * GET_ACTION for it at once, without waiting for this reply (requests stay in order).
+   * @param {object} [options]
+   * @param {string} [options.episodeId]  default: the gateway picks a new id
+   * @param {string} [options.agentId]    its module is the gateway's policy_mapping's for it
+   * @param {string} [options.moduleId]   the module that acts (wins over agentId)
+   * @param {boolean} [options.trainingEnabled=true]  false: served, never trained on (evaluation)
+   */
+  startEpisode({ episodeId, agentId, moduleId, trainingEnabled = true } = {}) {
+    const message = { type: 'START_EPISODE', training_enabled: trainingEnabled };
+    if (episodeId != null) message.episode_id = episodeId;
+    if (agentId != null) message.agent_id = agentId;
+    if (moduleId != null) message.module_id = moduleId;
+    return this._send(message);
+  }
+
+  /**
+   * GET_ACTION -> ACTION `{episode_id, action, weights_seq_no}`: the gateway's policy acts
+   * on the observation (an int for a Discrete space, a list of floats for a Box).
+   * @param {string} episodeId
+   * @param {number[]|Float32Array} obs  the episode's current observation
+   * @param {object} [options]
+   * @param {boolean} [options.explore=true]  false: the most likely action (or the mean)
+   */
+  getAction(episodeId, obs, { explore = true } = {}) {
+    return this._send({ type: 'GET_ACTION', episode_id: episodeId, obs: plainObs(obs), explore }, episodeId);
+  }
+
+  /**
+   * GET_ACTION for many episodes in one request -> ACTION `{actions, weights_seq_no}`, the
+   * actions in the batch's order (one forward pass on the gateway).
+   * @param {{episode_id: string, obs: number[]|Float32Array, explore?: boolean}[]} batch
+   *        at most one item per episode
+   */
+  getActions(batch) {
+    const items = batch.map((item) => ({ ...item, obs: plainObs(item.obs) }));
+    return this._send({ type: 'GET_ACTION', batch: items });
+  }
+
+  /**
+   * LOG_ACTION (no reply): an action the client chose itself (a human, a script) on `obs`;
+   * one step of the episode, like a GET_ACTION. Resolves once written (see the header
+   * for its ERROR; `{ack: true}` waits for the gateway instead).
+   */
+  logAction(episodeId, obs, action, { ack = false } = {}) {
+    return this._sendFenced({ type: 'LOG_ACTION', episode_id: episodeId, obs: plainObs(obs), action }, { ack });
+  }
+
+  /**
+   * LOG_RETURNS (no reply): reward for the episode's last action (added up if sent twice).
+   * Resolves once written (see the header for its ERROR; `{ack: true}` waits for the gateway).
+   */
+  logReturns(episodeId, reward, { ack = false } = {}) {
+    return this._sendFenced({ type: 'LOG_RETURNS', episode_id: episodeId, reward }, { ack });
+  }
+
+  /**
+   * END_EPISODE (no reply): the final observation and how the episode ended; at least one
+   * flag must be true. Resolves once written (see the header for its ERROR; `{ack: true}`
+   * waits for the gateway).
+   * @param {object} [options]
+   * @param {boolean} [options.terminated=true]  it reached a terminal state
+   * @param {boolean} [options.truncated=false]  it was cut (a time limit)
+   */
+  endEpisode(episodeId, obs, { terminated = true, truncated = false, ack = false } = {}) {
+    const message = { type: 'END_EPISODE', episode_id: episodeId, obs: plainObs(obs) };
+    return this._sendFenced({ ...message, is_terminated: terminated, is_truncated: truncated }, { ack });
+  }
+
+  /**
+   * A PING that resolves once the gateway has handled everything sent before it, and
+   * rejects with the ERROR of a refused logAction/logReturns/endEpisode not yet reported.
+   */
+  flush() {
+    return this._send(this._ping(), undefined, { takesLateErrors: true });
   }
 
   /** Close the connection; pending requests reject. */
@@ -262,14 +370,59 @@ export class RLlinkClient {
     this.socket.close(1000, 'client done');
   }
 
-  _send(messages, requestType) {
-    if (this.closed) return Promise.reject(new RLlinkError('connection is closed', { code: 'connection_closed', request: requestType }));
+  _ping() {
+    return this.token ? { type: 'PING', token: this.token } : { type: 'PING' };
+  }
+
+  /** A request that gets a reply; its Promise settles with that reply. */
+  _send(message, episodeId = undefined, { takesLateErrors = false } = {}) {
     return new Promise((resolve, reject) => {
-      // One pending entry per reply expected: the last message's. An ERROR that comes
-      // before it (for a preceding EPISODES) is kept and reported when that reply comes.
-      this._pending.push({ type: requestType, resolve, reject, error: null });
-      this.socket.send(messages.map(encodeFrame).join(''));
+      const refused = this._refuseCall(message.type);
+      if (refused) return reject(refused);
+      const settle = (error, reply) => {
+        error ??= takesLateErrors ? this._lateErrors.shift() : undefined;
+        return error ? reject(error) : resolve(reply);
+      };
+      this._write([message], { type: message.type, episodeId, fenced: false, settle });
     });
+  }
+
+  /**
+   * A request with no reply, and a PING after it: an ERROR before the PONG is this
+   * request's. With `ack` its Promise settles on that PONG (or the ERROR); without, it
+   * resolves once written and a later ERROR is reported as the header says.
+   */
+  _sendFenced(message, { ack }) {
+    return new Promise((resolve, reject) => {
+      const refused = this._refuseCall(message.type);
+      if (refused) return reject(refused);
+      const settle = ack
+        ? (error, reply) => (error ? reject(error) : resolve(reply))
+        : (error) => error && this._reportLate(error);
+      // Not the token again: only the first message of a connection needs it.
+      const entry = { type: message.type, episodeId: message.episode_id, fenced: true, late: !ack, settle };
+      this._write([message, { type: 'PING' }], entry);
+      if (!ack) resolve();
+    });
+  }
+
+  /** Why a call must not be sent now (a closed connection, an unreported late ERROR), or null. */
+  _refuseCall(requestType) {
+    if (this.closed || this.socket.readyState !== WEBSOCKET_OPEN) {
+      return new RLlinkError('connection is closed', { code: 'connection_closed', request: requestType });
+    }
+    return this._lateErrors.shift() ?? null;
+  }
+
+  _write(messages, pending) {
+    pending.error = null;
+    this._pending.push(pending);
+    this.socket.send(messages.map(encodeFrame).join(''));
+  }
+
+  _reportLate(error) {
+    if (this.onerror) this.onerror(error);
+    else this._lateErrors.push(error);
   }
 
   _received(data) {
@@ -291,13 +444,15 @@ export class RLlinkClient {
       return;
     }
     if (message.type === 'ERROR') {
-      const error = new RLlinkError(`${pending.type} refused by the gateway: [${message.code}] ${message.message}`, {
+      const about = pending.episodeId === undefined ? '' : ` (episode ${JSON.stringify(pending.episodeId)})`;
+      const error = new RLlinkError(`${pending.type}${about} refused by the gateway: [${message.code}] ${message.message}`, {
         code: message.code,
         details: message.details,
         request: pending.type,
+        episodeId: pending.episodeId,
       });
-      if (pending.type === 'EPISODES' && !pending.error) {
-        pending.error = error; // it answers the EPISODES; the PONG of the following PING is still to come
+      if (pending.fenced && !pending.error) {
+        pending.error = error; // it answers the request; the PONG of the PING after it is still to come
         return;
       }
       pending.error ??= error;
@@ -308,16 +463,24 @@ export class RLlinkClient {
       });
     }
     this._pending.shift();
-    if (pending.error) pending.reject(pending.error);
-    else pending.resolve(message);
+    pending.settle(pending.error, message);
   }
 
   _fail(error) {
     if (this.closed) return;
     this.closed = true;
-    for (const pending of this._pending.splice(0)) pending.reject(error);
+    // A request refused just before the connection ended (unauthorized...) says why; a
+    // no-reply request resolved already and not refused is covered by onclose.
+    for (const pending of this._pending.splice(0)) {
+      if (pending.error || !pending.late) pending.settle(pending.error ?? error);
+    }
     this.onclose?.(error);
   }
+}
+
+/** An observation as JSON wants it: typed arrays (Float32Array...) become plain arrays. */
+function plainObs(obs) {
+  return ArrayBuffer.isView(obs) ? Array.from(obs) : obs;
 }
 
 /** Env steps in a list of chunks (the optional env_steps field of EPISODES). */
@@ -350,4 +513,62 @@ export async function runTrainingLoop(client, { onState, collect, signal }) {
     await onState(state, config);
   }
   return state;
+}
+
+/**
+ * The thin-client loop (server-side inference): the handshake (PING, GET_CONFIG), then
+ * episodes until stopped, the gateway choosing every action. Per episode START_EPISODE;
+ * per step GET_ACTION, the env steps, LOG_RETURNS (not waited for: one round trip per
+ * step); END_EPISODE with the final observation and flags. A stop mid-episode ends the
+ * episode as truncated. Before it returns, `flush()` waits until the gateway has handled
+ * everything sent, so its metrics count every step, and reports a refused LOG_RETURNS or
+ * END_EPISODE (unless `client.onerror` takes those).
+ *
+ * @param {RLlinkClient} client
+ * @param {object} options
+ * @param {object} options.env  the simulator: reset() -> obs, step(action) -> {obs, reward,
+ *        terminated, truncated} (either may return a Promise)
+ * @param {boolean} [options.explore=true]  false: the most likely actions (evaluation)
+ * @param {boolean} [options.trainingEnabled=true]  false: the gateway serves but does not train on these episodes
+ * @param {(config: object) => Promise<void>|void} [options.onConfig]  with SET_CONFIG, before the first episode
+ * @param {(step: object) => Promise<void>|void} [options.onStep]  after every step (render,
+ *        pace), with {episodeId, action, obs, reward, weightsSeqNo}
+ * @param {(episode: object) => Promise<void>|void} [options.onEpisodeEnd]  after each episode
+ *        that ended in the env, with {episodeId, episodeReturn, length, weightsSeqNo}
+ * @param {AbortSignal} [options.signal]  checked before every step
+ * @returns {Promise<{episodes: number, envSteps: number, weightsSeqNo: number|null}>} what was played
+ */
+export async function runThinLoop(client, options) {
+  const { env, explore = true, trainingEnabled = true, onConfig, onStep, onEpisodeEnd, signal } = options;
+  await onConfig?.(await client.handshake());
+  const totals = { episodes: 0, envSteps: 0, weightsSeqNo: null };
+  while (!signal?.aborted) {
+    const { episode_id: episodeId } = await client.startEpisode({ trainingEnabled });
+    let obs = await env.reset();
+    let episodeReturn = 0;
+    let length = 0;
+    for (;;) {
+      if (signal?.aborted) {
+        await client.endEpisode(episodeId, obs, { terminated: false, truncated: true });
+        break;
+      }
+      const { action, weights_seq_no: weightsSeqNo } = await client.getAction(episodeId, obs, { explore });
+      totals.weightsSeqNo = weightsSeqNo;
+      const step = await env.step(action);
+      obs = step.obs;
+      episodeReturn += step.reward;
+      length += 1;
+      totals.envSteps += 1;
+      await client.logReturns(episodeId, step.reward);
+      await onStep?.({ episodeId, action, obs, reward: step.reward, weightsSeqNo });
+      if (step.terminated || step.truncated) {
+        await client.endEpisode(episodeId, obs, { terminated: step.terminated, truncated: step.truncated });
+        totals.episodes += 1;
+        await onEpisodeEnd?.({ episodeId, episodeReturn, length, weightsSeqNo });
+        break;
+      }
+    }
+  }
+  await client.flush();
+  return totals;
 }

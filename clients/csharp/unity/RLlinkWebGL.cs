@@ -8,6 +8,12 @@
 //   var act = gateway.GetAction(myEpisodeId, obs);              // no wait for start
 //   // a later frame: if (act.IsDone) { if (act.Error != null) ... else use act.Action }
 //
+// LogAction, LogReturns and EndEpisode get no reply from the gateway, but their requests
+// still finish: rllink.js sends a PING after each, so IsDone turns true once the gateway
+// has accepted the message (Reply: that PONG) or refused it (Error: its ERROR). Poll
+// them for errors (WebGLAgentLink does) or ignore them (the bridge then keeps their
+// tickets until the page unloads; Forget() drops one).
+//
 // Only a WebGL player has the plugin: elsewhere these calls throw EntryPointNotFound
 // (use RLlinkClient, over TCP, there). RLlinkAgent picks the right one.
 
@@ -69,6 +75,28 @@ namespace RLlink.Unity
         public Dictionary<string, object> Reply { get { return IsDone ? reply : null; } }
         /// <summary>The gateway's ERROR (or a broken connection) as an exception, or null.</summary>
         public RLlinkException Error { get { return IsDone ? error : null; } }
+
+        /// <summary>Drop the bridge's ticket: the result is not wanted.</summary>
+        public void Forget()
+        {
+            if (!done) RLlinkWebGLNative.RLlink_Forget(ticket);
+            done = true;
+        }
+
+        /// <summary>ACTION's actions (for GetActions), in the batch's order, once done.</summary>
+        public AgentAction[] Actions
+        {
+            get
+            {
+                var message = Reply;
+                if (message == null) return null;
+                var actions = Json.GetList(message, "actions") ?? new List<object>();
+                int version = Json.GetInt(message, "weights_seq_no");
+                var result = new AgentAction[actions.Count];
+                for (int i = 0; i < actions.Count; i++) result[i] = new AgentAction(actions[i], version);
+                return result;
+            }
+        }
 
         /// <summary>ACTION's action (for GetAction), once done.</summary>
         public AgentAction Action

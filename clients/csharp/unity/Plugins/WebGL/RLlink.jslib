@@ -5,10 +5,16 @@
 // "__Internal") and rllink.js speaks RLlink over ws(s)://host:port/rllink. Every call
 // returns at once: a call that talks to the gateway returns a ticket, and C# polls it
 // (RLlink_Poll: 0 pending, 1 done, 2 failed) and takes its result as a JSON string
-// (RLlink_TakeResult: the reply, or {code, message, request, details} for an ERROR
-// frame or a broken connection), as Unity WebGL plugins pass results back to C#.
+// (RLlink_TakeResult: the reply, or {type: 'ERROR', code, message, request, episode_id,
+// details} for an ERROR frame or a broken connection), as Unity WebGL plugins pass
+// results back to C#. The requests with no reply (LOG_ACTION, LOG_RETURNS, END_EPISODE)
+// get a ticket too: rllink.js sends a PING after each (its `{ack: true}` form), so the
+// ticket ends 1 (result: that PONG) once the gateway has accepted the request, or 2 with
+// the ERROR that refused it. C# polls those tickets for errors, or forgets them.
 // Strings arrive as UTF-8 pointers (UTF8ToString), observations as float* into
 // HEAPF32 with a length, strings go back through _malloc/stringToUTF8 (C# frees them).
+// Requests go out in the order of the calls, so C# may pipeline (START_EPISODE with its
+// own episode id, then GET_ACTION for it, in one frame).
 //
 // rllink.js is loaded once per URL with a dynamic import: by default from the gateway
 // that the WebSocket URL names (http(s)://host:port/static/rllink.js); a build served
@@ -71,6 +77,7 @@ var RLlinkWebGLPlugin = {
         code: info.code || 'error',
         message: info.message || String(error),
         request: info.request || request || null,
+        episode_id: info.episodeId === undefined ? null : info.episodeId,
         details: info.details === undefined ? null : info.details,
       });
     },
@@ -176,14 +183,17 @@ var RLlinkWebGLPlugin = {
     });
   },
 
-  // START_EPISODE; options JSON: {episode_id?, agent_id?, module_id?, training_enabled?}.
-  // Result: EPISODE_STARTED {episode_id}. Give your own episode_id to send GET_ACTION
-  // for it at once, without waiting for this reply.
+  // START_EPISODE; options JSON: {episode_id?, agent_id?, module_id?, training_enabled?}
+  // ('' for none). Result: EPISODE_STARTED {episode_id}. Give your own episode_id to send
+  // GET_ACTION for it at once, without waiting for this reply.
   RLlink_StartEpisode: function (connectionId, optionsPtr) {
-    var options = optionsPtr ? JSON.parse(RLlinkBridge.str(optionsPtr) || '{}') : {};
+    var options = JSON.parse(RLlinkBridge.str(optionsPtr) || '{}');
     return RLlinkBridge.withClient(connectionId, 'START_EPISODE', function (client) {
-      return client.startEpisode(options).then(function (reply) {
-        return typeof reply === 'string' ? { type: 'EPISODE_STARTED', episode_id: reply } : reply;
+      return client.startEpisode({
+        episodeId: options.episode_id,
+        agentId: options.agent_id,
+        moduleId: options.module_id,
+        trainingEnabled: options.training_enabled !== false,
       });
     });
   },
@@ -206,30 +216,32 @@ var RLlinkWebGLPlugin = {
     });
   },
 
-  // LOG_ACTION: an action the game chose itself (action JSON: 1 or [0.5, -1]).
+  // LOG_ACTION: an action the game chose itself (action JSON: 1 or [0.5, -1]). No reply:
+  // the ticket ends 1 once the gateway accepted it, 2 with its ERROR (see the header).
   RLlink_LogAction: function (connectionId, episodeIdPtr, obsPtr, obsLength, actionPtr) {
     var episodeId = RLlinkBridge.str(episodeIdPtr);
     var obs = RLlinkBridge.floats(obsPtr, obsLength);
     var action = JSON.parse(RLlinkBridge.str(actionPtr));
     return RLlinkBridge.withClient(connectionId, 'LOG_ACTION', function (client) {
-      return client.logAction(episodeId, obs, action);
+      return client.logAction(episodeId, obs, action, { ack: true });
     });
   },
 
-  // LOG_RETURNS: reward for the episode's last action.
+  // LOG_RETURNS: reward for the episode's last action. No reply (ticket as LOG_ACTION's).
   RLlink_LogReturns: function (connectionId, episodeIdPtr, reward) {
     var episodeId = RLlinkBridge.str(episodeIdPtr);
     return RLlinkBridge.withClient(connectionId, 'LOG_RETURNS', function (client) {
-      return client.logReturns(episodeId, reward);
+      return client.logReturns(episodeId, reward, { ack: true });
     });
   },
 
-  // END_EPISODE with the final observation and the done flags.
+  // END_EPISODE with the final observation and the done flags (at least one true). No
+  // reply (ticket as LOG_ACTION's).
   RLlink_EndEpisode: function (connectionId, episodeIdPtr, obsPtr, obsLength, terminated, truncated) {
     var episodeId = RLlinkBridge.str(episodeIdPtr);
     var obs = RLlinkBridge.floats(obsPtr, obsLength);
     return RLlinkBridge.withClient(connectionId, 'END_EPISODE', function (client) {
-      return client.endEpisode(episodeId, obs, { terminated: !!terminated, truncated: !!truncated });
+      return client.endEpisode(episodeId, obs, { terminated: !!terminated, truncated: !!truncated, ack: true });
     });
   },
 

@@ -1,0 +1,160 @@
+"""Server-side inference from a real browser (Debian's Chromium, driven by Playwright) against a real gateway.
+
+- rllink.js's thin-client calls (startEpisode, getAction, getActions, logAction,
+  logReturns, endEpisode, flush) do what the gateway's counters say they did; an ERROR
+  reaches the caller as an RLlinkError with its code, for a request with a reply and for
+  one without (through each of the three ways the header of rllink.js gives), and the
+  connection goes on.
+- The CartPole demo page with `?inference=server` trains through the gateway's actions
+  alone: it never fetches onnxruntime-web, a .wasm, or onnx_policy.js.
+
+Skipped when Chromium (/usr/bin/chromium) or the npm packages (`npm ci`) are missing.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from .browser import NEEDS_BROWSER, module_page, open_page
+from .helpers import gateway_settings, running_gateway
+
+pytestmark = NEEDS_BROWSER
+
+OBS = [0.01, -0.02, 0.03, 0.04]
+
+THIN_CALLS_IN_JS = """(obs) => Promise.race([
+  new Promise((_, reject) => setTimeout(() => reject(new Error('not done within 60 s')), 60_000)),  // never hang
+  (async () => {
+    const { RLlinkClient } = await import('/static/rllink.js');
+    const outcome = (promise) => promise.then(
+      (reply) => ({ resolved: reply === undefined ? 'written' : reply.type }),
+      (e) => ({ name: e.name, code: e.code, request: e.request, episodeId: e.episodeId, message: e.message }));
+    const client = await RLlinkClient.connect();
+    const config = await client.handshake();
+    const log = {};
+
+    // Two episodes: A with the gateway's id, B with the page's own, its first action
+    // pipelined behind its START_EPISODE.
+    const a = (await client.startEpisode()).episode_id;
+    const [startedB, firstB] = await Promise.all([
+      client.startEpisode({ episodeId: 'page-b' }), client.getAction('page-b', obs, { explore: false })]);
+    log.startedB = startedB;
+    log.firstB = firstB;
+    log.single = await client.getAction(a, Float32Array.from(obs));      // a typed array goes as a list
+    log.reward = await outcome(client.logReturns(a, 1));                  // resolves once written
+    log.batch = await client.getActions([{ episode_id: a, obs }, { episode_id: 'page-b', obs, explore: false }]);
+    await client.logReturns(a, 0.5);
+    await client.logReturns('page-b', 2);
+    log.logged = await outcome(client.logAction('page-b', obs, 1, { ack: true }));  // waits for the gateway
+    await client.logReturns('page-b', 3);
+
+    // Refused requests; the connection goes on after each.
+    log.unknownAction = await outcome(client.getAction('nope', obs));
+    log.refusedEnd = await outcome(client.endEpisode(a, obs, { terminated: false, truncated: false, ack: true }));
+    log.lateWritten = await outcome(client.logReturns('nope', 1));
+    log.lateAtFlush = await outcome(client.flush());                      // the LOG_RETURNS's ERROR
+    log.flushAfter = await outcome(client.flush());
+    const seen = [];
+    client.onerror = (e) => seen.push({ code: e.code, request: e.request, episodeId: e.episodeId });
+    await client.logAction('nope', obs, 0);
+    log.flushWithHandler = await outcome(client.flush());                 // onerror took it
+    log.seenByHandler = seen;
+    client.onerror = null;
+    await client.endEpisode('gone', obs);
+    log.pingBeforeError = await outcome(client.ping());                   // sent before the ERROR came
+    log.lateAtNextCall = await outcome(client.getConfig());               // rejects, sends nothing
+    log.nextCall = await outcome(client.getConfig());
+
+    await client.endEpisode(a, obs, { terminated: true });
+    await client.endEpisode('page-b', obs, { terminated: false, truncated: true });
+    log.endFlush = await outcome(client.flush());
+    log.endedTwice = await outcome(client.getAction(a, obs));
+    client.close();
+    return { config, a, ...log };
+  })(),
+])"""
+
+
+def test_rllink_js_thin_calls_are_served_counted_and_refused_with_their_error_code(browser, tmp_path):
+    settings = gateway_settings(tmp_path, train_batch_size=100_000, barrier_timeout_s=60)  # nothing trains
+    with running_gateway(settings) as gateway, module_page(browser, gateway) as page:
+        result = page.page.evaluate(THIN_CALLS_IN_JS, OBS)
+        metrics = httpx.get(f"{gateway.base_url}/api/metrics").raise_for_status().json()
+    print(json.dumps(result, indent=1))
+
+    assert result["config"]["type"] == "SET_CONFIG"
+    assert result["startedB"] == {"type": "EPISODE_STARTED", "episode_id": "page-b"} and len(result["a"]) >= 8
+    assert result["firstB"]["type"] == "ACTION" and result["firstB"]["episode_id"] == "page-b"
+    assert result["single"]["episode_id"] == result["a"] and result["single"]["action"] in (0, 1)
+    assert result["single"]["weights_seq_no"] == 0
+    assert result["reward"] == {"resolved": "written"}
+    batch = result["batch"]
+    assert batch["type"] == "ACTION" and len(batch["actions"]) == 2 and set(batch["actions"]) <= {0, 1}
+    assert batch["actions"][1] == result["firstB"]["action"]  # explore false: the same action on the same obs
+    assert result["logged"] == {"resolved": "PONG"}
+
+    def refused(key, code, request, episode_id, text):
+        error = result[key]
+        assert error["name"] == "RLlinkError" and error["code"] == code, error
+        assert error["request"] == request and error["episodeId"] == episode_id and text in error["message"], error
+
+    refused("unknownAction", "unknown_episode", "GET_ACTION", "nope", "never started")
+    refused("refusedEnd", "invalid_message", "END_EPISODE", result["a"], "needs is_terminated")
+    assert result["lateWritten"] == {"resolved": "written"}
+    refused("lateAtFlush", "unknown_episode", "LOG_RETURNS", "nope", "not open on this connection")
+    assert result["flushAfter"] == {"resolved": "PONG"} and result["flushWithHandler"] == {"resolved": "PONG"}
+    assert result["seenByHandler"] == [{"code": "unknown_episode", "request": "LOG_ACTION", "episodeId": "nope"}]
+    assert result["pingBeforeError"] == {"resolved": "PONG"}
+    refused("lateAtNextCall", "unknown_episode", "END_EPISODE", "gone", "not open on this connection")
+    assert result["nextCall"] == {"resolved": "SET_CONFIG"}
+    assert result["endFlush"] == {"resolved": "PONG"}
+    refused("endedTwice", "unknown_episode", "GET_ACTION", result["a"], "ended")
+
+    # A: two served steps (rewards 1 + 0.5), terminated. B: one served step and one logged
+    # (rewards 2 + 3), truncated. The refused requests changed nothing.
+    serving = metrics["serving"]
+    assert serving["actions_served_total"] == 4  # B's first, A's single, the batch of two
+    assert serving["actions_logged_total"] == 1
+    assert serving["episodes_started_total"] == 2 and serving["open_episodes"] == 0
+    assert serving["episodes_ended"] == {"terminated": 1, "truncated": 1}
+    assert metrics["num_env_steps_sampled_lifetime"] == 5 and metrics["num_episodes_lifetime"] == 2
+    assert metrics["episode_return_min"] == 1.5 and metrics["episode_return_max"] == 5
+    errors = [line for line in page.errors() if "favicon.ico" not in line]  # the module page has no icon
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.e2e  # real training to a target
+def test_demo_page_in_server_inference_mode_trains_cartpole_without_onnxruntime(browser, tmp_path):
+    # Measured here (2 shared cores, load 5-6): a mean return of 200 over 20 episodes in 21-32 s,
+    # 11,000-14,000 env steps, 5-6 versions (a random policy gets ~22). The bounds (240 s in the
+    # page, 300 s here) leave room for a slow machine.
+    settings = gateway_settings(tmp_path)
+    query = "inference=server&seed=1&target=200&window=20&max_seconds=240"
+    requested: list[str] = []
+    with running_gateway(settings) as gateway, open_page(browser, "about:blank") as demo:
+        demo.page.on("request", lambda request: requested.append(request.url))
+        demo.page.goto(f"{gateway.base_url}/static/cartpole.html?{query}")
+        demo.wait_for("#result, #error", timeout_s=300)
+        if demo.page.query_selector("#error"):
+            pytest.fail(f"the demo failed: {demo.page.inner_text('#error')}\n{demo.console_text()}")
+        result = json.loads(demo.page.inner_text("#result"))
+        metrics = httpx.get(f"{gateway.base_url}/api/metrics").raise_for_status().json()
+
+    print(f"demo result (server inference): {result}")
+    assert result["inference"] == "server" and result["phase"] == "done"
+    assert result["reached_target"], f"returns did not rise to 200: {result}\n{demo.console_text()}"
+    assert result["first_mean_return"] < 60 <= 200 <= result["recent_mean_return"]
+    # Nothing of a model runtime was fetched; the page's modules and uPlot were.
+    assert not [url for url in requested if "/vendor/ort/" in url or url.endswith((".wasm", "onnx_policy.js"))], requested
+    assert any(url.endswith("/static/rllink.js") for url in requested)
+    # Every action came from the gateway, which built the same episodes the page counted
+    # (runThinLoop flushes before the page reports, so all of them were handled).
+    serving = metrics["serving"]
+    assert serving["actions_served_total"] == result["env_steps"] == metrics["num_env_steps_sampled_lifetime"]
+    assert serving["episodes_started_total"] == result["episodes"] == metrics["num_episodes_lifetime"]
+    assert sum(serving["episodes_ended"].values()) == result["episodes"] and serving["open_episodes"] == 0
+    assert metrics["weights_seq_no"] >= result["weights_seq_no"] >= 1  # it trained, and acted with the new versions
+    assert not demo.errors(), "\n".join(demo.errors())
