@@ -16,7 +16,7 @@ import sys
 import uvicorn
 from pydantic import ValidationError
 
-from app.cli import parse_command_line
+from app.cli import ConfigFileError, parse_command_line
 from app.config import Settings
 from app.gateway import StartupError
 from app.log_redaction import install_redaction
@@ -89,6 +89,9 @@ async def serve(settings: Settings) -> None:
 def main() -> None:
     try:
         settings = parse_command_line()
+    except ConfigFileError as exc:
+        print(f"cannot start: {exc}", file=sys.stderr)
+        sys.exit(EXIT_STARTUP_ERROR)
     except ValidationError as exc:  # a bad flag or RLLINK_ variable: say which and why, no traceback
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
         print(f"cannot start: invalid settings: {problems}", file=sys.stderr)

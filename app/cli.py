@@ -8,15 +8,17 @@ and a usage line naming the command actually run.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
-from pydantic_settings import BaseSettings, CliSettingsSource
+from pydantic_settings import BaseSettings, CliSettingsSource, YamlConfigSettingsSource
 
-from app.config import MiB, PPOConfig, Settings
+from app.config import MiB, PPOConfig, SACConfig, Settings
 
 # Defaults that read better in words than as a value.
 _CLI_DEFAULTS = {
@@ -27,6 +29,7 @@ _CLI_DEFAULTS = {
     "tls_certfile": "off",
     "tls_keyfile": "off",
     "ppo": "the --ppo.* defaults below",
+    "sac": "the --sac.* defaults below",
     "ppo.target_kl": "off",
 }
 
@@ -107,7 +110,57 @@ def gateway_cli(settings_cls: type[BaseSettings] = Settings, **options: Any) -> 
     return CliSettingsSource(settings_cls, add_argument_method=_add_argument, **options)
 
 
+class ConfigFileError(ValueError):
+    """The --config file cannot be read, is not YAML of settings, or names unknown ones."""
+
+
+def config_file_path(argv: Sequence[str]) -> Path | None:
+    """The --config flag's file, else RLLINK_CONFIG's; None without either."""
+    for i, arg in enumerate(argv):
+        if arg == "--config" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--config="):
+            return Path(arg.partition("=")[2])
+    value = os.environ.get("RLLINK_CONFIG")
+    return Path(value) if value else None
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings a YAML file sets, checked for names: a typo is an error, not a default."""
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigFileError(f"--config {path}: {exc}") from None
+    if not isinstance(values, dict):
+        raise ConfigFileError(f"--config {path}: must be a mapping of setting names to values")
+    unknown = [name for name in values if name not in Settings.model_fields or name == "config"]
+    for group, model in (("ppo", PPOConfig), ("sac", SACConfig)):
+        if isinstance(values.get(group), dict):
+            unknown += [f"{group}.{name}" for name in values[group] if name not in model.model_fields]
+    if unknown:
+        raise ConfigFileError(f"--config {path}: unknown settings {', '.join(map(str, unknown))} (see --help)")
+    return values
+
+
+def _settings_class(config_file: Path | None) -> type[Settings]:
+    """Settings, or Settings whose values come, below the environment and the flags, from the file."""
+    if config_file is None:
+        return Settings
+    read_config_file(config_file)  # clear errors before pydantic's
+
+    class SettingsWithFile(Settings):
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+            file_settings = YamlConfigSettingsSource(settings_cls, yaml_file=config_file)
+            return init_settings, env_settings, dotenv_settings, file_secret_settings, file_settings
+
+    return SettingsWithFile
+
+
 def parse_command_line(argv: Sequence[str] | None = None, **options: Any) -> Settings:
-    """Settings from the environment and these flags (default: the process's own); --help exits."""
-    source = gateway_cli(Settings, cli_parse_args=list(sys.argv[1:] if argv is None else argv), **options)
-    return Settings(_cli_settings_source=source)
+    """Settings from these flags (default: the process's own), the environment and the
+    --config file, in that order of precedence; --help exits."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    settings_cls = _settings_class(config_file_path(argv))
+    source = gateway_cli(settings_cls, cli_parse_args=argv, **options)
+    return settings_cls(_cli_settings_source=source)

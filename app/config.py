@@ -58,8 +58,8 @@ class PPOConfig(BaseModel):
 class SACConfig(BaseModel):
     """SAC hyperparameters (Haarnoja et al. 2018), named as in CleanRL's sac_continuous_action.py."""
 
-    q_lr: float = Field(1e-3, gt=0, le=1, description="Adam step size of the twin Q networks.")
-    policy_lr: float = Field(3e-4, gt=0, le=1, description="Adam step size of the actor (and of alpha).")
+    q_lr: float = Field(1e-3, gt=0, le=1, description="Adam step size of the twin Q networks (and of alpha, as CleanRL).")
+    policy_lr: float = Field(3e-4, gt=0, le=1, description="Adam step size of the actor.")
     gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
     tau: float = Field(0.005, gt=0, le=1, description="Target networks' Polyak averaging coefficient.")
     buffer_size: int = Field(1_000_000, ge=1, description="Transitions the replay buffer keeps (the oldest go first).")
@@ -204,7 +204,19 @@ class Settings(BaseSettings):
         pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$",
         description="Where the learners train: auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda, cuda:1, ..."
     )
-    checkpoint_dir: Path = Field(Path("checkpoints"), description="Where the policy is saved and restored from.")
+    checkpoint_dir: Path = Field(
+        Path("checkpoints"), description="Where the policy is saved and restored from (with --run-id: the run's)."
+    )
+    config: Path | None = Field(
+        None, description="A YAML file of settings (the names of this list); flags and RLLINK_ variables override it."
+    )
+    run_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$",
+        description="Name of the run: its checkpoints and a snapshot of its settings go in <runs-dir>/<run-id>/.",
+    )
+    runs_dir: Path = Field(Path("runs"), description="Where runs are kept, a folder per --run-id.")
+    resume: bool = Field(False, description="Continue the run --run-id names (without it, an existing run is refused).")
 
     # Throughput.
     decode_workers: int = Field(
@@ -262,6 +274,17 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(
         default_factory=list, description="Browser origins allowed to call the REST API (CORS); none: same origin only."
     )
+
+    @model_validator(mode="after")
+    def _run_directory(self) -> Settings:
+        """With a run id, the checkpoints go in the run's folder unless checkpoint_dir is set."""
+        if self.run_id is not None and "checkpoint_dir" not in self.model_fields_set:
+            self.checkpoint_dir = self.runs_dir / self.run_id / "checkpoints"
+        return self
+
+    @property
+    def run_dir(self) -> Path | None:
+        return None if self.run_id is None else self.runs_dir / self.run_id
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

@@ -16,6 +16,7 @@ from app.decode_workers import DecodeWorkers
 from app.metrics_history import MetricsHistory
 from app.policies import PolicySet
 from app.protocol import ReplyEncoder
+from app.runs import RunExists, prepare_run
 from app.schemas import ARRAY_FIELDS
 from app.tcp_bridge import TcpBridge
 from app.traffic import TrafficStats
@@ -51,6 +52,10 @@ class Gateway:
 
     async def start(self) -> None:
         """Restore the policy, start the decode workers and the TCP bridge."""
+        try:
+            prepare_run(self.settings)
+        except (RunExists, OSError) as exc:
+            raise StartupError(str(exc)) from None
         try:
             await self.service.start()
         except CheckpointMismatch as exc:
