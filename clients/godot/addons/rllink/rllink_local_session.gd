@@ -1,0 +1,185 @@
+# Local mode: the game runs the policy itself (RLlib's own way). GET_STATE brings the
+# policy (ONNX), which rllink_mlp_policy.gd runs in GDScript; actions are sampled here
+# with their log-probs; every env_steps_per_sample steps the experience goes back with
+# EPISODES_AND_GET_STATE, whose SET_STATE (after the training step, force_on_policy)
+# brings the next policy. One round trip per sample instead of one per step, at the
+# price of running the network in GDScript (about 1 ms per step for a 64x64 MLP).
+#
+# Same interface as rllink_thin_session.gd. A dropped connection costs nothing but
+# time: the experience not yet acknowledged is sent again once reconnected.
+extends Reference
+
+const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
+const ActionSampler = preload("res://addons/rllink/rllink_action_sampler.gd")
+
+var client                      # rllink_client.gd
+var agent_id = ""
+var module_id = ""
+var explore = true
+var training_enabled = true     # false: act with the policy, send nothing back
+var max_retries = 3
+
+var policy = MlpPolicy.new()
+var sampler
+var module = {}                 # the module this agent plays (client.module_for)
+var weights_seq_no = -1
+var env_steps = 0
+var reconnects = 0
+
+var _chunk = null               # the open episode's current chunk
+var _finished = []              # chunks not yet acknowledged by a SET_STATE
+var _steps_since_sample = 0
+var _episode_id = ""
+var _obs = null
+var _state_message = null       # GET_STATE or EPISODES_AND_GET_STATE under way
+var _state_request = null
+var _retries = 0
+var _retry_when_ready = false
+var _lost = null
+
+
+func _init(rllink_client, seed_value := 0) -> void:
+	client = rllink_client
+	sampler = ActionSampler.new(seed_value)
+
+
+func mode() -> String:
+	return "local"
+
+
+func episode_id() -> String:
+	return _episode_id
+
+
+func begin_step(obs) -> void:
+	_obs = obs.duplicate() if typeof(obs) == TYPE_ARRAY else obs
+	_retries = 0
+	if not policy.is_loaded():
+		_ask({"type": "GET_STATE"})
+	elif training_enabled and _steps_since_sample >= int(client.config.get("env_steps_per_sample", 500)):
+		if _chunk != null and not _chunk.actions.empty():
+			_chunk.obs.append(_obs)  # completes its last step; the episode goes on in a new chunk
+			_finished.append(_chunk)
+			_chunk = _new_chunk(_obs)
+		_ask({"type": "EPISODES_AND_GET_STATE", "episodes": _finished, "env_steps": _steps_since_sample})
+
+
+func _ask(message: Dictionary) -> void:
+	_retry_when_ready = false
+	_state_message = message
+	_state_request = client.request(message)
+	client.flush()
+
+
+func poll_step():
+	client.poll()
+	if _retry_when_ready:
+		if client.is_ready():
+			_ask(_state_message)
+		elif client.is_failed():
+			return {"error": client.last_error}
+		elif client.state_name() == "idle":
+			return {"error": _lost}
+		return null
+	if _state_request != null:
+		if not _state_request.done:
+			return null
+		var error = _state_request.error
+		if error != null:
+			if error.code in [client.CONNECTION_CLOSED, client.TIMEOUT] and _retries < max_retries:
+				_retries += 1
+				reconnects += 1
+				_lost = error
+				_retry_when_ready = true
+				return poll_step()
+			_state_request = null
+			return {"error": error}
+		var reply = _state_request.reply
+		_state_request = null
+		var load_error = _load(reply)
+		if load_error != null:
+			return {"error": load_error}
+		if _state_message.type == "EPISODES_AND_GET_STATE":
+			_finished = []
+			_steps_since_sample = 0
+			if _chunk != null:
+				_chunk.weights_seq_no = weights_seq_no
+	return _act()
+
+
+func wait_step():
+	var deadline = OS.get_ticks_msec() + int((client.reply_timeout_s + client.reconnect_timeout_s + client.connect_timeout_s) * 1000 * (max_retries + 1))
+	while true:
+		var result = poll_step()
+		if result != null:
+			return result
+		if OS.get_ticks_msec() > deadline:
+			return {"error": {"code": client.TIMEOUT, "message": "no policy within the client's timeouts", "details": null, "request": _state_message.type}}
+		OS.delay_usec(client.POLL_SLEEP_USEC)
+
+
+func _act() -> Dictionary:
+	if _chunk == null:
+		_episode_id = client.new_episode_id()
+		_chunk = _new_chunk(_obs)
+	elif not _chunk.actions.empty():
+		_chunk.obs.append(_obs)
+	var outputs = policy.run(_obs)
+	var space = module.get("action_space", {})
+	var distribution = str(module.get("action_distribution", "categorical"))
+	var sampled = sampler.sample(outputs, distribution, space, explore)
+	_chunk.actions.append(sampled.action)
+	_chunk.rewards.append(0.0)
+	_chunk.action_logp.append(sampled.logp)
+	_steps_since_sample += 1
+	env_steps += 1
+	var action = sampled.action
+	if distribution == "gaussian":
+		action = ActionSampler.clip(action, space)  # the sample is trained on, the clipped one acted on
+	return {"action": action, "weights_seq_no": weights_seq_no}
+
+
+func add_reward(reward: float) -> void:
+	if _chunk != null and not _chunk.rewards.empty():
+		_chunk.rewards[-1] += reward
+
+
+func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
+	if _chunk != null and not _chunk.actions.empty():
+		_chunk.obs.append(final_obs.duplicate() if typeof(final_obs) == TYPE_ARRAY else final_obs)
+		_chunk.is_terminated = terminated
+		_chunk.is_truncated = truncated
+		if training_enabled:
+			_finished.append(_chunk)
+	_chunk = null
+	_episode_id = ""
+
+
+func _new_chunk(first_obs) -> Dictionary:
+	var chunk = {
+		"obs": [first_obs], "actions": [], "rewards": [], "action_logp": [],
+		"is_terminated": false, "is_truncated": false,
+		"episode_id": _episode_id, "weights_seq_no": weights_seq_no
+	}
+	if agent_id != "":
+		chunk["agent_id"] = agent_id
+	if module_id != "":
+		chunk["module_id"] = module_id
+	return chunk
+
+
+# A SET_STATE's model for this agent's module, into the runtime; an error Dictionary if
+# it cannot be run here.
+func _load(set_state: Dictionary):
+	module = client.module_for(agent_id, module_id)
+	var model = client.decode_onnx(set_state, module.module_id)
+	var outputs = module.get("onnx_output_names", [])
+	var shape = module.get("observation_space", {}).get("shape", [])
+	var int_shape = []
+	for n in shape:
+		int_shape.append(int(n))
+	if not policy.load_model(model, str(module.get("onnx_input_name", "")), str(outputs[0]) if outputs.size() > 0 else "", int_shape):
+		var text = "cannot run the gateway's policy locally: %s (use thin mode)" % policy.error_message
+		return {"code": "model_error", "message": text, "details": null, "request": _state_message.type}
+	weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
+	return null

@@ -1,0 +1,346 @@
+# Local inference without an ONNX runtime: reads the gateway's ONNX model (protobuf)
+# and runs it in GDScript. The gateway's policies are small MLPs: Gemm and Tanh for
+# PPO (Flatten first for multi-dimensional observations), plus Relu, Mul, Add and Concat
+# for SAC's actor; this also runs MatMul, Sigmoid and Identity. A model with any other
+# operator is refused at load() with its name. Values are computed in double precision
+# from the float32 weights, so the outputs match onnxruntime's to about 1e-6.
+#
+# Cost: one multiply-add per weight per observation, in GDScript: about 1 ms for the
+# default 64x64 policy. Fine for a few agents; for many agents or big networks use thin
+# mode (the gateway batches every agent's observations into one onnxruntime pass).
+extends Reference
+
+const Protobuf = preload("res://addons/rllink/rllink_protobuf.gd")
+
+const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Mul", "Concat", "Identity"]
+
+var metadata = {}           # the model's metadata_props (weights_seq_no, spaces, output_layout, ...)
+var input_name = ""
+var output_name = ""
+var observation_shape = []
+var error_message = ""      # why load() failed
+
+var _nodes = []             # [{op, inputs, outputs, attrs}], in graph order (topological)
+var _initializers = {}      # name -> {shape, data}
+
+
+# Load a model (plain ONNX bytes, see RLlinkClient.decode_onnx). input/output names:
+# SET_CONFIG's onnx_input_name and onnx_output_names[0] ("" for the graph's own).
+# Returns false and sets error_message if the model cannot be run.
+func load_model(model: PoolByteArray, input := "", output := "", obs_shape := []) -> bool:
+	var nodes = []
+	var initializers = {}
+	var graph_inputs = []
+	var graph_outputs = []
+	var meta = {}
+	error_message = ""
+	var reader = Protobuf.new(model)
+	while reader.next():
+		if reader.field == 7:
+			_read_graph(reader.sub_reader(), nodes, initializers, graph_inputs, graph_outputs)
+		elif reader.field == 14:
+			var entry = reader.sub_reader()
+			var key = ""
+			var value = ""
+			while entry.next():
+				if entry.field == 1:
+					key = entry.string()
+				elif entry.field == 2:
+					value = entry.string()
+				else:
+					entry.skip()
+			meta[key] = value
+		else:
+			reader.skip()
+	if reader.error_message != "":
+		error_message = "not an ONNX model: " + reader.error_message
+		return false
+	if error_message != "":  # set while reading (a tensor that is not float32)
+		return false
+	if nodes.empty():
+		error_message = "the ONNX model has no graph nodes"
+		return false
+	for node in nodes:
+		if not node.op in SUPPORTED:
+			error_message = "this runtime runs %s models; this one has a %s node" % [PoolStringArray(SUPPORTED).join("/"), node.op]
+			return false
+	_nodes = nodes
+	_initializers = initializers
+	metadata = meta
+	input_name = input if input != "" else (graph_inputs[0] if not graph_inputs.empty() else "obs")
+	output_name = output if output != "" else graph_outputs[0]
+	observation_shape = obs_shape
+	return true
+
+
+func is_loaded() -> bool:
+	return not _nodes.empty()
+
+
+# The model's first output for one observation (numbers, any nesting, flattened in
+# row-major order): an Array of floats (logits, or means then log stds).
+func run(observation) -> Array:
+	return run_batch([observation])[0]
+
+
+# The outputs for several observations at once: one Array of floats per observation.
+func run_batch(observations: Array) -> Array:
+	var rows = observations.size()
+	var flat = []
+	for obs in observations:
+		_flatten_into(obs, flat)
+	var width = flat.size() / max(rows, 1)
+	var shape = [rows]
+	if observation_shape.size() > 0:
+		shape += observation_shape
+	else:
+		shape.append(width)
+	var values = _initializers.duplicate()
+	values[input_name] = {"shape": shape, "data": flat}
+	for node in _nodes:
+		values[node.outputs[0]] = _evaluate(node, values)
+	var output = values.get(output_name)
+	if output == null:
+		push_error("RLlink: the model computed no output named " + output_name)
+		return []
+	var columns = output.data.size() / rows
+	var result = []
+	for r in range(rows):
+		result.append(output.data.slice(r * columns, (r + 1) * columns - 1))
+	return result
+
+
+static func _flatten_into(value, out: Array) -> void:
+	if typeof(value) in [TYPE_ARRAY, TYPE_REAL_ARRAY, TYPE_INT_ARRAY]:
+		for item in value:
+			_flatten_into(item, out)
+	else:
+		out.append(float(value))
+
+
+# -- Operators --------------------------------------------------------------------------------
+
+func _evaluate(node: Dictionary, values: Dictionary) -> Dictionary:
+	var a = values.get(node.inputs[0]) if node.inputs.size() > 0 else null
+	var b = values.get(node.inputs[1]) if node.inputs.size() > 1 and node.inputs[1] != "" else null
+	match node.op:
+		"Gemm":
+			var c = values.get(node.inputs[2]) if node.inputs.size() > 2 and node.inputs[2] != "" else null
+			return _gemm(a, b, c, node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0),
+				node.attrs.get("transA", 0) != 0, node.attrs.get("transB", 0) != 0)
+		"MatMul":
+			return _gemm(a, b, null, 1.0, 0.0, false, false)
+		"Tanh":
+			var y = []
+			for x in a.data:
+				y.append(tanh(x))
+			return {"shape": a.shape, "data": y}
+		"Relu":
+			var y = []
+			for x in a.data:
+				y.append(x if x > 0.0 else 0.0)
+			return {"shape": a.shape, "data": y}
+		"Sigmoid":
+			var y = []
+			for x in a.data:
+				y.append(1.0 / (1.0 + exp(-x)))
+			return {"shape": a.shape, "data": y}
+		"Identity":
+			return a
+		"Flatten":
+			var axis = int(node.attrs.get("axis", 1))
+			if axis < 0:
+				axis += a.shape.size()
+			var outer = 1
+			var inner = 1
+			for i in range(a.shape.size()):
+				if i < axis:
+					outer *= a.shape[i]
+				else:
+					inner *= a.shape[i]
+			return {"shape": [outer, inner], "data": a.data}
+		"Add", "Mul":
+			return _broadcast(a, b, node.op == "Add")
+		"Concat":
+			return _concat(node, values)
+	push_error("RLlink: unsupported operator " + node.op)
+	return a
+
+
+# Y = alpha * A' B' + beta * C, A' = A or its transpose (2-D), C broadcast over rows.
+static func _gemm(a: Dictionary, b: Dictionary, c, alpha: float, beta: float, trans_a: bool, trans_b: bool) -> Dictionary:
+	var m = a.shape[1] if trans_a else a.shape[0]
+	var k = a.shape[0] if trans_a else a.shape[1]
+	var n = b.shape[0] if trans_b else b.shape[1]
+	var ad = a.data
+	var bd = b.data
+	var y = []
+	y.resize(m * n)
+	for row in range(m):
+		for col in range(n):
+			var total = 0.0
+			if trans_b and not trans_a:  # the gateway's layout: both rows contiguous
+				var ao = row * k
+				var bo = col * k
+				for i in range(k):
+					total += ad[ao + i] * bd[bo + i]
+			else:
+				for i in range(k):
+					var av = ad[i * m + row] if trans_a else ad[row * k + i]
+					var bv = bd[col * k + i] if trans_b else bd[i * n + col]
+					total += av * bv
+			var bias = 0.0
+			if c != null:
+				var cd = c.data
+				if cd.size() == 1:
+					bias = cd[0]
+				elif cd.size() == n:
+					bias = cd[col]
+				else:
+					bias = cd[row * n + col]
+			y[row * n + col] = alpha * total + beta * bias
+	return {"shape": [m, n], "data": y}
+
+
+# Elementwise Add or Mul; the smaller operand repeats (a scalar, or a row over rows).
+static func _broadcast(a: Dictionary, b: Dictionary, add: bool) -> Dictionary:
+	if b.data.size() > a.data.size():
+		var t = a
+		a = b
+		b = t
+	var y = []
+	var bd = b.data
+	var count = bd.size()
+	var i = 0
+	for x in a.data:
+		var other = bd[i % count]
+		y.append(x + other if add else x * other)
+		i += 1
+	return {"shape": a.shape, "data": y}
+
+
+# Concat of 2-D tensors along axis 1 (SAC's [mean, log_std]) or axis 0.
+static func _concat(node: Dictionary, values: Dictionary) -> Dictionary:
+	var parts = []
+	for name in node.inputs:
+		parts.append(values[name])
+	var axis = int(node.attrs.get("axis", 1))
+	if axis < 0:
+		axis += parts[0].shape.size()
+	var rows = parts[0].shape[0]
+	var y = []
+	if axis == 0:
+		var total_rows = 0
+		for part in parts:
+			y += part.data
+			total_rows += part.shape[0]
+		return {"shape": [total_rows] + Array(parts[0].shape).slice(1, parts[0].shape.size() - 1), "data": y}
+	var width = 0
+	for part in parts:
+		width += part.data.size() / rows
+	for r in range(rows):
+		for part in parts:
+			var cols = part.data.size() / rows
+			for i in range(cols):
+				y.append(part.data[r * cols + i])
+	return {"shape": [rows, width], "data": y}
+
+
+# -- The ONNX protobuf, as far as these models need it ------------------------------------------
+
+func _read_graph(graph, nodes: Array, initializers: Dictionary, inputs: Array, outputs: Array) -> void:
+	while graph.next():
+		match graph.field:
+			1:
+				nodes.append(_read_node(graph.sub_reader()))
+			5:
+				var tensor = _read_tensor(graph.sub_reader())
+				initializers[tensor.name] = {"shape": tensor.shape, "data": tensor.data}
+			11, 12:
+				var field = graph.field
+				var info = graph.sub_reader()
+				while info.next():
+					if info.field == 1:
+						(inputs if field == 11 else outputs).append(info.string())
+					else:
+						info.skip()
+			_:
+				graph.skip()
+	# Graph inputs that are initializers (older exporters list them) are not the observation.
+	for name in initializers:
+		inputs.erase(name)
+
+
+func _read_node(reader) -> Dictionary:
+	var node = {"op": "", "inputs": [], "outputs": [], "attrs": {}}
+	while reader.next():
+		match reader.field:
+			1:
+				node.inputs.append(reader.string())
+			2:
+				node.outputs.append(reader.string())
+			4:
+				node.op = reader.string()
+			5:
+				var attribute = reader.sub_reader()
+				var name = ""
+				var value = 0.0
+				while attribute.next():
+					if attribute.field == 1:
+						name = attribute.string()
+					elif attribute.field == 2:
+						value = attribute.float32()
+					elif attribute.field == 3:
+						value = attribute.varint()
+					else:
+						attribute.skip()
+				node.attrs[name] = value
+			_:
+				reader.skip()
+	return node
+
+
+func _read_tensor(reader) -> Dictionary:
+	var tensor = {"name": "", "shape": [], "data": []}
+	var data_type = 1
+	var raw = null
+	var floats = []
+	while reader.next():
+		match reader.field:
+			1:
+				if reader.wire_type == 2:  # packed dims
+					var packed = reader.sub_reader()
+					while packed.pos < packed.end:
+						tensor.shape.append(packed.varint())
+				else:
+					tensor.shape.append(reader.varint())
+			2:
+				data_type = reader.varint()
+			4:
+				if reader.wire_type == 2:  # packed float_data
+					var s = reader.span()
+					floats += _floats(reader.data, s[0], s[1])
+				else:
+					floats.append(reader.float32())
+			8:
+				tensor.name = reader.string()
+			9:
+				var s = reader.span()
+				raw = _floats(reader.data, s[0], s[1])
+			_:
+				reader.skip()
+	if data_type != 1:
+		error_message = "tensor %s is not float32 (ONNX data type %d)" % [tensor.name, data_type]
+	tensor.data = raw if raw != null else floats
+	return tensor
+
+
+static func _floats(bytes: PoolByteArray, start: int, stop: int) -> Array:
+	var result = []
+	if stop <= start:
+		return result
+	var buffer = StreamPeerBuffer.new()
+	buffer.data_array = bytes.subarray(start, stop - 1)
+	for i in range((stop - start) / 4):
+		result.append(buffer.get_float())
+	return result

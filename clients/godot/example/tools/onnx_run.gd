@@ -1,0 +1,57 @@
+# Runs an ONNX policy with the addon's GDScript runtime (rllink_mlp_policy.gd), for
+# tests that compare it with onnxruntime (tests/test_godot_kit.py):
+#
+#   godot3-server --path clients/godot/example -s res://tools/onnx_run.gd -- model.onnx obs.json [2x3]
+#
+# obs.json holds a JSON list of observations (each flattened); the optional shape is
+# one observation's (default: its length). Prints one line "META <json>" (the model's
+# metadata and input/output names), then "OUT <json>" per observation: the model's
+# first output. Exits 0, or 1 with "ERROR <text>".
+extends SceneTree
+
+const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
+const JsonWriter = preload("res://addons/rllink/rllink_json.gd")
+
+
+func _init() -> void:
+	var args = Array(OS.get_cmdline_args())
+	var separator = args.find("--")
+	args = args.slice(separator + 1, args.size() - 1) if separator >= 0 and separator + 1 < args.size() else []
+	if args.size() < 2:
+		_stop("usage: -s res://tools/onnx_run.gd -- model.onnx obs.json [shape like 2x3]")
+		return
+	var model_file = File.new()
+	if model_file.open(args[0], File.READ) != OK:
+		_stop("cannot read " + args[0])
+		return
+	var model = model_file.get_buffer(model_file.get_len())
+	model_file.close()
+	var obs_file = File.new()
+	if obs_file.open(args[1], File.READ) != OK:
+		_stop("cannot read " + args[1])
+		return
+	var observations = parse_json(obs_file.get_as_text())
+	obs_file.close()
+	var shape = []
+	if args.size() > 2:
+		for n in args[2].split("x"):
+			shape.append(int(n))
+	var policy = MlpPolicy.new()
+	if not policy.load_model(model, "", "", shape):
+		_stop(policy.error_message)
+		return
+	print("META " + to_json({"input_name": policy.input_name, "output_name": policy.output_name, "metadata": policy.metadata}))
+	var started = OS.get_ticks_usec()
+	for obs in observations:
+		var out = policy.run(obs)
+		var parts = PoolStringArray()
+		for v in out:
+			parts.append(JsonWriter.number(v))  # 9 significant digits (to_json keeps 6 decimals)
+		print("OUT [" + parts.join(",") + "]")
+	print("USEC_PER_RUN %d" % ((OS.get_ticks_usec() - started) / max(1, observations.size())))
+	quit(0)
+
+
+func _stop(text: String) -> void:
+	print("ERROR " + text)
+	quit(1)

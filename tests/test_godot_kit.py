@@ -1,0 +1,398 @@
+"""The Godot kit (clients/godot/) in its real runtime: Debian's headless Godot 3.2
+(`godot3-server`) runs the CartPole example project against a real gateway.
+
+- Thin mode over TCP (the gateway acts), local inference (the addon's GDScript MLP runs
+  each SET_STATE model) and non-blocking agents (several carts, as an HTML5 export runs
+  them) each reach a mean return of 200 over 20 episodes, and the gateway's metrics
+  show it served and trained on exactly what the game sent.
+- The WebSocket transport speaks the same messages.
+- Auth: the right token trains; a wrong or missing one reaches the game as an error
+  with the gateway's code (`unauthorized`), and the example exits 3 saying so. A gateway
+  limit (`too_many_episodes`) reaches it the same way; bad arguments exit 2, a spent
+  budget 1, an unreachable gateway 3.
+- A connection cut mid-training: the addon reconnects and training goes on.
+- TLS with a pinned self-signed certificate; a certificate not trusted is a clear error.
+- The addon's GDScript ONNX runtime computes what onnxruntime computes on the
+  gateway's exported models (PPO's Gemm/Tanh, Flatten, SAC's actor).
+
+Each run works on a copy of the example project in tmp_path (Godot writes .import/ into
+a project and user data under XDG_DATA_HOME, both kept out of the repository and $HOME).
+Skipped when godot3-server is missing (Debian: apt-get install -y godot3-server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from app.spaces import BoxSpace, DiscreteSpace
+from app.training.onnx_export import export_onnx
+from app.training.policy import ActorCritic
+
+from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
+
+KIT = Path(__file__).resolve().parent.parent / "clients" / "godot"
+GODOT = shutil.which("godot3-server")
+
+pytestmark = pytest.mark.skipif(GODOT is None, reason="no godot3-server: apt-get install -y godot3-server")
+
+TARGET = 200
+MAX_SECONDS = 180  # the example's own budget: it exits 1 when spent
+RUN_TIMEOUT_S = 240  # a hung Godot (a script that does not parse runs an empty scene forever) fails here
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A fresh copy of the example project with the addon in it, as a game would hold it."""
+    root = tmp_path_factory.mktemp("godot")
+    copy = root / "example"
+    shutil.copytree(KIT / "example", copy, ignore=shutil.ignore_patterns("addons", ".import", "*.import"))
+    shutil.copytree(KIT / "addons" / "rllink", copy / "addons" / "rllink")
+    return copy
+
+
+def godot_env(project: Path) -> dict[str, str]:
+    """Godot's user data and settings under the copy, not in $HOME; a locale name Godot
+    knows (it prints an error for "C")."""
+    home = project.parent / "userdata"
+    return {**os.environ, "XDG_DATA_HOME": str(home / "data"), "XDG_CONFIG_HOME": str(home / "config"),
+            "XDG_CACHE_HOME": str(home / "cache"), "LANG": "en_US.UTF-8", "LC_ALL": "en_US.UTF-8"}
+
+
+def cartpole(
+    project: Path, port: int, *args: str, target: float = TARGET, max_seconds: float = MAX_SECONDS
+) -> subprocess.CompletedProcess:
+    command = [GODOT, "--path", str(project), "--", "--host", "127.0.0.1", "--port", str(port),
+               "--target-return", str(target), "--max-seconds", str(max_seconds), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=godot_env(project))
+    print(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}")
+    return result
+
+
+def metrics(gateway: RunningGateway, token: str | None = None) -> dict:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.get(f"{gateway.base_url}/api/metrics", headers=headers, timeout=30).raise_for_status().json()
+
+
+def settled_metrics(gateway: RunningGateway, steps: int, token: str | None = None) -> dict:
+    """/api/metrics once the gateway has taken in the game's last messages and its
+    disconnect (the game exits right after writing its last END_EPISODE)."""
+
+    def settled() -> dict | None:
+        m = metrics(gateway, token)
+        return m if m["num_env_steps_sampled_lifetime"] >= steps and m["serving"]["open_episodes"] == 0 else None
+
+    return wait_until(settled, 30, f"the gateway to count {steps} env steps and no open episode")
+
+
+def reached(result: subprocess.CompletedProcess) -> dict:
+    """The example's last line: reached the target: mean return M >= T after E episodes, S env steps."""
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert "SCRIPT ERROR" not in result.stderr, result.stderr
+    line = [line for line in result.stdout.splitlines() if line.startswith("reached the target")][-1]
+    words = line.replace(",", "").split()
+    return {"mean": float(words[5]), "episodes": int(words[9]), "env_steps": int(words[11])}
+
+
+# -- Training -------------------------------------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_godot_cartpole_trains_in_thin_mode_over_tcp(project, tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        result = cartpole(project, gateway.tcp_port)
+        run = reached(result)
+        after = settled_metrics(gateway, run["env_steps"])
+    assert run["mean"] >= TARGET
+    assert "inference: thin, transport: tcp" in result.stdout
+    # The gateway chose every action, built the episodes from what the game sent, and
+    # trained on them: the counts match the game's exactly.
+    serving = after["serving"]
+    assert serving["actions_served_total"] == run["env_steps"]
+    assert after["num_env_steps_sampled_lifetime"] == run["env_steps"]
+    assert after["num_episodes_lifetime"] == run["episodes"]
+    assert serving["episodes_started_total"] == run["episodes"]
+    ended = serving["episodes_ended"]
+    assert ended.get("terminated", 0) + ended.get("truncated", 0) == run["episodes"] and "disconnect" not in ended
+    assert after["frames_received"]["GET_ACTION"] == run["env_steps"]
+    assert after["frames_received"]["END_EPISODE"] == run["episodes"]
+    assert after["num_training_steps"] >= 1 and after["weights_seq_no"] >= 1
+    assert after["num_env_steps_trained_lifetime"] > 0
+    assert after["errors"] == {} and after["connections_total"] == {"tcp": 1}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_godot_cartpole_trains_with_local_inference(project, tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        result = cartpole(project, gateway.tcp_port, "--inference", "local")
+        run = reached(result)
+        after = metrics(gateway)
+    assert "inference: local" in result.stdout
+    # The policy ran in GDScript: the gateway served no action, yet trained on the
+    # experience, which came in whole EPISODES_AND_GET_STATE batches of 500 steps.
+    assert after["serving"]["actions_served_total"] == 0
+    sampled = after["num_env_steps_sampled_lifetime"]
+    assert 0 < sampled <= run["env_steps"] and sampled % 500 == 0
+    assert after["frames_received"]["EPISODES_AND_GET_STATE"] == sampled // 500
+    assert after["weights_seq_no"] >= 1 and after["num_env_steps_trained_lifetime"] > 0
+    assert after["errors"] == {}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_several_non_blocking_agents_train_as_an_html5_export_runs_them(project, tmp_path):
+    """--async: no agent waits inside a tick for its action (a browser cannot block):
+    each asks, the game goes on, and the action is applied when it has come."""
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        result = cartpole(project, gateway.tcp_port, "--envs", "3", "--async")
+        run = reached(result)
+        after = settled_metrics(gateway, run["env_steps"])
+    assert "envs: 3, async" in result.stdout
+    # Every episode the game finished ended so at the gateway (the client closes
+    # gracefully: nothing in flight is lost); the two carts still playing at the end had
+    # theirs ended by the disconnect, at most 500 steps each.
+    serving = after["serving"]
+    ended = serving["episodes_ended"]
+    assert ended.get("terminated", 0) + ended.get("truncated", 0) == run["episodes"]
+    assert ended.get("disconnect", 0) == 2
+    assert run["env_steps"] <= serving["actions_served_total"] <= run["env_steps"] + 2 * 500
+    assert after["connections_total"] == {"tcp": 1}  # three carts, one connection
+    assert after["weights_seq_no"] >= 1 and after["errors"] == {}
+
+
+@pytest.mark.e2e
+def test_the_websocket_transport_speaks_the_same_messages(project, tmp_path):
+    """Over the gateway's WebSocket (the transport of HTML5 exports). Godot 3.2's desktop
+    WebSocketClient writes a frame's header and payload apart without TCP_NODELAY, so a
+    round trip costs a delayed ACK (~40 ms): a short run, to the step budget (exit 1)."""
+    with running_gateway(gateway_settings(tmp_path, auth_token="ws-secret")) as gateway:
+        result = cartpole(project, gateway.http_port, "--transport", "ws", "--async", "--token", "ws-secret",
+                          "--max-env-steps", "30")
+        after = metrics(gateway, "ws-secret")
+    assert result.returncode == 1, result  # the budget, not an error
+    assert "budget spent before the target" in result.stdout and "transport: ws" in result.stdout
+    assert after["connections_total"] == {"ws": 1}
+    assert after["serving"]["actions_served_total"] >= 30
+    assert after["serving"]["episodes_ended"].get("terminated", 0) >= 1
+    assert after["errors"] == {}
+
+
+# -- Auth and errors ----------------------------------------------------------------------
+
+TOKEN = "godot-secret-7"
+
+
+@pytest.mark.e2e
+def test_with_auth_on_the_right_token_trains_and_a_wrong_or_missing_one_is_a_clear_error(project, tmp_path):
+    with running_gateway(gateway_settings(tmp_path, auth_token=TOKEN)) as gateway:
+        wrong = cartpole(project, gateway.tcp_port, "--token", "not-the-token")
+        missing = cartpole(project, gateway.tcp_port)
+        right = cartpole(project, gateway.tcp_port, "--token", TOKEN, target=100)
+        after = metrics(gateway, TOKEN)
+    for refused in (wrong, missing):
+        # The gateway's ERROR frame reached the game as gateway_error(code, message).
+        assert refused.returncode == 3, refused
+        assert "error: the gateway refused us: [unauthorized]" in refused.stderr
+        assert "token" in refused.stderr and "(request PING)" in refused.stderr
+        assert "reached the target" not in refused.stdout
+    assert "not-the-token" not in wrong.stdout + wrong.stderr  # never echoed
+    reached(right)
+    assert after["weights_seq_no"] >= 1 and after["serving"]["actions_served_total"] > 0
+    assert after["errors"] == {"unauthorized": 2}
+
+
+@pytest.mark.e2e
+def test_a_gateway_limit_reaches_the_game_as_an_error_it_handles(project, tmp_path):
+    """Three carts on one connection, two open episodes allowed per connection."""
+    with running_gateway(gateway_settings(tmp_path, max_open_episodes_per_connection=2)) as gateway:
+        result = cartpole(project, gateway.tcp_port, "--envs", "3")
+        after = metrics(gateway)
+    assert result.returncode == 3, result
+    assert "error: the gateway refused us: [too_many_episodes]" in result.stderr
+    assert "(request START_EPISODE)" in result.stderr and "max_open_episodes_per_connection" in result.stderr
+    assert after["errors"].get("too_many_episodes", 0) >= 1
+
+
+def test_exit_codes_say_bad_arguments_and_an_unreachable_gateway_apart(project):
+    bad = cartpole(project, 5555, "--inference", "remote")
+    assert bad.returncode == 2, bad
+    assert "--inference is thin or local" in bad.stderr and "usage:" in bad.stderr
+    with socket.create_server(("127.0.0.1", 0)) as placeholder:
+        free_port = placeholder.getsockname()[1]  # closed again below: nothing listens there
+    unreachable = cartpole(project, free_port, max_seconds=2)
+    assert unreachable.returncode == 3, unreachable
+    assert "error: cannot talk to the gateway: [connection_closed] cannot connect to" in unreachable.stderr
+    assert "retrying in" in unreachable.stdout  # it did try again before giving up
+
+
+# -- Reconnection ----------------------------------------------------------------------------
+
+
+class CuttingProxy:
+    """A TCP proxy to the gateway that cuts its first connection once the client has sent
+    `cut_after` bytes through it (both sides closed at once, as a dropped network would)."""
+
+    def __init__(self, target_port: int, cut_after: int) -> None:
+        self.target_port, self.cut_after = target_port, cut_after
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.cut = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for sock in (client, upstream):  # without it, Nagle and delayed ACKs cost 40 ms per request
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.connections += 1
+            first = self.connections == 1
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, first), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+        sent = 0
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+                sent += len(data)
+                if count and sent >= self.cut_after and not self.cut.is_set():
+                    self.cut.set()
+                    for sock in (source, sink):
+                        sock.shutdown(socket.SHUT_RDWR)
+                    return
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_connection_cut_mid_training_is_reconnected_and_training_goes_on(project, tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        proxy = CuttingProxy(gateway.tcp_port, cut_after=100_000)  # about 450 thin steps in
+        try:
+            result = cartpole(project, proxy.port)
+        finally:
+            proxy.close()
+        after = metrics(gateway)
+    run = reached(result)
+    assert proxy.cut.is_set() and proxy.connections >= 2
+    assert "rllink: the connection to 127.0.0.1" in result.stdout and "rllink: reconnected to" in result.stdout
+    assert "reconnects 1" in result.stdout  # the progress lines count it
+    # The gateway ended the episode open on the cut connection as truncated by the
+    # disconnect; the game went on with a new one, and the gateway trained.
+    assert after["serving"]["episodes_ended"].get("disconnect", 0) == 1
+    assert after["weights_seq_no"] >= 1
+    assert after["serving"]["actions_served_total"] >= run["env_steps"] - 1
+
+
+# -- TLS -------------------------------------------------------------------------------------
+
+
+def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_tls_with_a_pinned_self_signed_certificate(project, tmp_path):
+    cert, key = self_signed(tmp_path, "gateway")
+    other, _ = self_signed(tmp_path, "other")
+    settings = gateway_settings(tmp_path, tls_certfile=cert, tls_keyfile=key)
+    with running_gateway(settings) as gateway:
+        # Godot 3's mbedtls checks DNS names only: the certificate's "localhost", not the IP.
+        pinned = cartpole(project, gateway.tcp_port, "--tls-cert", str(cert), "--tls-hostname", "localhost", target=100)
+        untrusted = cartpole(project, gateway.tcp_port, "--tls-cert", str(other), "--tls-hostname", "localhost",
+                             max_seconds=20)
+        plain = cartpole(project, gateway.tcp_port, max_seconds=2)  # no TLS: the bridge does not answer plain RLlink
+    reached(pinned)
+    assert untrusted.returncode == 3 and "[tls_error]" in untrusted.stderr and "not trusted" in untrusted.stderr
+    assert "retrying" not in untrusted.stdout  # a certificate problem is not worth another try
+    assert plain.returncode == 3 and "[connection_closed]" in plain.stderr
+
+
+# -- The addon's ONNX runtime ------------------------------------------------------------------
+
+
+def _models() -> dict[str, tuple[bytes, list[int]]]:
+    """The gateway's exports with random weights: CartPole's (Gemm, Tanh; logits), a Box
+    policy on 2x3 observations (Flatten; mean and log std), and SAC's squashed-Gaussian
+    actor (Relu, Mul, Add, Concat)."""
+    import torch
+
+    from app.training.sac import SquashedGaussianActor
+
+    torch.manual_seed(0)
+    cartpole_policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=2), (64, 64))
+    box_policy = ActorCritic(BoxSpace(shape=(2, 3)), BoxSpace(shape=(2,), low=-1.0, high=1.0), (32, 16))
+    sac_actor = SquashedGaussianActor(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0), (16, 16))
+    with torch.no_grad():  # weights far from the initial near-zero outputs, so the comparison says something
+        for parameter in [*cartpole_policy.parameters(), *box_policy.parameters(), *sac_actor.parameters()]:
+            parameter.uniform_(-0.5, 0.5)
+    return {
+        "cartpole": (export_onnx(cartpole_policy, 3), [4]),
+        "box": (export_onnx(box_policy, 4, input_name="onnx::Gemm_0"), [2, 3]),
+        "sac": (export_onnx(sac_actor, 5), [3]),
+    }
+
+
+@pytest.mark.parametrize("name", ["cartpole", "box", "sac"])
+def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes(project, tmp_path, name):
+    model, shape = _models()[name]
+    model_path, obs_path = tmp_path / f"{name}.onnx", tmp_path / "obs.json"
+    model_path.write_bytes(model)
+    observations = np.random.default_rng(1).uniform(-3, 3, (32, *shape)).astype(np.float32)
+    obs_path.write_text(json.dumps([o.ravel().tolist() for o in observations]))
+    command = [GODOT, "--path", str(project), "-s", "res://tools/onnx_run.gd", "--",
+               str(model_path), str(obs_path), "x".join(map(str, shape))]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=godot_env(project))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
+    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: observations})[0]
+    assert meta["input_name"] == session.get_inputs()[0].name
+    assert meta["output_name"] == session.get_outputs()[0].name
+    assert meta["metadata"]["weights_seq_no"] in {"3", "4", "5"}
+    assert outputs.shape == expected.shape
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
