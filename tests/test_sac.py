@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 
+import gymnasium as gym
 import httpx
 import numpy as np
 import onnxruntime as ort
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from app.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
-from app.clients.gym_client import run
+from app.clients.gym_client import OnnxPolicy, run
 from app.clients.thin_client import run_thin
 from app.config import SACConfig, Settings
 from app.schemas import EpisodeChunk
@@ -191,3 +192,43 @@ def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(
     owed, trained, version = asyncio.run(scenario())
     assert owed == 0 and trained == 1000
     assert version == 4  # 1,000 owed gradient steps in versions of 250
+
+
+@pytest.mark.e2e
+def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
+    """A client faster than the learner sends EPISODES (no reply) and never waits: its data
+    is trained on all the same (the owed gradient steps go on after it stops), and the
+    final policy swings the pendulum up although most of the data came from early ones."""
+    rng = np.random.default_rng(0)
+    env = gym.make("Pendulum-v1")
+    with running_gateway(pendulum_settings(tmp_path)) as gateway, gateway.client("tcp", timeout=120) as client:
+        config = client.request({"type": "GET_CONFIG"})
+        policy_of = lambda state: OnnxPolicy(state, "obs", config["action_space"], rng, config["action_distribution"])  # noqa: E731
+        policy, versions = policy_of(client.request({"type": "GET_STATE"})), set()
+        for episode in range(75):  # 15,000 env steps
+            obs, _ = env.reset(seed=episode)
+            chunk = {"obs": [obs.tolist()], "actions": [], "rewards": [], "is_terminated": False, "is_truncated": True}
+            for _ in range(200):
+                action, _, _ = policy.act(obs)
+                obs, reward, _, _, _ = env.step(action)
+                chunk["actions"].append(action), chunk["rewards"].append(float(reward)), chunk["obs"].append(obs.tolist())
+            client.send({"type": "EPISODES", "episodes": [chunk]})
+            policy = policy_of(client.request({"type": "GET_STATE"}))  # the latest version, never waited for
+            versions.add(policy.weights_seq_no)
+        learner = gateway.service._learners["default_policy"]
+        owed_when_done = learner.owed_updates
+        wait_until(lambda: not learner.owes_updates and not gateway.service.training_in_progress, 300, "the owed gradient steps")
+        final = policy_of(client.request({"type": "GET_STATE"}))
+        trained = gateway.service.metrics.num_env_steps_trained_lifetime
+
+    returns = []
+    for i in range(5):
+        obs, _ = env.reset(seed=1000 + i)
+        total = 0.0
+        for _ in range(200):
+            obs, reward, _, _, _ = env.step(2 * np.tanh(final.dist_inputs(obs[None])[0, :1]))  # the mean action
+            total += reward
+        returns.append(total)
+    assert trained == 15_000
+    assert owed_when_done > 1000 and len(versions) < 30  # it ran ahead of the learner
+    assert np.mean(returns) > -800, returns  # random play: about -1,200
