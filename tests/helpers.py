@@ -1,5 +1,6 @@
 """What many test modules need, once: a gateway to test, episode chunks and frames, raw
-connections, waiting for a condition, and the hypothesis strategies of near-valid messages.
+connections, waiting for a condition, the hypothesis strategies of near-valid messages,
+and a TCP proxy that cuts a connection (for the engine kits' reconnect tests).
 
 No test module imports another, nor conftest.py: what two of them share lives here
 (fixtures, built on these, live in conftest.py).
@@ -480,3 +481,60 @@ def structured_messages(draw, spaces: PolicySet, allow_non_finite: bool) -> dict
     if draw(st.booleans()):
         message[draw(st.text(max_size=6))] = draw(json_values)
     return message
+
+
+class CuttingProxy:
+    """A TCP proxy to the gateway that cuts its first connection once the client has sent
+    `cut_after` bytes through it (both sides closed at once, as a dropped network would)."""
+
+    def __init__(self, target_port: int, cut_after: int) -> None:
+        self.target_port, self.cut_after = target_port, cut_after
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.cut = threading.Event()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for sock in (client, upstream):  # without it, Nagle and delayed ACKs cost 40 ms per request
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.connections += 1
+            first = self.connections == 1
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, first), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+        sent = 0
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+                sent += len(data)
+                if count and sent >= self.cut_after and not self.cut.is_set():
+                    self.cut.set()
+                    for sock in (source, sink):
+                        sock.shutdown(socket.SHUT_RDWR)
+                    return
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.server.close()
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass

@@ -27,7 +27,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import httpx
@@ -39,7 +38,7 @@ from app.spaces import BoxSpace, DiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
+from .helpers import CuttingProxy, RunningGateway, gateway_settings, running_gateway, wait_until
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "godot"
 GODOT = shutil.which("godot3-server")
@@ -238,63 +237,6 @@ def test_exit_codes_say_bad_arguments_and_an_unreachable_gateway_apart(project):
 
 
 # -- Reconnection ----------------------------------------------------------------------------
-
-
-class CuttingProxy:
-    """A TCP proxy to the gateway that cuts its first connection once the client has sent
-    `cut_after` bytes through it (both sides closed at once, as a dropped network would)."""
-
-    def __init__(self, target_port: int, cut_after: int) -> None:
-        self.target_port, self.cut_after = target_port, cut_after
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.connections = 0
-        self.cut = threading.Event()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            for sock in (client, upstream):  # without it, Nagle and delayed ACKs cost 40 ms per request
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.connections += 1
-            first = self.connections == 1
-            self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, first), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
-        sent = 0
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-                sent += len(data)
-                if count and sent >= self.cut_after and not self.cut.is_set():
-                    self.cut.set()
-                    for sock in (source, sink):
-                        sock.shutdown(socket.SHUT_RDWR)
-                    return
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                try:
-                    sock.close()
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.server.close()
-        for sock in self._sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
 
 
 @pytest.mark.e2e
