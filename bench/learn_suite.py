@@ -416,7 +416,7 @@ def run_gateway_side(task: Task, seed: int, budget: int, eval_episodes: int, cli
         "weights_seq_no": int(model.headers.get("X-Weights-Seq-No", metrics.get("weights_seq_no", 0))),
         "training_steps": metrics.get("num_training_steps"),
         "env_steps_trained": metrics.get("num_env_steps_trained_lifetime"),
-        "gradient_steps": (metrics.get("learner") or {}).get("gradient_steps"),
+        "gradient_steps_last_version": (metrics.get("learner") or {}).get("gradient_steps"),  # SAC
         "dropped_env_steps": metrics.get("dropped_env_steps"),
         "action_distribution": config["action_distribution"],
     }
