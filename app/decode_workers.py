@@ -202,6 +202,10 @@ class _Worker:
         if self._check is None:  # it had nothing outstanding: its silence counts from now
             self._answers_at_check, self._silent_checks = self._answers, 0
             self._check = self._loop.call_later(self._check_interval_s, self._check_silence)
+        if self._writer.transport.is_closing():
+            # It died and the event loop closed its socket, but the reader has yet to see
+            # that (uvloop would raise on a write): the reader answers the future with None.
+            return future
         try:
             self._writer.write(_LENGTH.pack(len(body)))
             self._writer.write(body)

@@ -72,6 +72,8 @@ class TcpBridge:
         host, port = writer.get_extra_info("peername")[:2]
 
         async def send(data: bytes, _tag: None) -> None:
+            if writer.transport.is_closing():  # the client has gone (uvloop would raise RuntimeError)
+                raise ConnectionResetError("the client closed the connection")
             writer.write(data)
             await writer.drain()
 

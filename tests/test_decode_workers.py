@@ -14,6 +14,7 @@ import socket
 import httpx
 import numpy as np
 import pytest
+import uvloop
 
 from app.policies import PolicySet
 from app.decode_workers import OFFLOAD_MIN_BODY_BYTES, DecodeWorkers
@@ -149,6 +150,28 @@ def test_workers_decode_large_bodies_as_the_event_loop_would():
             assert_same(here.request.model_dump(), there.request.model_dump())
         else:
             assert isinstance(here, FrameRejected) and here.error.message == there.error.message
+
+
+def test_a_body_for_a_worker_whose_socket_just_closed_is_decoded_here_not_an_error():
+    """A worker dies: the event loop closes its socket at once, its reader notices a turn
+    later. A body submitted in between (uvloop raises on writing to a closed transport)
+    must come back as None, to be decoded by the caller, not as an exception that ends
+    the client's connection. The socket is closed by hand here, at that very moment."""
+
+    async def submit_after_close() -> None:
+        workers = DecodeWorkers(1, ARRAY_FIELDS)
+        await workers.start()
+        try:
+            await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
+            (worker,) = workers._workers
+            worker._writer.transport.close()  # what the loop does when the worker dies
+            await asyncio.sleep(0)  # the socket is closed now; the reader wakes a turn later
+            future = await workers.submit(large_body())
+            assert future is not None and await asyncio.wait_for(future, 10) is None
+        finally:
+            await workers.stop()
+
+    uvloop.run(submit_after_close())
 
 
 def test_a_worker_still_starting_up_is_given_no_bodies():
