@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
@@ -14,6 +15,7 @@ from app.auth import require_token
 from app.config import DEFAULT_MODULE_ID
 from app.dependencies import get_gateway
 from app.gateway import Gateway
+from app.policies import Module
 from app.prometheus import render_prometheus
 from app.rest_models import (
     Client,
@@ -28,6 +30,7 @@ from app.rest_models import (
     SelfPlayStatus,
 )
 from app.training.onnx_export import PolicyState
+from app.training.service import TrainingService
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -111,6 +114,19 @@ def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
     return [Client.model_validate(client, from_attributes=True) for client in gateway.service.clients]
 
 
+def module_training(service: TrainingService, module: Module) -> dict[str, Any]:
+    """What /api/config and /api/policies both say of a module: its spaces and how it trains."""
+    return {
+        "observation_space": module.observation_space,
+        "action_space": module.action_space,
+        "trainable": module.trainable,
+        "opponent_of": module.opponent_of,
+        "algorithm": module.algorithm,
+        "ppo": service.module_ppo_config(module.module_id) if module.trainable else None,
+        "sac": service.module_sac_config(module.module_id) if module.trainable else None,
+    }
+
+
 def current_config(gateway: Gateway) -> GatewayConfig:
     settings, service, policies = gateway.settings, gateway.service, gateway.policies
     derived = {
@@ -124,16 +140,7 @@ def current_config(gateway: Gateway) -> GatewayConfig:
         onnx_output_names=service.onnx_output_names,
         ppo=service.ppo_config,
         policies={
-            module.module_id: PolicyConfigView(
-                observation_space=module.observation_space,
-                action_space=module.action_space,
-                trainable=module.trainable,
-                opponent_of=module.opponent_of,
-                algorithm=module.algorithm,
-                ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
-                sac=service.module_sac_config(module.module_id) if module.trainable else None,
-                self_play=module.self_play,
-            )
+            module.module_id: PolicyConfigView(**module_training(service, module), self_play=module.self_play)
             for module in policies.modules.values()
         },
         policy_mapping=policies.mapping,
@@ -232,14 +239,8 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
         listed.append(
             Policy(
                 module_id=module.module_id,
-                observation_space=module.observation_space,
-                action_space=module.action_space,
                 action_distribution=module.action_distribution,
-                trainable=module.trainable,
-                opponent_of=module.opponent_of,
-                algorithm=module.algorithm,
-                ppo=service.module_ppo_config(module.module_id) if module.trainable else None,
-                sac=service.module_sac_config(module.module_id) if module.trainable else None,
+                **module_training(service, module),
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
                 **{
                     **metrics[module.module_id].model_dump(),

@@ -14,7 +14,7 @@ from pathlib import Path
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, BoxSpace, Space
@@ -78,6 +78,15 @@ class SACConfig(BaseModel):
 
 Algorithm = Literal["ppo", "sac"]
 
+
+def check_hyperparameter_names(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """`values`, if every name is one of `model`'s (PPOConfig, SACConfig); else a ValueError naming the others."""
+    unknown = set(values) - set(model.model_fields)
+    if unknown:
+        what = model.__name__.removesuffix("Config")
+        raise ValueError(f"unknown {what} hyperparameters: {', '.join(sorted(unknown))}")
+    return values
+
 DEFAULT_MODULE_ID = "default_policy"
 MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a directory name under checkpoint_dir
 
@@ -115,21 +124,10 @@ class PolicyConfig(BaseModel):
     )
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
 
-    @field_validator("ppo")
+    @field_validator("ppo", "sac")
     @classmethod
-    def _known_ppo_names(cls, ppo: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(ppo) - set(PPOConfig.model_fields)
-        if unknown:
-            raise ValueError(f"unknown PPO hyperparameters: {', '.join(sorted(unknown))}")
-        return ppo
-
-    @field_validator("sac")
-    @classmethod
-    def _known_sac_names(cls, sac: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(sac) - set(SACConfig.model_fields)
-        if unknown:
-            raise ValueError(f"unknown SAC hyperparameters: {', '.join(sorted(unknown))}")
-        return sac
+    def _known_names(cls, values: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        return check_hyperparameter_names(values, {"ppo": PPOConfig, "sac": SACConfig}[info.field_name])
 
 
 class Settings(BaseSettings):

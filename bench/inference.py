@@ -44,7 +44,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from _common import HOST, emit, episodes_bodies, percentile, raise_fd_limit, rounded, running_gateway  # noqa: E402
-from latency import TRAINING_LINE, _trainer  # noqa: E402
+from latency import _trainer, training_windows  # noqa: E402
 
 from app.protocol import encode_frame  # noqa: E402
 
@@ -171,17 +171,13 @@ def during_training(gateway, seconds: float, connections: int) -> dict:
     trainer.start()
     result = run_clients(gateway.tcp_port, connections, 1, seconds, processes=2)
     trainer.join(timeout=150)
-    cycles = []
-    while (item := intervals.get(timeout=30)) is not None:
-        cycles.append(item)
+    while intervals.get(timeout=30) is not None:  # the trainer's cycles: drained so it can exit
+        pass
     with open(gateway.log_path, "rb") as f:
         f.seek(log_offset)
-        steps = [float(m.group(3)) for m in TRAINING_LINE.finditer(f.read().decode(errors="replace"))]
-    # The trainer's cycles are in time.monotonic(); the clients' samples in time.time().
-    offset = time.time() - time.monotonic()
-    windows = [(reply + offset - duration, reply + offset) for (_, reply, _), duration in zip(cycles, steps)]
+        windows = training_windows(f.read().decode(errors="replace"))  # in time.time(), as the samples
     during = [lat for sent, lat in result["samples"] if any(a <= sent <= b for a, b in windows)]
-    return {"training_steps": len(steps), "actions_per_s": result["actions_per_s"], **latency_summary(during)}
+    return {"training_steps": len(windows), "actions_per_s": result["actions_per_s"], **latency_summary(during)}
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
     `action_logp`, else from its `action_dist_inputs`, else from the current policy."""
     if chunk.action_logp is not None:
         return torch.from_numpy(chunk.action_logp)
-    device = policy.critic[0].weight.device
+    device = policy.device
     actions = torch.from_numpy(chunk.actions).to(device)
     dist_inputs = chunk.action_dist_inputs
     if dist_inputs is None or dist_inputs.shape[1] != policy.num_dist_inputs:
@@ -50,7 +50,7 @@ def build_batch(
 ) -> Batch:
     """Concatenate the chunks' steps and compute their advantages with GAE; the batch's
     tensors are on the policy's device (GAE itself runs in numpy)."""
-    device = policy.critic[0].weight.device
+    device = policy.device
     # V(s) of every observation, the last one of each chunk included, in one pass.
     all_obs = torch.from_numpy(np.concatenate([chunk.obs for chunk in chunks])).to(device)
     all_values = policy.value(all_obs).cpu().numpy()

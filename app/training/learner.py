@@ -26,7 +26,6 @@ from app.training.ppo import ppo_update
 class Learner:
     """Owns the policy's weights; every method is called from one thread at a time."""
 
-    off_policy = False  # on-policy: trains on fresh data only, clients wait for each version
     owed_env_steps = 0.0  # every step trains on the whole batch: nothing is left owed
     owes_updates = False
 

@@ -33,10 +33,10 @@ def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int, out_std: float
     return nn.Sequential(*layers)
 
 
-class ObservationNormalizer(nn.Module):
-    """(obs - mean) / std with a running mean and variance of every observation seen
-    (Welford's parallel update, as SB3's VecNormalize; no clipping, so that the ONNX export
-    can fold it into the first layer exactly). Its statistics are buffers: checkpointed."""
+class RunningNormalizer(nn.Module):
+    """(x - mean) / std with a running mean and variance of every x seen (Welford's
+    parallel update, as SB3's RunningMeanStd; no clipping, so that the ONNX export can
+    fold it into the first layer exactly). Its statistics are buffers: checkpointed."""
 
     def __init__(self, dim: int, epsilon: float = 1e-8) -> None:
         super().__init__()
@@ -47,7 +47,7 @@ class ObservationNormalizer(nn.Module):
 
     @torch.no_grad()
     def update(self, obs: torch.Tensor) -> None:
-        """Fold a batch of flat observations [N, dim] into the running statistics."""
+        """Fold a batch of flat values [N, dim] into the running statistics."""
         batch = obs.to(self.mean)
         batch_mean, batch_var, batch_count = batch.mean(0), batch.var(0, unbiased=False), batch.shape[0]
         delta, total = batch_mean - self.mean, self.count + batch_count
@@ -57,12 +57,12 @@ class ObservationNormalizer(nn.Module):
         self.count.copy_(total)
 
     def scale_and_shift(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(1 / std, mean) as float32: normalised = (obs - mean) * (1 / std)."""
+        """(1 / std, mean) as float32: normalised = (x - mean) * (1 / std)."""
         return (1 / torch.sqrt(self.var + self.epsilon)).float(), self.mean.float()
 
-    def forward(self, flat_obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, flat: torch.Tensor) -> torch.Tensor:
         inverse_std, mean = self.scale_and_shift()
-        return (flat_obs - mean) * inverse_std
+        return (flat - mean) * inverse_std
 
 
 class RewardScaler:
@@ -73,7 +73,7 @@ class RewardScaler:
 
     def __init__(self, gamma: float) -> None:
         self.gamma = gamma
-        self.returns = ObservationNormalizer(1)  # the same running statistics, of a scalar
+        self.returns = RunningNormalizer(1)
 
     def update(self, chunk_rewards: list[np.ndarray]) -> float:
         """Fold the chunks' discounted returns into the statistics; the scale to apply now."""
@@ -106,7 +106,7 @@ class ActorCritic(nn.Module):
         self.action_space = action_space
         self.hidden_sizes = tuple(hidden_sizes)
         obs_dim = observation_space.flat_dim
-        self.obs_norm = ObservationNormalizer(obs_dim) if normalize_obs else None
+        self.obs_norm = RunningNormalizer(obs_dim) if normalize_obs else None
         self.critic = mlp(obs_dim, self.hidden_sizes, 1, out_std=1.0)
         if isinstance(action_space, DiscreteSpace):
             self.actor = mlp(obs_dim, self.hidden_sizes, action_space.n, out_std=0.01)
@@ -114,6 +114,10 @@ class ActorCritic(nn.Module):
         else:
             self.actor = mlp(obs_dim, self.hidden_sizes, action_space.flat_dim, out_std=0.01)
             self.log_std = nn.Parameter(torch.zeros(action_space.flat_dim))
+
+    @property
+    def device(self) -> torch.device:
+        return self.critic[0].weight.device
 
     @property
     def is_discrete(self) -> bool:

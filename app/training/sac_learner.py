@@ -29,8 +29,6 @@ from app.training.sac import SAC
 class SACLearner:
     """Owns SAC's weights and buffer; every method is called from one thread at a time."""
 
-    off_policy = True
-
     @property
     def owes_updates(self) -> bool:
         """Whether a training step with no new data would still take a gradient step."""

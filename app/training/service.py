@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from app.config import PPOConfig, SACConfig, Settings
+from app.config import PPOConfig, SACConfig, Settings, check_hyperparameter_names
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
@@ -270,9 +270,7 @@ class TrainingService:
         if isinstance(self._learners[module_id], SACLearner):
             raise ValueError(f"{module_id!r} trains with sac: its hyperparameters are set at start-up (--sac.*)")
         current = base or self._learners[module_id].cfg
-        unknown = set(changes) - set(PPOConfig.model_fields)
-        if unknown:
-            raise ValueError(f"unknown PPO hyperparameters: {', '.join(sorted(unknown))}")
+        check_hyperparameter_names(changes, PPOConfig)
         if "hidden_sizes" in changes and tuple(changes["hidden_sizes"]) != current.hidden_sizes:
             raise ValueError("hidden_sizes cannot change while training (the weights have that shape)")
         for fixed in ("normalize_obs", "normalize_reward"):
