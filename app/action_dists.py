@@ -3,12 +3,17 @@ and log-probs, as RLLINK.md's "Action distributions" describes them. The gateway
 serving thin clients and the Python reference clients sample with these same functions.
 
 - `categorical`: k logits; an action is an index 0..k-1.
+- `multi_categorical` (MultiDiscrete `nvec`): the logits of each sub-action one after the
+  other; an action is one index per sub-action, its log-prob the sum of theirs.
 - `gaussian`: the mean then the log std of each of the d action values; a sample is
   mean + std * N(0, 1) (unbounded: clip it to the box before acting, and keep the
   sample itself for its log-prob).
 - `squashed_gaussian` (SAC): the mean then the log std of each of the d pre-squash values
   u; an action is low + (tanh(u) + 1) / 2 * (high - low), always inside the box, and its
   log-prob includes the change of variables (the tanh and the scale).
+
+An action mask (1 allowed, 0 not; one column per logit) is applied to the logits before
+any of this, as the exported ONNX applies it: `logits + (mask - 1) * MASK_PENALTY`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
+MASK_PENALTY = 1e8  # subtracted from a masked action's logit: its probability is exactly 0 in float32
+
+
+def mask_logits(logits: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """The logits [N, k] with the masked ones (mask 0) pushed to about -1e8."""
+    return logits if mask is None else logits + (np.asarray(mask, logits.dtype) - 1) * MASK_PENALTY
 
 
 def categorical_logp_all(logits: np.ndarray) -> np.ndarray:
@@ -32,6 +43,21 @@ def sample_categorical(logits: np.ndarray, rng: np.random.Generator, explore: np
     actions = np.minimum((cdf <= rng.random(len(cdf))[:, None]).sum(axis=1), cdf.shape[1] - 1)
     actions = np.where(explore, actions, np.argmax(logits, axis=1))
     return actions, logp_all[np.arange(len(actions)), actions]
+
+
+def sample_multi_categorical(
+    logits: np.ndarray, nvec: tuple[int, ...], rng: np.random.Generator, explore: np.ndarray | bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Actions [N, len(nvec)], one index per sub-action, and their summed log-probs."""
+    parts = [sample_categorical(part, rng, explore) for part in np.split(logits, np.cumsum(nvec)[:-1], axis=1)]
+    return np.stack([actions for actions, _ in parts], axis=1), np.sum([logp for _, logp in parts], axis=0)
+
+
+def multi_categorical_logp(logits: np.ndarray, nvec: tuple[int, ...], actions: np.ndarray) -> np.ndarray:
+    """Summed log-probs of actions [N, len(nvec)] under logits [N, sum(nvec)]."""
+    rows = np.arange(len(actions))
+    parts = np.split(logits, np.cumsum(nvec)[:-1], axis=1)
+    return np.sum([categorical_logp_all(part)[rows, actions[:, i]] for i, part in enumerate(parts)], axis=0)
 
 
 def gaussian_logp(dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -78,11 +104,16 @@ def sample_actions(
     explore: np.ndarray | bool = True,
     low: float | None = None,
     high: float | None = None,
+    nvec: tuple[int, ...] | None = None,
+    mask: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Actions ([N] ints, or [N, d] floats) and their log-probs under the named
-    distribution (`low`/`high`: the box's bounds, for `squashed_gaussian`)."""
+    """Actions ([N] ints, [N, len(nvec)] ints, or [N, d] floats) and their log-probs under
+    the named distribution (`low`/`high`: the box's bounds, for `squashed_gaussian`;
+    `nvec` for `multi_categorical`; `mask`: the action mask [N, k] of a discrete one)."""
     if distribution == "categorical":
-        return sample_categorical(dist_inputs, rng, explore)
+        return sample_categorical(mask_logits(dist_inputs, mask), rng, explore)
+    if distribution == "multi_categorical":
+        return sample_multi_categorical(mask_logits(dist_inputs, mask), nvec, rng, explore)
     if distribution == "gaussian":
         return sample_gaussian(dist_inputs, rng, explore)
     if distribution == "squashed_gaussian":
@@ -91,11 +122,19 @@ def sample_actions(
 
 
 def actions_logp(
-    distribution: str, dist_inputs: np.ndarray, actions: np.ndarray, low: float | None = None, high: float | None = None
+    distribution: str,
+    dist_inputs: np.ndarray,
+    actions: np.ndarray,
+    low: float | None = None,
+    high: float | None = None,
+    nvec: tuple[int, ...] | None = None,
+    mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Log-probs of given actions ([N] ints, or [N, d] floats) under the named distribution."""
+    """Log-probs of given actions (as `sample_actions` returns them) under the named distribution."""
     if distribution == "categorical":
-        return categorical_logp_all(dist_inputs)[np.arange(len(actions)), actions]
+        return categorical_logp_all(mask_logits(dist_inputs, mask))[np.arange(len(actions)), actions]
+    if distribution == "multi_categorical":
+        return multi_categorical_logp(mask_logits(dist_inputs, mask), nvec, actions)
     if distribution == "gaussian":
         return gaussian_logp(dist_inputs, actions)
     if distribution == "squashed_gaussian":

@@ -122,6 +122,7 @@ def module_training(service: TrainingService, module: Module) -> dict[str, Any]:
         "trainable": module.trainable,
         "opponent_of": module.opponent_of,
         "algorithm": module.algorithm,
+        "action_masking": module.action_masking,
         "ppo": service.module_ppo_config(module.module_id) if module.trainable else None,
         "sac": service.module_sac_config(module.module_id) if module.trainable else None,
     }

@@ -123,6 +123,7 @@ class PolicyConfig(BaseModel):
         default_factory=dict, description="SAC hyperparameters that differ from the gateway's --sac for this module."
     )
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
+    action_masking: bool = Field(False, description="Its actions may be masked (action_mask); see --action-masking.")
 
     @field_validator("ppo", "sac")
     @classmethod
@@ -153,7 +154,12 @@ class Settings(BaseSettings):
     # What the simulators look like.
     observation_space: BoxSpace = Field(CARTPOLE_OBSERVATION_SPACE, description="Observation space, as JSON.")
     action_space: Space = Field(
-        CARTPOLE_ACTION_SPACE, description="Action space, as JSON: discrete or box."
+        CARTPOLE_ACTION_SPACE, description="Action space, as JSON: discrete, multi_discrete or box."
+    )
+    action_masking: bool = Field(
+        False,
+        description="Illegal actions can be masked: chunks and GET_ACTION carry action_mask (one 0/1 per logit), "
+        "training respects it, and the ONNX takes it as a second input, action_mask (discrete action spaces).",
     )
 
     policies: dict[str, PolicyConfig] | None = Field(
@@ -204,6 +210,11 @@ class Settings(BaseSettings):
     )
     checkpoint_dir: Path = Field(
         Path("checkpoints"), description="Where the policy is saved and restored from (with --run-id: the run's)."
+    )
+    tensorboard_dir: Path | None = Field(
+        None,
+        description="Write TensorBoard event files here (per module: returns, lengths, losses, entropy, KL; "
+        "env steps/s); with --run-id: <runs-dir>/<run-id>/tensorboard unless set; unset: none written.",
     )
     config: Path | None = Field(
         None, description="A YAML file of settings (the names of this list); flags and RLLINK_ variables override it."
@@ -275,9 +286,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _run_directory(self) -> Settings:
-        """With a run id, the checkpoints go in the run's folder unless checkpoint_dir is set."""
+        """With a run id, the checkpoints and event files go in the run's folder unless set."""
         if self.run_id is not None and "checkpoint_dir" not in self.model_fields_set:
             self.checkpoint_dir = self.runs_dir / self.run_id / "checkpoints"
+        if self.run_id is not None and "tensorboard_dir" not in self.model_fields_set:
+            self.tensorboard_dir = self.runs_dir / self.run_id / "tensorboard"
         return self
 
     @property

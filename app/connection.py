@@ -46,6 +46,7 @@ from app.schemas import (
     SetConfig,
     SetState,
 )
+from app.training.onnx_export import ACTION_MASK_INPUT
 from app.training.service import PolicySetState
 
 if TYPE_CHECKING:
@@ -282,6 +283,7 @@ class Connection(Generic[Tag]):
                 action_space=module.action_space,
                 onnx_input_name=settings.onnx_input_name,
                 onnx_output_names=self._service.onnx_output_names,
+                onnx_action_mask_input_name=ACTION_MASK_INPUT if module.action_masking else None,
                 action_distribution=module.action_distribution,
                 trainable=module.trainable,
             )

@@ -19,6 +19,7 @@ from app.protocol import ReplyEncoder
 from app.runs import RunExists, prepare_run
 from app.schemas import ARRAY_FIELDS
 from app.tcp_bridge import TcpBridge
+from app.tensorboard_log import TensorBoardLog
 from app.traffic import TrafficStats
 from app.training.checkpoints import CheckpointMismatch
 from app.serving.service import ServingService
@@ -45,6 +46,7 @@ class Gateway:
         self.serving = ServingService(settings, self.policies, self.service, seed=settings.seed)
         self.traffic = TrafficStats()
         self.history = MetricsHistory()  # filled at every training step (app/main.py wires it)
+        self.board: TensorBoardLog | None = None  # event files, with tensorboard_dir (opened by start)
         self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)
         self.replies = ReplyEncoder()  # encodes the replies many clients get alike once
         self.tcp_bridge = TcpBridge(self) if settings.tcp_enabled else None
@@ -60,6 +62,12 @@ class Gateway:
             await self.service.start()
         except CheckpointMismatch as exc:
             raise StartupError(str(exc)) from None
+        if self.settings.tensorboard_dir is not None:
+            try:
+                self.board = TensorBoardLog(self.settings.tensorboard_dir)
+            except OSError as exc:
+                await self.service.stop()
+                raise StartupError(f"cannot write TensorBoard event files in {self.settings.tensorboard_dir}: {exc.strerror or exc}") from None
         self.serving.start()
         try:
             await self.decoders.start()
@@ -102,3 +110,5 @@ class Gateway:
         await self.decoders.stop()
         await self.serving.stop()
         await self.service.stop()
+        if self.board is not None:
+            self.board.close()

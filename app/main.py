@@ -22,11 +22,19 @@ from app.gateway import Gateway
 log = logging.getLogger("app.main")
 
 
+def record_step(gateway: Gateway) -> None:
+    """A snapshot of /api/metrics after every training step: the dashboard's history, and
+    the TensorBoard event files when they are on."""
+    snapshot = api.collect_metrics(gateway).model_dump(mode="json")
+    gateway.history.record(snapshot)
+    if gateway.board is not None:
+        gateway.board.record(snapshot)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """A gateway app; nothing listens or trains until its lifespan (or `app.state.gateway.start()`) runs."""
     gateway = Gateway(settings or Settings())
-    # The dashboard's history: a snapshot of /api/metrics at every training step.
-    gateway.service.add_step_listener(lambda: gateway.history.record(api.collect_metrics(gateway).model_dump(mode="json")))
+    gateway.service.add_step_listener(lambda: record_step(gateway))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

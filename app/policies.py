@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from app.config import DEFAULT_MODULE_ID, PPOConfig, SACConfig, SelfPlayConfig, Settings
-from app.spaces import BoxSpace, DiscreteSpace
+from app.spaces import ActionSpace, BoxSpace, DiscreteSpace, MultiDiscreteSpace, is_discrete
 
 
 MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
@@ -31,14 +31,20 @@ class Module:
 
     module_id: str
     observation_space: BoxSpace
-    action_space: BoxSpace | DiscreteSpace
+    action_space: ActionSpace
     ppo: PPOConfig | None = None  # None: a frozen self-play opponent, never trained
     self_play: SelfPlayConfig | None = None
     opponent_of: str | None = None  # the learner whose snapshots this opponent plays
     algorithm: str = "ppo"  # "ppo" or "sac" (an opponent: its learner's)
     sac: SACConfig | None = None  # with algorithm "sac"
+    action_masking: bool = False  # chunks and GET_ACTION may carry action_mask; the ONNX takes one
 
     def __post_init__(self) -> None:
+        if self.action_masking and not is_discrete(self.action_space):
+            raise ValueError(
+                f"module {self.module_id!r}: action_masking needs a discrete or multi_discrete action space, "
+                f"got {self.action_space.model_dump_json()}"
+            )
         if self.algorithm == "sac" and not _bounded_box(self.action_space):
             raise ValueError(
                 f"module {self.module_id!r}: sac needs a box action space with finite low and high "
@@ -59,10 +65,12 @@ class Module:
         """How clients turn the model's output into an action (RLLINK.md, "Action distributions")."""
         if isinstance(self.action_space, DiscreteSpace):
             return "categorical"
+        if isinstance(self.action_space, MultiDiscreteSpace):
+            return "multi_categorical"
         return "squashed_gaussian" if self.algorithm == "sac" else "gaussian"
 
 
-def _bounded_box(space: BoxSpace | DiscreteSpace) -> bool:
+def _bounded_box(space: ActionSpace) -> bool:
     return (
         isinstance(space, BoxSpace)
         and space.low is not None
@@ -96,7 +104,7 @@ class PolicySet:
 
     @classmethod
     def single(
-        cls, observation_space: BoxSpace, action_space: BoxSpace | DiscreteSpace, ppo: PPOConfig | None = None
+        cls, observation_space: BoxSpace, action_space: ActionSpace, ppo: PPOConfig | None = None
     ) -> PolicySet:
         """One trainable module, `default_policy`, that every agent plays."""
         return cls([Module(DEFAULT_MODULE_ID, observation_space, action_space, ppo or PPOConfig())])
@@ -107,7 +115,7 @@ class PolicySet:
         if settings.policies is None:
             module = Module(
                 DEFAULT_MODULE_ID, settings.observation_space, settings.action_space, settings.ppo,
-                algorithm=settings.algorithm, sac=settings.sac,
+                algorithm=settings.algorithm, sac=settings.sac, action_masking=settings.action_masking,
             )
             return cls([module], settings.policy_mapping)
         modules = []
@@ -116,12 +124,18 @@ class PolicySet:
             sac = SACConfig.model_validate({**settings.sac.model_dump(), **policy.sac})
             algorithm = policy.algorithm or settings.algorithm
             modules.append(
-                Module(module_id, policy.observation_space, policy.action_space, ppo, policy.self_play, algorithm=algorithm, sac=sac)
+                Module(
+                    module_id, policy.observation_space, policy.action_space, ppo, policy.self_play,
+                    algorithm=algorithm, sac=sac, action_masking=policy.action_masking,
+                )
             )
             if policy.self_play is not None:
                 opponent_id = policy.self_play.opponent_module_id or f"{module_id}_opponent"
                 modules.append(
-                    Module(opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id, algorithm=algorithm)
+                    Module(
+                        opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id,
+                        algorithm=algorithm, action_masking=policy.action_masking,
+                    )
                 )
         return cls(modules, settings.policy_mapping)
 

@@ -172,6 +172,7 @@ class Policy(PolicyMetrics):
     trainable: bool = Field(description="False for a frozen self-play opponent.")
     opponent_of: str | None = Field(description="For a self-play opponent: the module whose snapshots it plays.")
     algorithm: Literal["ppo", "sac"] = Field(description="How it trains (an opponent: as its learner).")
+    action_masking: bool = Field(description="Its ONNX takes an action_mask input; chunks and GET_ACTION may carry one.")
     ppo: PPOConfig | None = Field(description="Its PPO hyperparameters (None for a frozen opponent).")
     sac: SACConfig | None = Field(None, description="Its SAC hyperparameters (a SAC module only).")
     self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
@@ -185,6 +186,7 @@ class PolicyConfigView(BaseModel):
     trainable: bool
     opponent_of: str | None
     algorithm: Literal["ppo", "sac"]
+    action_masking: bool
     ppo: PPOConfig | None
     sac: SACConfig | None = None
     self_play: SelfPlayConfig | None

@@ -29,7 +29,7 @@ from pydantic import (
 
 from app.config import DEFAULT_MODULE_ID
 from app.policies import UnknownModule
-from app.spaces import BoxSpace, DiscreteSpace, Space
+from app.spaces import ActionSpace, BoxSpace, DiscreteSpace, MultiDiscreteSpace, Space, is_discrete, num_logits
 
 if TYPE_CHECKING:
     from app.policies import Module, PolicySet
@@ -185,18 +185,63 @@ def _kind_name(array: np.ndarray) -> str:
     return {"U": "strings", "b": "booleans"}.get(array.dtype.kind, str(array.dtype))
 
 
-def num_dist_inputs(action_space: BoxSpace | DiscreteSpace) -> int:
-    """Width of one step's `action_dist_inputs`: n logits for Discrete(n), a mean and a
-    log_std per dimension for a Box (as app.training.policy.ActorCritic outputs them)."""
-    if isinstance(action_space, DiscreteSpace):
-        return action_space.n
+def num_dist_inputs(action_space: ActionSpace) -> int:
+    """Width of one step's `action_dist_inputs`: n logits for Discrete(n), sum(nvec) for a
+    MultiDiscrete, a mean and a log_std per dimension for a Box (as
+    app.training.policy.ActorCritic outputs them)."""
+    if is_discrete(action_space):
+        return num_logits(action_space)
     return 2 * action_space.flat_dim
 
 
-def _dist_inputs_layout(action_space: BoxSpace | DiscreteSpace) -> str:
+def _dist_inputs_layout(action_space: ActionSpace) -> str:
     if isinstance(action_space, DiscreteSpace):
         return f"{action_space.n} logits for Discrete({action_space.n})"
+    if isinstance(action_space, MultiDiscreteSpace):
+        return f"{num_logits(action_space)} logits, each sub-action's in turn, for MultiDiscrete({list(action_space.nvec)})"
     return f"a mean and a log_std for each of the Box's {action_space.flat_dim} dimensions"
+
+
+def action_mask_array(value: Any, what: str, rows: int | None = None) -> np.ndarray:
+    """An action mask as float32 0/1 [rows, k] from lists of booleans or of 0 and 1."""
+    if isinstance(value, list) and value and isinstance(value[0], list) and value[0] and type(value[0][0]) is bool:
+        try:
+            array = np.array(value, dtype=bool)
+        except ValueError:
+            raise ValueError(f"{what} must be a rectangular list of true/false or 0/1 values") from None
+        if array.dtype != bool:
+            raise ValueError(f"{what} must hold true/false or 0/1 values only")
+        array = array.astype(np.float32)
+    else:
+        array = _as_array(value, np.float32, what, _row_size(value))
+        if array.size and not np.isin(array, (0.0, 1.0)).all():
+            raise ValueError(f"{what} must hold true/false or 0/1 values only")
+    if array.ndim != 2 or (rows is not None and len(array) != rows):
+        raise ValueError(f"{what} must be a list of {'T' if rows is None else rows} masks, each a list of 0/1 per logit")
+    return array
+
+
+def mask_allows(mask: np.ndarray, actions: np.ndarray, space: DiscreteSpace | MultiDiscreteSpace) -> np.ndarray:
+    """Per step, whether the mask [T, k] allows the action taken (ints [T] or [T, len(nvec)])."""
+    nvec = (space.n,) if isinstance(space, DiscreteSpace) else space.nvec
+    columns = actions.reshape(len(actions), -1) + np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    return np.take_along_axis(mask, columns, axis=1).all(axis=1) > 0
+
+
+def check_action_mask(mask: np.ndarray, module: Module, what: str) -> np.ndarray:
+    """The mask [T, k] fits the module's logits and leaves each sub-action a choice."""
+    if not module.action_masking:
+        raise ValueError(f"{what} given, but module {module.module_id!r} takes no action masks (set action_masking)")
+    space = module.action_space
+    if mask.shape[1] != (width := num_logits(space)):
+        raise ValueError(f"each {what} must hold {width} values, one per logit ({_dist_inputs_layout(space)}), got {mask.shape[1]}")
+    nvec = (space.n,) if isinstance(space, DiscreteSpace) else space.nvec
+    for i, part in enumerate(np.split(mask, np.cumsum(nvec)[:-1], axis=1)):
+        if not part.any(axis=1).all():
+            step = int(np.argmin(part.any(axis=1)))
+            where = "" if len(nvec) == 1 else f" for sub-action {i}"
+            raise ValueError(f"{what} at step {step} allows no action{where}: at least one must be allowed")
+    return mask
 
 
 class _Message(BaseModel):
@@ -237,6 +282,11 @@ class EpisodeChunk(_Message):
     action_dist_inputs: np.ndarray | None = Field(
         None,
         description="T policy outputs per step: n logits for Discrete(n), mean and log_std per dimension for a Box.",
+    )
+    action_mask: np.ndarray | None = Field(
+        None,
+        description="T masks, one 0/1 (or false/true) per logit: the actions allowed at each step "
+        "(modules with action_masking; absent: all allowed).",
     )
     episode_id: str | None = Field(
         None,
@@ -290,10 +340,30 @@ class EpisodeChunk(_Message):
             if array.size and (array.min() < 0 or array.max() >= space.n):
                 raise ValueError(f"actions must lie in 0..{space.n - 1}{_of(spaces)}")
             return array.astype(np.int64)
+        if isinstance(space, MultiDiscreteSpace):
+            return _multi_discrete_actions(value, space, _of(spaces))
         array = _as_array(value, np.float32, "actions", _row_size(value), _from_json(info))
         if isinstance(space, BoxSpace) and array.shape[1:] != space.shape:
             raise ValueError(f"each action must have shape {list(space.shape)}{_of(spaces)}, got {list(array.shape[1:])}")
         return array
+
+    @field_validator("action_mask", mode="before")
+    @classmethod
+    def _action_mask(cls, value: Any, info: ValidationInfo) -> np.ndarray | None:
+        if value is None:
+            return None
+        mask = action_mask_array(value, "action_mask")
+        spaces = _spaces(info)
+        if spaces is None:
+            return mask
+        check_action_mask(mask, spaces, "action_mask")
+        actions = info.data.get("actions")
+        if actions is not None and len(actions) == len(mask):  # else the lengths' error says it
+            allowed = mask_allows(mask, actions, spaces.action_space)
+            if not allowed.all():
+                step = int(np.argmin(allowed))
+                raise ValueError(f"actions[{step}] is an action that action_mask[{step}] forbids")
+        return mask
 
     @field_validator("rewards", "action_logp", mode="before")
     @classmethod
@@ -326,7 +396,7 @@ class EpisodeChunk(_Message):
         steps = len(self.actions)
         if len(self.obs) != steps + 1:
             raise ValueError(f"obs must hold len(actions) + 1 = {steps + 1} observations, got {len(self.obs)}")
-        for name in ("rewards", "action_logp", "action_dist_inputs"):
+        for name in ("rewards", "action_logp", "action_dist_inputs", "action_mask"):
             array = getattr(self, name)
             if array is not None and len(array) != steps:
                 raise ValueError(f"{name} must hold len(actions) = {steps} entries, got {len(array)}")
@@ -339,8 +409,22 @@ class EpisodeChunk(_Message):
         return len(self.actions)
 
 
+def _multi_discrete_actions(value: Any, space: MultiDiscreteSpace, of: str) -> np.ndarray:
+    """Actions [T, len(nvec)] of ints, each in its sub-action's range."""
+    array = _as_array(value, np.float64, "actions", _row_size(value))
+    if array.ndim != 2 or array.shape[1] != len(space.nvec) or not np.all(array == np.floor(array)):
+        raise ValueError(
+            f"actions must be a list of T lists of {len(space.nvec)} integers for MultiDiscrete({list(space.nvec)}){of}"
+        )
+    bad = (array < 0) | (array >= np.asarray(space.nvec))
+    if bad.any():
+        step, i = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"actions[{step}][{i}] must lie in 0..{space.nvec[i] - 1}{of}, got {array[step, i]:g}")
+    return array.astype(np.int64)
+
+
 # The fields of a chunk that hold numbers per step: JSON decoders may give them as arrays.
-ARRAY_FIELDS = frozenset({"obs", "actions", "rewards", "action_logp", "action_dist_inputs"})
+ARRAY_FIELDS = frozenset({"obs", "actions", "rewards", "action_logp", "action_dist_inputs", "action_mask"})
 
 
 # -- Requests (client -> server) ---------------------------------------------------
@@ -416,6 +500,12 @@ class ActionRequest(NamedTuple):
     episode_id: str
     obs: np.ndarray  # float32, the episode's current observation (its shape is checked later)
     explore: bool  # False: the deterministic action (argmax, or the mean)
+    action_mask: np.ndarray | None = None  # float32 0/1 [k]: the actions allowed (checked later)
+
+
+def _one_mask(value: Any, what: str = "action_mask") -> np.ndarray | None:
+    """One step's action mask [k] (None: all actions allowed)."""
+    return None if value is None else action_mask_array([value], what)[0]
 
 
 class GetAction(_Message):
@@ -427,11 +517,15 @@ class GetAction(_Message):
     episode_id: str | None = Field(None, min_length=1, max_length=256)
     obs: np.ndarray | None = None
     explore: StrictBool = True
+    action_mask: np.ndarray | None = Field(
+        None, description="The actions allowed now, one 0/1 per logit (modules with action_masking)."
+    )
     batch: Annotated[list[ActionRequest] | None, SkipValidation] = Field(
-        None, description="Many at once, [{episode_id, obs, explore?}, ...], answered in order."
+        None, description="Many at once, [{episode_id, obs, explore?, action_mask?}, ...], answered in order."
     )
 
     _obs = field_validator("obs", mode="before")(classmethod(lambda cls, value: None if value is None else _observation(value)))
+    _mask = field_validator("action_mask", mode="before")(classmethod(lambda cls, value: _one_mask(value)))
 
     @field_validator("batch", mode="before")
     @classmethod
@@ -443,7 +537,7 @@ class GetAction(_Message):
             return None
         if type(value) is not list or not value:
             raise ValueError("batch must be a non-empty list of {episode_id, obs, explore?}")
-        ids, observations, explore = [], [], []
+        ids, observations, explore, masks = [], [], [], []
         for i, item in enumerate(value):
             if type(item) is not dict:
                 raise ValueError(f"batch item {i} must be an object {{episode_id, obs, explore?}}")
@@ -455,6 +549,12 @@ class GetAction(_Message):
             ids.append(episode_id)
             observations.append(item.get("obs"))
             explore.append(flag)
+            if (mask := item.get("action_mask")) is not None:
+                try:
+                    mask = _one_mask(mask)
+                except ValueError as exc:
+                    raise ValueError(f"batch item {i}: {exc}") from None
+            masks.append(mask)
         rows = _fast_floats(observations, np.float32, _row_size(observations), _from_json(info)) if observations else None
         if rows is None:
             rows = []
@@ -463,11 +563,11 @@ class GetAction(_Message):
                     rows.append(_observation(obs))
                 except ValueError as exc:
                     raise ValueError(f"batch item {i}: {exc}") from None
-        return list(map(ActionRequest, ids, rows, explore))
+        return list(map(ActionRequest, ids, rows, explore, masks))
 
     @model_validator(mode="after")
     def _one_or_a_batch(self) -> GetAction:
-        single = self.episode_id is not None or self.obs is not None
+        single = self.episode_id is not None or self.obs is not None or self.action_mask is not None
         if self.batch is not None and single:
             raise ValueError("give either episode_id and obs, or batch, not both")
         if self.batch is None and (self.episode_id is None or self.obs is None):
@@ -478,7 +578,7 @@ class GetAction(_Message):
     def requests(self) -> list[ActionRequest]:
         if self.batch is not None:
             return self.batch
-        return [ActionRequest(self.episode_id, self.obs, self.explore)]
+        return [ActionRequest(self.episode_id, self.obs, self.explore, self.action_mask)]
 
 
 class LogAction(_EpisodeRequest):
@@ -486,9 +586,11 @@ class LogAction(_EpisodeRequest):
 
     type: Literal["LOG_ACTION"] = "LOG_ACTION"
     obs: np.ndarray = Field(description="The observation the action was chosen on.")
-    action: int | list[float] | list[list[float]] = Field(description="As in a chunk's actions.")
+    action: int | list[int] | list[float] | list[list[float]] = Field(description="As in a chunk's actions.")
+    action_mask: np.ndarray | None = Field(None, description="The actions that were allowed (modules with action_masking).")
 
     _obs = field_validator("obs", mode="before")(classmethod(lambda cls, value: _observation(value)))
+    _mask = field_validator("action_mask", mode="before")(classmethod(lambda cls, value: _one_mask(value)))
 
 
 class LogReturns(_EpisodeRequest):
@@ -523,7 +625,7 @@ class Pong(_Message):
     type: Literal["PONG"] = "PONG"
 
 
-ActionDistribution = Literal["categorical", "gaussian", "squashed_gaussian"]
+ActionDistribution = Literal["categorical", "multi_categorical", "gaussian", "squashed_gaussian"]
 
 
 class PolicyDescription(BaseModel):
@@ -533,6 +635,9 @@ class PolicyDescription(BaseModel):
     action_space: Space
     onnx_input_name: str
     onnx_output_names: list[str]
+    onnx_action_mask_input_name: str | None = Field(
+        None, description="The model's second input, the action mask [batch, k] (1 allowed, 0 not); None: no masking."
+    )
     action_distribution: ActionDistribution = Field(description="How to turn the model's output into an action.")
     trainable: bool = Field(description="False for a frozen self-play opponent: play it, send none of its experience.")
 
@@ -548,6 +653,7 @@ class SetConfig(_Message):
     action_space: Space
     onnx_input_name: str
     onnx_output_names: list[str]
+    onnx_action_mask_input_name: str | None = None
     action_distribution: ActionDistribution
     policies: dict[str, PolicyDescription] = Field(description="Every module, by module_id.")
     policy_mapping: dict[str, str] = Field(description="agent_id glob -> module_id; the first glob that matches wins.")

@@ -1,7 +1,7 @@
 """Observation and action spaces, as the gateway configures and announces them.
 
-Two kinds, matching gymnasium's `Box` and `Discrete`; serialisable as JSON so they
-can ride in `SET_CONFIG`, the REST config and the ONNX metadata.
+Matching gymnasium's `Box`, `Discrete` and `MultiDiscrete`; serialisable as JSON so
+they can ride in `SET_CONFIG`, the REST config and the ONNX metadata.
 """
 
 from __future__ import annotations
@@ -44,7 +44,27 @@ class DiscreteSpace(BaseModel):
     n: int = Field(ge=2)
 
 
-Space = Annotated[Union[BoxSpace, DiscreteSpace], Field(discriminator="type")]
+class MultiDiscreteSpace(BaseModel):
+    """Several choices made at once (move and jump and aim): sub-action i is one of 0..nvec[i]-1."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["multi_discrete"] = "multi_discrete"
+    nvec: tuple[Annotated[int, Field(ge=2)], ...] = Field(min_length=1, max_length=1024)
+
+
+Space = Annotated[Union[BoxSpace, DiscreteSpace, MultiDiscreteSpace], Field(discriminator="type")]
+ActionSpace = BoxSpace | DiscreteSpace | MultiDiscreteSpace
+
+
+def num_logits(space: DiscreteSpace | MultiDiscreteSpace) -> int:
+    """Logits of a discrete space: n, or every sub-action's one after the other (sum of nvec)."""
+    return space.n if isinstance(space, DiscreteSpace) else sum(space.nvec)
+
+
+def is_discrete(space: ActionSpace) -> bool:
+    """Chosen from logits (Discrete, MultiDiscrete), not from a Gaussian."""
+    return isinstance(space, (DiscreteSpace, MultiDiscreteSpace))
 
 CARTPOLE_OBSERVATION_SPACE = BoxSpace(shape=(4,))
 CARTPOLE_ACTION_SPACE = DiscreteSpace(n=2)

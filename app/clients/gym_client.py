@@ -28,6 +28,7 @@ from app.clients.rllink_client import RLlinkClient
 log = logging.getLogger("app.clients")
 
 RLLIB_REFERENCE_INPUT_NAME = "onnx::Gemm_0"  # what RLlib's client feeds when the config names nothing
+_DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_categorical", "box": "gaussian"}
 
 
 @dataclass
@@ -68,14 +69,16 @@ class OnnxPolicy:
         action_space: dict,
         rng: np.random.Generator,
         distribution: str | None = None,
+        mask_input: str | None = None,
     ):
         model = gzip.decompress(base64.b64decode(set_state["onnx_file"]))
         self.session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         self.weights_seq_no = int(set_state["weights_seq_no"])
         self.input_name = input_name
+        self.mask_input = mask_input  # SET_CONFIG's onnx_action_mask_input_name
         self.action_space = action_space
         # SET_CONFIG's action_distribution; RLlib's own server sends none: by the space.
-        self.distribution = distribution or ("categorical" if action_space["type"] == "discrete" else "gaussian")
+        self.distribution = distribution or _DEFAULT_DISTRIBUTIONS[action_space["type"]]
         self.rng = rng
 
     @classmethod
@@ -91,9 +94,9 @@ class OnnxPolicy:
         """One module's model from SET_STATE's `onnx_files` (base64 of the gzipped ONNX)."""
         return cls({"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}, input_name, action_space, rng, distribution)
 
-    def act(self, obs: np.ndarray) -> tuple[Any, float, list[float]]:
-        """Sample one action; return it, its log-prob and the raw policy outputs."""
-        dist_inputs = self.dist_inputs(np.asarray(obs)[None])
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None) -> tuple[Any, float, list[float]]:
+        """Sample one action (among those `mask` allows); return it, its log-prob and the raw policy outputs."""
+        dist_inputs = self.dist_inputs(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None])
         actions, logps = self.sample(dist_inputs)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), dist_inputs[0].tolist()
@@ -102,17 +105,25 @@ class OnnxPolicy:
         """Sample an action for each row of `obs` [N, *obs_shape] with one model call."""
         return self.sample(self.dist_inputs(obs))
 
-    def dist_inputs(self, obs: np.ndarray) -> np.ndarray:
-        """The model's output 0 for a batch of observations, as float64 [N, width]."""
-        (outputs,) = self.session.run(None, {self.input_name: obs.astype(np.float32)})[:1]
+    def dist_inputs(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """The model's output 0 for a batch of observations (and action masks [N, k], all
+        allowed if None, for a model that takes them), as float64 [N, width]."""
+        feed = {self.input_name: obs.astype(np.float32)}
+        if self.mask_input is not None:
+            width = self.session.get_inputs()[1].shape[1]
+            feed[self.mask_input] = np.ones((len(obs), width), np.float32) if mask is None else mask.astype(np.float32)
+        (outputs,) = self.session.run(None, feed)[:1]
         return outputs.astype(np.float64)
 
     def sample(self, dist_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Actions and their log-probs: ints [N] from logits, or floats [N, *shape] from a
-        mean and log std (unclipped for `gaussian`, in the box for `squashed_gaussian`)."""
+        """Actions and their log-probs: ints [N] (or [N, len(nvec)]) from logits, or floats
+        [N, *shape] from a mean and log std (unclipped for `gaussian`, in the box for
+        `squashed_gaussian`)."""
         space = self.action_space
-        actions, logps = sample_actions(self.distribution, dist_inputs, self.rng, True, space.get("low"), space.get("high"))
-        if space["type"] == "discrete":
+        actions, logps = sample_actions(
+            self.distribution, dist_inputs, self.rng, True, space.get("low"), space.get("high"), space.get("nvec")
+        )
+        if space["type"] in ("discrete", "multi_discrete"):
             return actions, logps
         shape = tuple(space.get("shape") or (actions.shape[1],))
         return actions.reshape(len(actions), *shape), logps
@@ -144,26 +155,32 @@ def run(
     input_name = config.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME)
     action_space = config.get("action_space", {"type": "discrete"})
     distribution = config.get("action_distribution")
-    policy = OnnxPolicy(client.request({"type": "GET_STATE"}), input_name, action_space, rng, distribution)
+    # A masked module: the env's info["action_mask"] (gymnasium's convention) goes to the model and the chunk.
+    mask_input = config.get("onnx_action_mask_input_name")
+    policy_of = lambda state: OnnxPolicy(state, input_name, action_space, rng, distribution, mask_input)  # noqa: E731
+    policy = policy_of(client.request({"type": "GET_STATE"}))
 
     env = gym.make(env_id)
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     episode_id, episode_return = uuid.uuid4().hex, 0.0
     while True:
         chunks, chunk = [], _new_chunk(obs)
         for _ in range(steps_per_sample):
-            action, logp, _dist = policy.act(np.asarray(obs))
-            obs, reward, terminated, truncated, _ = env.step(env_action(action, action_space))
+            mask = np.asarray(info["action_mask"], np.float32) if mask_input is not None else None
+            action, logp, _dist = policy.act(np.asarray(obs), mask)
+            obs, reward, terminated, truncated, info = env.step(env_action(action, action_space))
             chunk["actions"].append(action)
             chunk["rewards"].append(float(reward))
             chunk["action_logp"].append(logp)
             chunk["obs"].append(np.asarray(obs).tolist())
+            if mask is not None:
+                chunk.setdefault("action_mask", []).append(mask.tolist())
             episode_return += float(reward)
             if terminated or truncated:
                 chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
                 chunks.append(_finish(chunk, episode_id, policy, plain))
                 result.record_episode(episode_return)
-                obs, _ = env.reset()
+                obs, info = env.reset()
                 episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs)
         if chunk["actions"]:
             chunks.append(_finish(chunk, episode_id, policy, plain))  # the episode goes on
@@ -172,7 +189,7 @@ def run(
         reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps_per_sample})
         if reply.get("type") != "SET_STATE":
             raise RuntimeError(f"the gateway answered {reply}")
-        policy = OnnxPolicy(reply, input_name, action_space, rng, distribution)
+        policy = policy_of(reply)
         result.weights_seq_no = policy.weights_seq_no
         result.seconds = time.monotonic() - started
         log.info(

@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 from app.action_dists import actions_logp, sample_actions
 from app.policies import Module
-from app.spaces import DiscreteSpace
+from app.spaces import ActionSpace, BoxSpace, MultiDiscreteSpace, num_logits
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState
 
@@ -42,6 +42,7 @@ class _Pending:
     module: Module
     obs: np.ndarray  # [n, *obs_shape] float32
     explore: np.ndarray  # [n] bool
+    mask: np.ndarray | None  # [n, k] float32 action masks (a module with action_masking)
     given: np.ndarray | None  # actions the client chose (LOG_ACTION): their log-probs, no sampling
     future: asyncio.Future[Actions]
     queued_at: float
@@ -55,10 +56,10 @@ class _Runner:
         options.intra_op_num_threads = 1  # the learner has the other core
         self.state = state
         self.session = ort.InferenceSession(state.onnx_bytes, options, providers=["CPUExecutionProvider"])
-        self.input_name = self.session.get_inputs()[0].name
+        self.input_names = [model_input.name for model_input in self.session.get_inputs()]  # obs, then a mask if masked
 
-    def run(self, obs: np.ndarray) -> np.ndarray:
-        return self.session.run(None, {self.input_name: obs})[0].astype(np.float64)
+    def run(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        return self.session.run(None, dict(zip(self.input_names, (obs, mask))))[0].astype(np.float64)
 
 
 class ActionBatcher:
@@ -83,18 +84,28 @@ class ActionBatcher:
         self._flush: asyncio.Handle | None = None
         self._runners: dict[str, _Runner] = {}
 
-    async def act(self, module: Module, obs: np.ndarray, explore: np.ndarray) -> Actions:
+    async def act(self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None) -> Actions:
         """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
-        model: sampled, or the most likely one (the mean) where `explore` [n] is False."""
-        return await self._queue(module, obs, explore, None)
+        model: sampled, or the most likely one (the mean) where `explore` [n] is False;
+        never one `mask` [n, k] forbids (a module with action_masking: all allowed if None)."""
+        return await self._queue(module, obs, explore, self._mask(module, mask, len(obs)), None)
 
-    async def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray) -> Actions:
+    async def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None) -> Actions:
         """The log-probs of actions the client chose itself, under the current model."""
-        return await self._queue(module, obs, np.zeros(len(obs), bool), actions)
+        return await self._queue(module, obs, np.zeros(len(obs), bool), self._mask(module, mask, len(obs)), actions)
 
-    async def _queue(self, module: Module, obs: np.ndarray, explore: np.ndarray, given: np.ndarray | None) -> Actions:
+    @staticmethod
+    def _mask(module: Module, mask: np.ndarray | None, rows: int) -> np.ndarray | None:
+        """The masks the module's model takes: as given, or all allowed; None if it takes none."""
+        if not module.action_masking:
+            return None
+        return np.ones((rows, num_logits(module.action_space)), np.float32) if mask is None else mask
+
+    async def _queue(
+        self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None
+    ) -> Actions:
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(module, obs, explore, given, future, time.perf_counter()))
+        self._pending.append(_Pending(module, obs, explore, mask, given, future, time.perf_counter()))
         self._pending_rows += len(obs)
         if self._pending_rows >= self.max_batch:
             self._run_pending()
@@ -126,7 +137,8 @@ class ActionBatcher:
             try:
                 module = requests[0].module
                 dist_inputs = self._runner(module_id, published.modules[module_id]).run(
-                    np.concatenate([request.obs for request in requests])
+                    np.concatenate([request.obs for request in requests]),
+                    np.concatenate([request.mask for request in requests]) if module.action_masking else None,
                 )
                 actions, logp = self._sample(module, dist_inputs, np.concatenate([request.explore for request in requests]))
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
@@ -149,21 +161,31 @@ class ActionBatcher:
             self._on_pass(rows, [now - request.queued_at for request in taken])
 
     def _sample(self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Actions from the model's (already masked) outputs, shaped as the space's."""
         space = module.action_space
-        if isinstance(space, DiscreteSpace):
-            return sample_actions(module.action_distribution, dist_inputs, self._rng, explore)
-        actions, logp = sample_actions(module.action_distribution, dist_inputs, self._rng, explore, space.low, space.high)
-        return actions.reshape(len(actions), *space.shape), logp
+        actions, logp = sample_actions(module.action_distribution, dist_inputs, self._rng, explore, **_parameters(space))
+        if isinstance(space, BoxSpace):
+            actions = actions.reshape(len(actions), *space.shape)
+        return actions, logp
 
     @staticmethod
     def _log_prob(module: Module, dist_inputs: np.ndarray, actions: np.ndarray) -> np.ndarray:
         space = module.action_space
-        if isinstance(space, DiscreteSpace):
-            return actions_logp(module.action_distribution, dist_inputs, actions)
-        return actions_logp(module.action_distribution, dist_inputs, actions.reshape(len(actions), -1), space.low, space.high)
+        if isinstance(space, BoxSpace):
+            actions = actions.reshape(len(actions), -1)
+        return actions_logp(module.action_distribution, dist_inputs, actions, **_parameters(space))
 
     def _runner(self, module_id: str, state: PolicyState) -> _Runner:
         runner = self._runners.get(module_id)
         if runner is None or runner.state is not state:
             runner = self._runners[module_id] = _Runner(state)
         return runner
+
+
+def _parameters(space: ActionSpace) -> dict:
+    """What the space's action distribution needs besides its inputs: a box's bounds, a MultiDiscrete's nvec."""
+    if isinstance(space, BoxSpace):
+        return {"low": space.low, "high": space.high}
+    if isinstance(space, MultiDiscreteSpace):
+        return {"nvec": space.nvec}
+    return {}

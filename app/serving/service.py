@@ -29,10 +29,13 @@ import numpy as np
 from app.config import Settings
 from app.policies import Module, PolicySet, UnknownModule
 from app.protocol import ErrorCode, ProtocolError
-from app.schemas import Action, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode
+from app.schemas import (
+    Action, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode, check_action_mask,
+    mask_allows,
+)
 from app.serving.batcher import ActionBatcher
 from app.serving.metrics import ServingMetrics
-from app.spaces import DiscreteSpace
+from app.spaces import DiscreteSpace, MultiDiscreteSpace, num_logits
 from app.trajectory import AgentTrajectory, PlayedAction
 from app.training.registry import ClientInfo
 from app.training.service import TrainingService
@@ -123,6 +126,7 @@ class ServingService:
             raise _refuse("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
         for item, episode in zip(items, episodes):
             self._check_obs(episode, item.obs)
+            self._check_mask(episode.module, item.action_mask)
         # One batcher request per module in the message (a batch may mix modules).
         by_module: dict[str, list[int]] = {}
         for i, episode in enumerate(episodes):
@@ -132,11 +136,15 @@ class ServingService:
         for indices in by_module.values():
             module = episodes[indices[0]].module
             explore = np.array([items[i].explore for i in indices])
-            chosen = await self.batcher.act(module, np.stack([items[i].obs for i in indices]), explore)
+            masks = self._masks(module, [items[i].action_mask for i in indices])
+            chosen = await self.batcher.act(module, np.stack([items[i].obs for i in indices]), explore, masks)
             version = chosen.weights_seq_no
             for row, i in enumerate(indices):
                 sampled = chosen.actions[row]
-                played = PlayedAction(self._env_action(module, sampled), _chunk_action(sampled), float(chosen.logp[row]), version)
+                mask = None if masks is None else masks[row].tolist()
+                played = PlayedAction(
+                    self._env_action(module, sampled), _chunk_action(sampled), float(chosen.logp[row]), version, mask
+                )
                 self._record(client, items[i].episode_id, episodes[i], items[i].obs, played)
                 actions[i] = played.env_action
         self.metrics.record_served(len(items), time.perf_counter() - received_at)
@@ -147,9 +155,14 @@ class ServingService:
     async def log_action(self, client: ClientInfo, request: LogAction) -> None:
         episode = self._episode(client, request.episode_id)
         self._check_obs(episode, request.obs)
+        self._check_mask(episode.module, request.action_mask)
         action = self._logged_action(episode.module, request.action)
-        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None])
-        played = PlayedAction(_chunk_action(action), _chunk_action(action), float(logged.logp[0]), logged.weights_seq_no)
+        masks = self._masks(episode.module, [request.action_mask])
+        if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
+            raise _refuse(f"action {request.action!r} is one its action_mask forbids")
+        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks)
+        mask = None if masks is None else masks[0].tolist()
+        played = PlayedAction(_chunk_action(action), _chunk_action(action), float(logged.logp[0]), logged.weights_seq_no, mask)
         self._record(client, request.episode_id, episode, request.obs, played)
         self.metrics.actions_logged_total += 1
 
@@ -208,6 +221,22 @@ class ServingService:
                 f"obs must have shape {list(expected)} for module {episode.module.module_id!r}, got {list(obs.shape)}"
             )
 
+    @staticmethod
+    def _check_mask(module: Module, mask: np.ndarray | None) -> None:
+        if mask is not None:
+            try:
+                check_action_mask(mask[None], module, "action_mask")
+            except ValueError as exc:
+                raise _refuse(str(exc)) from None
+
+    @staticmethod
+    def _masks(module: Module, masks: list[np.ndarray | None]) -> np.ndarray | None:
+        """The requests' masks [n, k] (all allowed where one gave none); None for a module without masking."""
+        if not module.action_masking:
+            return None
+        width = num_logits(module.action_space)
+        return np.stack([np.ones(width, np.float32) if mask is None else mask for mask in masks])
+
     def _record(self, client: ClientInfo, episode_id: str, episode: ServedEpisode, obs: np.ndarray, played: PlayedAction) -> None:
         """The observation completes the last step (or starts the episode); then the action."""
         trajectory = episode.trajectory
@@ -248,6 +277,8 @@ class ServingService:
         space = module.action_space
         if isinstance(space, DiscreteSpace):
             return int(action)
+        if isinstance(space, MultiDiscreteSpace):
+            return action.tolist()
         low = -np.inf if space.low is None else space.low
         high = np.inf if space.high is None else space.high
         return np.clip(action, low, high).tolist()
@@ -259,6 +290,17 @@ class ServingService:
         if isinstance(space, DiscreteSpace):
             if isinstance(action, bool) or not isinstance(action, int) or not 0 <= action < space.n:
                 raise _refuse(f"action must be an integer in 0..{space.n - 1} for module {module.module_id!r}, got {action!r}")
+            return np.asarray(action, dtype=np.int64)
+        if isinstance(space, MultiDiscreteSpace):
+            if (
+                not isinstance(action, list)
+                or len(action) != len(space.nvec)
+                or not all(type(a) is int and 0 <= a < n for a, n in zip(action, space.nvec))
+            ):
+                raise _refuse(
+                    f"action must be a list of {len(space.nvec)} integers, each in 0..nvec[i]-1 for "
+                    f"MultiDiscrete({list(space.nvec)}) (module {module.module_id!r}), got {action!r}"
+                )
             return np.asarray(action, dtype=np.int64)
         array = np.asarray(action, dtype=np.float32)
         if array.shape != space.shape or not np.isfinite(array).all():

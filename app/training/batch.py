@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from app.action_dists import MASK_PENALTY
 from app.schemas import EpisodeChunk
 from app.training.policy import ActorCritic
 
@@ -25,6 +26,7 @@ class Batch:
     values: torch.Tensor  # [N] V(s_t) under the current policy
     advantages: torch.Tensor  # [N] GAE(gamma, lambda)
     returns: torch.Tensor  # [N] advantages + values: the value target
+    masks: torch.Tensor | None = None  # [N, k] float 0/1 action masks (None: no chunk had one)
 
     @property
     def num_steps(self) -> int:
@@ -33,15 +35,32 @@ class Batch:
 
 def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
     """Log-probs of the chunk's actions under the policy that chose them: the client's
-    `action_logp`, else from its `action_dist_inputs`, else from the current policy."""
+    `action_logp`, else from its `action_dist_inputs`, else from the current policy
+    (under the chunk's action mask, if any)."""
     if chunk.action_logp is not None:
         return torch.from_numpy(chunk.action_logp)
     device = policy.device
     actions = torch.from_numpy(chunk.actions).to(device)
+    mask = None if chunk.action_mask is None else torch.from_numpy(chunk.action_mask).to(device)
     dist_inputs = chunk.action_dist_inputs
     if dist_inputs is None or dist_inputs.shape[1] != policy.num_dist_inputs:
-        return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1]).to(device)), actions).cpu()
-    return policy.log_prob(torch.from_numpy(dist_inputs).to(device), actions).cpu()
+        return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1]).to(device), mask), actions).cpu()
+    dist_inputs = torch.from_numpy(dist_inputs).to(device)
+    if mask is not None:  # as the ONNX applies it (a second time changes nothing)
+        dist_inputs = dist_inputs + (mask - 1) * MASK_PENALTY
+    return policy.log_prob(dist_inputs, actions).cpu()
+
+
+def _masks(chunks: list[EpisodeChunk], width: int) -> torch.Tensor | None:
+    """The chunks' action masks [N, width], all-allowed for a chunk without one; None if none has one."""
+    if all(chunk.action_mask is None for chunk in chunks):
+        return None
+    return torch.from_numpy(
+        np.concatenate([
+            chunk.action_mask if chunk.action_mask is not None else np.ones((chunk.num_steps, width), np.float32)
+            for chunk in chunks
+        ])
+    )
 
 
 @torch.no_grad()
@@ -89,5 +108,6 @@ def build_batch(
         "values": torch.from_numpy(values),
         "advantages": torch.from_numpy(advantages),
         "returns": torch.from_numpy(advantages + values),
+        "masks": _masks(chunks, policy.num_dist_inputs),
     }
-    return Batch(**{name: tensor.to(device) for name, tensor in tensors.items()})
+    return Batch(**{name: None if tensor is None else tensor.to(device) for name, tensor in tensors.items()})

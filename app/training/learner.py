@@ -18,7 +18,7 @@ from app.schemas import EpisodeChunk
 from app.training.batch import build_batch
 from app.training.checkpoints import load_checkpoint, save_checkpoint
 from app.training.onnx_export import PolicyState, policy_state
-from app.spaces import BoxSpace, DiscreteSpace
+from app.spaces import ActionSpace, BoxSpace
 from app.training.policy import ActorCritic, RewardScaler
 from app.training.ppo import ppo_update
 
@@ -33,16 +33,18 @@ class Learner:
         self,
         cfg: PPOConfig,
         observation_space: BoxSpace,
-        action_space: BoxSpace | DiscreteSpace,
+        action_space: ActionSpace,
         *,
         seed: int,
         checkpoint_dir: Path,
         onnx_input_name: str,
         device: torch.device = torch.device("cpu"),
+        action_masking: bool = False,
     ) -> None:
         self.cfg = cfg
         self.checkpoint_dir = checkpoint_dir
         self.onnx_input_name = onnx_input_name
+        self.action_masking = action_masking
         torch.manual_seed(seed)
         normalize_obs = cfg.normalize_obs if cfg.normalize_obs is not None else isinstance(action_space, BoxSpace)
         self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs).to(device)
@@ -85,7 +87,7 @@ class Learner:
         save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
 
     def export(self) -> PolicyState:
-        return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name)
+        return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name, self.action_masking)
 
     def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Train on the chunks, export the result as version `weights_seq_no` and checkpoint it."""

@@ -1,8 +1,8 @@
 """Build the actor's ONNX model directly from its weights, and pack it for SET_STATE.
 
 The graph is Gemm and Tanh nodes for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat
-for SAC's actor (plus Flatten for multi-dimensional observations),
-opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
+for SAC's actor (plus Flatten for multi-dimensional observations; Sub, Mul and Add
+for an action mask, the optional second input `action_mask`), opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
 it. Building it by hand is exact, takes about a millisecond and needs no exporter.
 """
 
@@ -18,12 +18,15 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
+from app.action_dists import MASK_PENALTY
+from app.spaces import MultiDiscreteSpace
 from app.training.policy import ActorCritic
 from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 
 OPSET = 13
 IR_VERSION = 7
 OUTPUT_NAME = "action_dist_inputs"
+ACTION_MASK_INPUT = "action_mask"  # [batch, k] float32, 1 allowed, 0 not: a masked module's second input
 BATCH_AXIS = "batch"
 GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
 
@@ -33,6 +36,12 @@ Actor = ActorCritic | SquashedGaussianActor  # PPO's policy, or SAC's actor
 
 def output_layout(policy: Actor) -> str:
     """What the columns of `action_dist_inputs` mean, for the metadata and the docs."""
+    if isinstance(policy, ActorCritic) and isinstance(policy.action_space, MultiDiscreteSpace):
+        nvec = list(policy.action_space.nvec)
+        return (
+            f"[batch, {policy.num_dist_inputs}]: the logits of each sub-action of MultiDiscrete({nvec}) one after the "
+            "other (multi_categorical); sample each from the softmax of its own logits"
+        )
     if isinstance(policy, ActorCritic) and policy.is_discrete:
         return f"[batch, {policy.num_dist_inputs}]: logits of a Categorical; sample from softmax(logits)"
     k = 2 * policy.action_space.flat_dim
@@ -70,10 +79,10 @@ class _Graph:
         return self.node("Gemm", [x, w, b], output, transB=1)
 
 
-def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic) -> None:
+def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic, masked: bool) -> None:
     """Gemm-Tanh layers; the observation normaliser, if any, folded into the first Gemm
     (W / std, b - W @ mean / std); for a Box the last Gemm also emits log_std (zero weight
-    rows whose bias is log_std)."""
+    rows whose bias is log_std). `masked`: logits + (action_mask - 1) * MASK_PENALTY."""
     layers = [_weights(m) for m in policy.actor if isinstance(m, nn.Linear)]
     if policy.obs_norm is not None:  # fold (obs - mean) / std into the first layer
         inverse_std, mean = (t.detach().cpu().numpy() for t in policy.obs_norm.scale_and_shift())
@@ -85,7 +94,13 @@ def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic) -> None:
         layers[-1] = (np.concatenate([weight, np.zeros_like(weight)]), np.concatenate([bias, log_std]))
     for i, (weight, bias) in enumerate(layers[:-1]):
         x = graph.node("Tanh", [graph.gemm(x, weight, bias, f"gemm{i}")], f"tanh{i}")
-    graph.gemm(x, *layers[-1], OUTPUT_NAME)
+    if not masked:
+        graph.gemm(x, *layers[-1], OUTPUT_NAME)
+        return
+    logits = graph.gemm(x, *layers[-1], "logits")
+    forbidden = graph.node("Sub", [ACTION_MASK_INPUT, graph.constant(np.array(1.0), "one")], "mask_minus_one")
+    penalty = graph.node("Mul", [forbidden, graph.constant(np.array(MASK_PENALTY), "mask_penalty")], "mask_penalty_term")
+    graph.node("Add", [logits, penalty], OUTPUT_NAME)
 
 
 def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor) -> None:
@@ -100,12 +115,14 @@ def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor) -> None:
     graph.node("Concat", [mean, log_std], OUTPUT_NAME, axis=1)
 
 
-def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs") -> bytes:
-    """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32,
-    output `action_dist_inputs` [batch, k] float32."""
+def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", action_masking: bool = False) -> bytes:
+    """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32 (and, with
+    `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32."""
     obs_shape = list(policy.observation_space.shape)
     width = policy.num_dist_inputs if isinstance(policy, ActorCritic) else 2 * policy.action_space.flat_dim
-    graph_input = helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])
+    graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])]
+    if action_masking:
+        graph_inputs.append(helper.make_tensor_value_info(ACTION_MASK_INPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
     graph_output = helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, width])
 
     graph = _Graph()
@@ -115,15 +132,16 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs") -> 
     if isinstance(policy, SquashedGaussianActor):
         _sac_actor(graph, x, policy)
     else:
-        _ppo_actor(graph, x, policy)
+        _ppo_actor(graph, x, policy, action_masking)
 
+    mask_doc = f", {ACTION_MASK_INPUT} [batch, {width}] (1 allowed, 0 not)" if action_masking else ""
     onnx_graph = helper.make_graph(
         graph.nodes,
         "rllink_policy",
-        [graph_input],
+        graph_inputs,
         [graph_output],
         initializer=graph.initializers,
-        doc_string=f"Input {input_name}; output {OUTPUT_NAME} {output_layout(policy)}",
+        doc_string=f"Input {input_name}{mask_doc}; output {OUTPUT_NAME} {output_layout(policy)}",
     )
     model = helper.make_model(
         onnx_graph,
@@ -138,6 +156,7 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs") -> 
             "observation_space": policy.observation_space.model_dump_json(),
             "action_space": policy.action_space.model_dump_json(),
             "input_name": input_name,
+            "input_names": json.dumps([i.name for i in graph_inputs]),
             "output_names": json.dumps([OUTPUT_NAME]),
             "output_layout": output_layout(policy),
         },
@@ -154,9 +173,9 @@ class PolicyState:
     onnx_gzip_b64: str  # SET_STATE's `onnx_file`
 
 
-def policy_state(policy: Actor, weights_seq_no: int, input_name: str) -> PolicyState:
+def policy_state(policy: Actor, weights_seq_no: int, input_name: str, action_masking: bool = False) -> PolicyState:
     """Export the policy and pack it for SET_STATE."""
-    onnx_bytes = export_onnx(policy, weights_seq_no, input_name)
+    onnx_bytes = export_onnx(policy, weights_seq_no, input_name, action_masking)
     return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))
 
 

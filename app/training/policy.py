@@ -2,7 +2,9 @@
 optionally normalised by running statistics.
 
 The actor's output is RLlib's `action_dist_inputs`: the logits for a Discrete action
-space, `[mean, log_std]` for a Box (log_std is a learned, state-independent vector).
+space (every sub-action's, one after the other, for a MultiDiscrete), `[mean, log_std]`
+for a Box (log_std is a learned, state-independent vector). An action mask pushes the
+logits of forbidden actions to about -1e8, as the exported ONNX does.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
+from app.action_dists import MASK_PENALTY
 from app.schemas import num_dist_inputs
-from app.spaces import BoxSpace, DiscreteSpace
+from app.spaces import ActionSpace, BoxSpace, MultiDiscreteSpace, is_discrete, num_logits
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -91,13 +94,28 @@ class RewardScaler:
         return float(1 / torch.sqrt(self.returns.var[0] + self.returns.epsilon))
 
 
+class MultiCategorical:
+    """Independent Categoricals over consecutive groups of logits (MultiDiscrete's
+    sub-actions): log-probs and entropies add up."""
+
+    def __init__(self, logits: torch.Tensor, nvec: tuple[int, ...]) -> None:
+        self.parts = [Categorical(logits=part, validate_args=False) for part in logits.split(list(nvec), dim=-1)]
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        """actions [batch, len(nvec)] -> [batch]."""
+        return torch.stack([part.log_prob(actions[:, i]) for i, part in enumerate(self.parts)]).sum(0)
+
+    def entropy(self) -> torch.Tensor:
+        return torch.stack([part.entropy() for part in self.parts]).sum(0)
+
+
 class ActorCritic(nn.Module):
     """Actor (action distribution inputs) and critic (state value) for one pair of spaces."""
 
     def __init__(
         self,
         observation_space: BoxSpace,
-        action_space: BoxSpace | DiscreteSpace,
+        action_space: ActionSpace,
         hidden_sizes: tuple[int, ...],
         normalize_obs: bool = False,
     ) -> None:
@@ -108,8 +126,8 @@ class ActorCritic(nn.Module):
         obs_dim = observation_space.flat_dim
         self.obs_norm = RunningNormalizer(obs_dim) if normalize_obs else None
         self.critic = mlp(obs_dim, self.hidden_sizes, 1, out_std=1.0)
-        if isinstance(action_space, DiscreteSpace):
-            self.actor = mlp(obs_dim, self.hidden_sizes, action_space.n, out_std=0.01)
+        if is_discrete(action_space):
+            self.actor = mlp(obs_dim, self.hidden_sizes, num_logits(action_space), out_std=0.01)
             self.log_std = None
         else:
             self.actor = mlp(obs_dim, self.hidden_sizes, action_space.flat_dim, out_std=0.01)
@@ -121,24 +139,28 @@ class ActorCritic(nn.Module):
 
     @property
     def is_discrete(self) -> bool:
-        return isinstance(self.action_space, DiscreteSpace)
+        """Acts from logits (Discrete or MultiDiscrete)."""
+        return self.log_std is None
 
     @property
     def num_dist_inputs(self) -> int:
         """Width of `action_dist_inputs`: n logits, or mean and log_std per action dimension."""
         return num_dist_inputs(self.action_space)
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape]."""
+    def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape]; `mask`
+        [batch, k] (1 allowed, 0 not) masks the logits of a discrete action space."""
         actor_out = self.actor(self._features(obs))
         if self.log_std is None:
-            return actor_out
+            return actor_out if mask is None else actor_out + (mask - 1) * MASK_PENALTY
         return torch.cat([actor_out, self.log_std.expand_as(actor_out)], dim=-1)
 
-    def distribution(self, dist_inputs: torch.Tensor) -> Distribution:
+    def distribution(self, dist_inputs: torch.Tensor) -> Distribution | MultiCategorical:
         """The action distribution those inputs describe (one event per row)."""
         # validate_args=False: the inputs come from the network, and checking them costs
         # as much as the small network itself.
+        if isinstance(self.action_space, MultiDiscreteSpace):
+            return MultiCategorical(dist_inputs, self.action_space.nvec)
         if self.log_std is None:
             return Categorical(logits=dist_inputs, validate_args=False)
         mean, log_std = dist_inputs.chunk(2, dim=-1)
@@ -148,9 +170,11 @@ class ActorCritic(nn.Module):
         """Log-probability of each action under the distribution of its row of inputs."""
         return self.distribution(dist_inputs).log_prob(self._flat(actions))
 
-    def log_prob_and_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability of `actions` and the entropy of the policy, per observation."""
-        dist = self.distribution(self(obs))
+    def log_prob_and_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of `actions` and the entropy of the (masked) policy, per observation."""
+        dist = self.distribution(self(obs, mask))
         return dist.log_prob(self._flat(actions)), dist.entropy()
 
     def _flat(self, actions: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,8 @@ def ppo_update(
         for start in range(0, batch.num_steps, cfg.minibatch_size):
             mb_inds = b_inds[start : start + cfg.minibatch_size]
 
-            newlogprob, entropy = policy.log_prob_and_entropy(batch.obs[mb_inds], batch.actions[mb_inds])
+            mb_masks = None if batch.masks is None else batch.masks[mb_inds]
+            newlogprob, entropy = policy.log_prob_and_entropy(batch.obs[mb_inds], batch.actions[mb_inds], mb_masks)
             newvalue = policy.value(batch.obs[mb_inds])
             logratio = newlogprob - batch.logp[mb_inds]
             ratio = logratio.exp()

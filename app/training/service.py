@@ -54,16 +54,7 @@ class TrainingService:
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.device = resolve_device(settings.device)
         self._learners: dict[str, Learner | SACLearner] = {
-            module.module_id: (SACLearner if module.off_policy else Learner)(
-                module.sac if module.off_policy else module.ppo,
-                module.observation_space,
-                module.action_space,
-                seed=settings.seed + i,
-                checkpoint_dir=settings.checkpoint_dir / module.module_id,
-                onnx_input_name=settings.onnx_input_name,
-                device=self.device,
-            )
-            for i, module in enumerate(self.policies.trainable)
+            module.module_id: self._learner(module, settings.seed + i) for i, module in enumerate(self.policies.trainable)
         }
         off_policy = {m.module_id for m in self.policies.trainable if m.off_policy}
         # Clients wait for each version only while some module learns on-policy.
@@ -152,6 +143,18 @@ class TrainingService:
                 states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
         self._store.publish(PolicySetState(weights_seq_no, states, self.policies.default_module_id))
         self.metrics.weights_seq_no = weights_seq_no
+
+    def _learner(self, module: Module, seed: int) -> Learner | SACLearner:
+        """A module's learner: SAC's for an off-policy module, else PPO's."""
+        common = {
+            "seed": seed,
+            "checkpoint_dir": self.settings.checkpoint_dir / module.module_id,
+            "onnx_input_name": self.settings.onnx_input_name,
+            "device": self.device,
+        }
+        if module.off_policy:
+            return SACLearner(module.sac, module.observation_space, module.action_space, **common)
+        return Learner(module.ppo, module.observation_space, module.action_space, action_masking=module.action_masking, **common)
 
     # -- Clients ------------------------------------------------------------------
 
