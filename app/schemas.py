@@ -202,22 +202,15 @@ def _dist_inputs_layout(action_space: ActionSpace) -> str:
     return f"a mean and a log_std for each of the Box's {action_space.flat_dim} dimensions"
 
 
-def action_mask_array(value: Any, what: str, rows: int | None = None) -> np.ndarray:
-    """An action mask as float32 0/1 [rows, k] from lists of booleans or of 0 and 1."""
-    if isinstance(value, list) and value and isinstance(value[0], list) and value[0] and type(value[0][0]) is bool:
-        try:
-            array = np.array(value, dtype=bool)
-        except ValueError:
-            raise ValueError(f"{what} must be a rectangular list of true/false or 0/1 values") from None
-        if array.dtype != bool:
-            raise ValueError(f"{what} must hold true/false or 0/1 values only")
-        array = array.astype(np.float32)
-    else:
-        array = _as_array(value, np.float32, what, _row_size(value))
-        if array.size and not np.isin(array, (0.0, 1.0)).all():
-            raise ValueError(f"{what} must hold true/false or 0/1 values only")
-    if array.ndim != 2 or (rows is not None and len(array) != rows):
-        raise ValueError(f"{what} must be a list of {'T' if rows is None else rows} masks, each a list of 0/1 per logit")
+def action_mask_array(value: Any, what: str) -> np.ndarray:
+    """Action masks as float32 0/1 [T, k], from lists of 0 and 1 or of true and false."""
+    if type(value) is list and all(type(row) is list and all(type(x) is bool for x in row) for row in value):
+        value = [[float(x) for x in row] for row in value]
+    array = _as_array(value, np.float32, what, _row_size(value))
+    if array.ndim != 2:
+        raise ValueError(f"{what} must be a list of masks, each a list of 0/1 (or false/true) per logit")
+    if array.size and not np.isin(array, (0.0, 1.0)).all():
+        raise ValueError(f"{what} must hold 0/1 (or false/true) values only")
     return array
 
 
@@ -411,11 +404,13 @@ class EpisodeChunk(_Message):
 
 def _multi_discrete_actions(value: Any, space: MultiDiscreteSpace, of: str) -> np.ndarray:
     """Actions [T, len(nvec)] of ints, each in its sub-action's range."""
-    array = _as_array(value, np.float64, "actions", _row_size(value))
+    expected = f"actions must be a list of T lists of {len(space.nvec)} integers for MultiDiscrete({list(space.nvec)}){of}"
+    try:
+        array = _as_array(value, np.float64, "actions", _row_size(value))
+    except ValueError as exc:
+        raise ValueError(f"{expected} ({exc})") from None
     if array.ndim != 2 or array.shape[1] != len(space.nvec) or not np.all(array == np.floor(array)):
-        raise ValueError(
-            f"actions must be a list of T lists of {len(space.nvec)} integers for MultiDiscrete({list(space.nvec)}){of}"
-        )
+        raise ValueError(expected)
     bad = (array < 0) | (array >= np.asarray(space.nvec))
     if bad.any():
         step, i = (int(x) for x in np.argwhere(bad)[0])

@@ -7,8 +7,13 @@
  *
  * The model's contract (SET_CONFIG and the model's metadata say the same): one input,
  * named by SET_CONFIG.onnx_input_name, of shape [batch, obs_dim]; output 0,
- * "action_dist_inputs", holds per row the logits of a Categorical (Discrete actions)
- * or the mean then the log std of a diagonal Gaussian (Box actions).
+ * "action_dist_inputs", holds per row the logits of a Categorical (Discrete actions),
+ * the logits of each sub-action one after the other (MultiDiscrete `nvec`,
+ * "multi_categorical"), or the mean then the log std of a diagonal Gaussian (Box actions).
+ *
+ * A masked module's model (SET_CONFIG.onnx_action_mask_input_name set) takes a second
+ * input, the action mask [batch, k] float32 (1 allowed, 0 forbidden, one per logit), and
+ * outputs logits + (mask - 1) * 1e8: a forbidden action's probability is exactly 0.
  */
 
 import { gaussian } from './random.js';
@@ -39,19 +44,40 @@ export function logSoftmax(logits) {
   return logits.map((v) => v - logSum);
 }
 
-/** Sample from a Categorical given by logits; return {action, logp}. */
+/**
+ * Sample from a Categorical given by logits; return {action, logp}. An action of
+ * probability 0 (a masked one, logit about -1e8) is never drawn, even when rounding
+ * leaves the uniform draw above the sum of the probabilities.
+ */
 export function sampleCategorical(logits, random) {
   const logp = logSoftmax(logits);
   let u = random();
-  let action = logp.length - 1; // if rounding leaves u above the sum, the last action
+  let action = -1;
   for (let i = 0; i < logp.length; i++) {
-    u -= Math.exp(logp[i]);
-    if (u < 0) {
-      action = i;
-      break;
-    }
+    const p = Math.exp(logp[i]);
+    if (p === 0) continue;
+    action = i; // the last possible action so far, in case u stays above the sum
+    u -= p;
+    if (u < 0) break;
   }
   return { action, logp: logp[action] };
+}
+
+/**
+ * Sample each sub-action of a MultiDiscrete from the softmax of its own nvec[i] logits
+ * (one slice after the other); return {action: one int per sub-action, logp: their sum}.
+ */
+export function sampleMultiCategorical(logits, nvec, random) {
+  const action = [];
+  let logp = 0;
+  let start = 0;
+  for (const n of nvec) {
+    const part = sampleCategorical(logits.slice(start, start + n), random);
+    action.push(part.action);
+    logp += part.logp;
+    start += n;
+  }
+  return { action, logp };
 }
 
 /** Sample from a diagonal Gaussian given [mean..., logStd...]; return {action, logp}. */
@@ -69,40 +95,83 @@ export function sampleGaussian(distInputs, random) {
   return { action, logp };
 }
 
+/** SET_CONFIG.action_distribution by action space, for servers that send none (RLlib's). */
+const DEFAULT_DISTRIBUTIONS = { discrete: 'categorical', multi_discrete: 'multi_categorical', box: 'gaussian' };
+
 /** One policy version: an inference session plus how to sample from its output. */
 export class OnnxPolicy {
   /**
    * @param {Uint8Array} onnxBytes  the model (see rllink.js decodeOnnxFile)
    * @param {object} options  inputName (SET_CONFIG.onnx_input_name), actionSpace
-   *                          (SET_CONFIG.action_space), weightsSeqNo, random ([0,1) generator)
+   *                          (SET_CONFIG.action_space), weightsSeqNo, random ([0,1) generator);
+   *                          optional distribution (SET_CONFIG.action_distribution; by the
+   *                          space if not given) and maskInputName
+   *                          (SET_CONFIG.onnx_action_mask_input_name; null: no mask input)
    */
-  static async create(onnxBytes, { inputName, actionSpace, weightsSeqNo, random }) {
+  static async create(onnxBytes, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName }) {
     const ort = await loadOrt();
     const session = await ort.InferenceSession.create(onnxBytes, { executionProviders: ['wasm'] });
-    if (!session.inputNames.includes(inputName)) {
-      throw new Error(`the model has inputs ${session.inputNames.join(', ')}, not ${inputName}`);
+    for (const name of [inputName, maskInputName ?? inputName]) {
+      if (!session.inputNames.includes(name)) {
+        throw new Error(`the model has inputs ${session.inputNames.join(', ')}, not ${name}`);
+      }
     }
-    return new OnnxPolicy(ort, session, { inputName, actionSpace, weightsSeqNo, random });
+    return new OnnxPolicy(ort, session, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName });
   }
 
-  constructor(ort, session, { inputName, actionSpace, weightsSeqNo, random }) {
+  constructor(ort, session, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName }) {
     this.ort = ort;
     this.session = session;
     this.inputName = inputName;
-    this.discrete = actionSpace.type === 'discrete';
+    this.distribution = distribution ?? DEFAULT_DISTRIBUTIONS[actionSpace.type];
+    if (!['categorical', 'multi_categorical', 'gaussian'].includes(this.distribution)) {
+      throw new Error(`action distribution ${this.distribution} is not supported in the browser`);
+    }
+    this.nvec = actionSpace.nvec ?? null; // multi_categorical: the size of each sub-action
+    this.maskInputName = maskInputName ?? null;
+    // The mask has one column per logit: n (categorical) or sum(nvec) (multi_categorical).
+    this.maskWidth = this.nvec ? this.nvec.reduce((sum, n) => sum + n, 0) : actionSpace.n;
     this.weightsSeqNo = weightsSeqNo;
     this.random = random;
   }
 
-  /** Run the model on one observation; resolve with {action, logp, distInputs}. */
-  async act(obs) {
-    const input = new this.ort.Tensor('float32', Float32Array.from(obs), [1, obs.length]);
-    const outputs = await this.session.run({ [this.inputName]: input });
+  /**
+   * Run the model on one observation; resolve with {action, logp, distInputs}: the action
+   * is an int (categorical), one int per sub-action (multi_categorical) or floats (gaussian).
+   * `mask` (a masked model only): 1 allowed, 0 forbidden, one per logit; all allowed if not given.
+   */
+  async act(obs, mask = null) {
+    const feeds = { [this.inputName]: new this.ort.Tensor('float32', Float32Array.from(obs), [1, obs.length]) };
+    if (this.maskInputName) {
+      feeds[this.maskInputName] = this.maskTensor(mask);
+    } else if (mask != null) {
+      throw new Error('this model takes no action mask (SET_CONFIG.onnx_action_mask_input_name is null)');
+    }
+    const outputs = await this.session.run(feeds);
     const distInputs = Array.from(outputs[this.session.outputNames[0]].data);
-    const { action, logp } = this.discrete
-      ? sampleCategorical(distInputs, this.random)
-      : sampleGaussian(distInputs, this.random);
+    const { action, logp } = this.sample(distInputs);
     return { action, logp, distInputs };
+  }
+
+  /** The mask input [1, k] for `mask` (or all ones): the model, not the sampler, applies it. */
+  maskTensor(mask) {
+    if (mask != null && mask.length !== this.maskWidth) {
+      throw new Error(`the action mask has ${mask.length} entries, the model takes ${this.maskWidth}`);
+    }
+    const values = mask == null ? new Float32Array(this.maskWidth).fill(1) : Float32Array.from(mask, Number);
+    return new this.ort.Tensor('float32', values, [1, this.maskWidth]);
+  }
+
+  /** An action and its log-prob from the model's output, by the action distribution. */
+  sample(distInputs) {
+    switch (this.distribution) {
+      case 'categorical':
+        return sampleCategorical(distInputs, this.random);
+      case 'multi_categorical':
+        return sampleMultiCategorical(distInputs, this.nvec, this.random);
+      default:
+        return sampleGaussian(distInputs, this.random);
+    }
   }
 
   /** Free the session's wasm memory (call when a newer version replaces this one). */

@@ -90,9 +90,11 @@ class OnnxPolicy:
         action_space: dict,
         rng: np.random.Generator,
         distribution: str | None = None,
+        mask_input: str | None = None,
     ) -> OnnxPolicy:
         """One module's model from SET_STATE's `onnx_files` (base64 of the gzipped ONNX)."""
-        return cls({"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}, input_name, action_space, rng, distribution)
+        state = {"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}
+        return cls(state, input_name, action_space, rng, distribution, mask_input)
 
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None) -> tuple[Any, float, list[float]]:
         """Sample one action (among those `mask` allows); return it, its log-prob and the raw policy outputs."""

@@ -46,20 +46,25 @@ def run_thin(
     """Play episodes with the gateway's actions until the target mean return (last 20
     episodes), a limit, or `stop` (checked after each episode)."""
     result, started = RunResult(), time.monotonic()
-    action_space = client.request({"type": "GET_CONFIG"}).get("action_space", {"type": "discrete"})
+    config = client.request({"type": "GET_CONFIG"})
+    action_space = config.get("action_space", {"type": "discrete"})
+    masked = config.get("onnx_action_mask_input_name") is not None  # the env's info["action_mask"] goes along
     env = gym.make(env_id)
-    obs, _ = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     while True:
         client.send({"type": "START_EPISODE", "training_enabled": training_enabled})
         episode_id = _reply(client, "EPISODE_STARTED")["episode_id"]
         episode_return, pending = 0.0, []
         while True:
             obs_list = np.asarray(obs, dtype=np.float32).tolist()
-            pending.append({"type": "GET_ACTION", "episode_id": episode_id, "obs": obs_list, "explore": explore})
+            request = {"type": "GET_ACTION", "episode_id": episode_id, "obs": obs_list, "explore": explore}
+            if masked:
+                request["action_mask"] = np.asarray(info["action_mask"]).astype(int).tolist()
+            pending.append(request)
             client.send_raw(b"".join(client.encode(message) for message in pending))
             reply = _reply(client, "ACTION")
             result.weights_seq_no = int(reply["weights_seq_no"])
-            obs, reward, terminated, truncated, _ = env.step(env_action(reply["action"], action_space))
+            obs, reward, terminated, truncated, info = env.step(env_action(reply["action"], action_space))
             result.env_steps += 1
             episode_return += float(reward)
             pending = [{"type": "LOG_RETURNS", "episode_id": episode_id, "reward": float(reward)}]
@@ -69,7 +74,7 @@ def run_thin(
                 client.send_raw(b"".join(client.encode(message) for message in pending))
                 break
         result.record_episode(episode_return)
-        obs, _ = env.reset()
+        obs, info = env.reset()
         result.seconds = time.monotonic() - started
         if result.episodes % PROGRESS_EVERY_EPISODES == 0:
             log.info(
