@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, BoxSpace, Space
+from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, ObservationSpace, Space
 
 MiB = 1024 * 1024
 
@@ -113,7 +113,7 @@ class PolicyConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    observation_space: BoxSpace
+    observation_space: ObservationSpace
     action_space: Space
     algorithm: Algorithm | None = Field(None, description="ppo or sac; unset: the gateway's --algorithm.")
     ppo: dict[str, Any] = Field(
@@ -152,7 +152,9 @@ class Settings(BaseSettings):
     log_level: str = Field("info", description="Python logging level: debug, info, warning or error.")
 
     # What the simulators look like.
-    observation_space: BoxSpace = Field(CARTPOLE_OBSERVATION_SPACE, description="Observation space, as JSON.")
+    observation_space: ObservationSpace = Field(
+        CARTPOLE_OBSERVATION_SPACE, description="Observation space, as JSON: box (uint8 for images) or dict."
+    )
     action_space: Space = Field(
         CARTPOLE_ACTION_SPACE, description="Action space, as JSON: discrete, multi_discrete or box."
     )

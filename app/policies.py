@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from app.config import DEFAULT_MODULE_ID, PPOConfig, SACConfig, SelfPlayConfig, Settings
-from app.spaces import ActionSpace, BoxSpace, DiscreteSpace, MultiDiscreteSpace, is_discrete
+from app.spaces import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace, has_images, is_discrete
 
 
 MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
@@ -30,7 +30,7 @@ class Module:
     """One policy: what it observes and does, how it trains (None for a frozen opponent)."""
 
     module_id: str
-    observation_space: BoxSpace
+    observation_space: BoxSpace | DictSpace
     action_space: ActionSpace
     ppo: PPOConfig | None = None  # None: a frozen self-play opponent, never trained
     self_play: SelfPlayConfig | None = None
@@ -50,6 +50,8 @@ class Module:
                 f"module {self.module_id!r}: sac needs a box action space with finite low and high "
                 f"(its squashed Gaussian is scaled to them), got {self.action_space.model_dump_json()}"
             )
+        if self.algorithm == "sac" and has_images(self.observation_space):
+            raise ValueError(f"module {self.module_id!r}: sac takes vector observations only; train image observations with ppo")
 
     @property
     def trainable(self) -> bool:
@@ -104,7 +106,7 @@ class PolicySet:
 
     @classmethod
     def single(
-        cls, observation_space: BoxSpace, action_space: ActionSpace, ppo: PPOConfig | None = None
+        cls, observation_space: BoxSpace | DictSpace, action_space: ActionSpace, ppo: PPOConfig | None = None
     ) -> PolicySet:
         """One trainable module, `default_policy`, that every agent plays."""
         return cls([Module(DEFAULT_MODULE_ID, observation_space, action_space, ppo or PPOConfig())])

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import PPOConfig, SACConfig, SelfPlayConfig
-from app.spaces import BoxSpace, Space
+from app.spaces import ObservationSpace, Space
 
 
 class Health(BaseModel):
@@ -166,7 +166,7 @@ class Policy(PolicyMetrics):
     """One module: what it plays, how it trains and how it does (GET /api/policies)."""
 
     module_id: str
-    observation_space: BoxSpace
+    observation_space: ObservationSpace
     action_space: Space
     action_distribution: str
     trainable: bool = Field(description="False for a frozen self-play opponent.")
@@ -181,7 +181,7 @@ class Policy(PolicyMetrics):
 class PolicyConfigView(BaseModel):
     """One module in GET /api/config."""
 
-    observation_space: BoxSpace
+    observation_space: ObservationSpace
     action_space: Space
     trainable: bool
     opponent_of: str | None
@@ -195,7 +195,7 @@ class PolicyConfigView(BaseModel):
 class GatewayConfig(BaseModel):
     """The gateway's current configuration (secrets are never shown)."""
 
-    observation_space: BoxSpace
+    observation_space: ObservationSpace
     action_space: Space
     env_steps_per_sample: int
     force_on_policy: bool = Field(description="Whether clients wait for each version: the setting, off when every module is off-policy.")

@@ -29,7 +29,10 @@ from pydantic import (
 
 from app.config import DEFAULT_MODULE_ID
 from app.policies import UnknownModule
-from app.spaces import ActionSpace, BoxSpace, DiscreteSpace, MultiDiscreteSpace, Space, is_discrete, num_logits
+from app.spaces import (
+    IMAGE_MAX, ActionSpace, BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace, ObservationSpace, Space, is_discrete, num_logits,
+    observation_parts,
+)
 
 if TYPE_CHECKING:
     from app.policies import Module, PolicySet
@@ -185,6 +188,22 @@ def _kind_name(array: np.ndarray) -> str:
     return {"U": "strings", "b": "booleans"}.get(array.dtype.kind, str(array.dtype))
 
 
+def check_image_values(obs: np.ndarray, space: BoxSpace | DictSpace, what: str, of: str = "") -> None:
+    """The image parts of observations [N, *shape] hold integers 0..255 (uint8 values)."""
+    for part in observation_parts(space):
+        if not part.space.is_image:
+            continue
+        values = obs.reshape(len(obs), -1)[:, part.offset : part.end]
+        bad = (values < 0) | (values > IMAGE_MAX) | (values != np.floor(values))
+        if bad.any():
+            row, column = (int(x) for x in np.argwhere(bad)[0])
+            name = "the image" if part.key is None else f"image {part.key!r}"
+            raise ValueError(
+                f"{what}[{row}]: {name} must hold integers 0..{IMAGE_MAX} (uint8){of}, got {values[row, column]:g} "
+                f"at flat index {part.offset + column}"
+            )
+
+
 def num_dist_inputs(action_space: ActionSpace) -> int:
     """Width of one step's `action_dist_inputs`: n logits for Discrete(n), sum(nvec) for a
     MultiDiscrete, a mean and a log_std per dimension for a Box (as
@@ -317,6 +336,8 @@ class EpisodeChunk(_Message):
             )
         if array.ndim < 2 or len(array) < 2:
             raise ValueError("obs must hold at least 2 observations (T+1 with T >= 1)")
+        if spaces is not None:
+            check_image_values(array, spaces.observation_space, "obs", _of(spaces))
         return array
 
     @field_validator("actions", mode="before")
@@ -626,7 +647,7 @@ ActionDistribution = Literal["categorical", "multi_categorical", "gaussian", "sq
 class PolicyDescription(BaseModel):
     """What a client needs to play one module: one entry of `SET_CONFIG.policies`."""
 
-    observation_space: BoxSpace
+    observation_space: ObservationSpace
     action_space: Space
     onnx_input_name: str
     onnx_output_names: list[str]
@@ -644,7 +665,7 @@ class SetConfig(_Message):
     type: Literal["SET_CONFIG"] = "SET_CONFIG"
     env_steps_per_sample: int
     force_on_policy: bool
-    observation_space: BoxSpace
+    observation_space: ObservationSpace
     action_space: Space
     onnx_input_name: str
     onnx_output_names: list[str]

@@ -1,19 +1,25 @@
 """Observation and action spaces, as the gateway configures and announces them.
 
-Matching gymnasium's `Box`, `Discrete` and `MultiDiscrete`; serialisable as JSON so
-they can ride in `SET_CONFIG`, the REST config and the ONNX metadata.
+Matching gymnasium's `Box`, `Discrete`, `MultiDiscrete` and (for observations) `Dict`;
+serialisable as JSON so they can ride in `SET_CONFIG`, the REST config and the ONNX
+metadata. A `uint8` box is a camera image [C, H, W] of values 0..255 (the policy scales
+them). A dict observation travels flat: its keys' values, each flattened, one after the
+other in the order the space declares them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+IMAGE_MAX = 255  # a uint8 box's values lie in 0..255
 
 
 class BoxSpace(BaseModel):
-    """A box of float32 values; `low`/`high` are scalars (`None` means unbounded)."""
+    """A box of float32 values, `low`/`high` scalars (`None` means unbounded); or, with
+    dtype `uint8`, an image [C, H, W] of integers 0..255."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -21,6 +27,7 @@ class BoxSpace(BaseModel):
     shape: tuple[int, ...] = Field(min_length=1)
     low: float | None = None
     high: float | None = None
+    dtype: Literal["float32", "uint8"] = Field("float32", description="uint8: an image [C, H, W] of values 0..255.")
 
     @field_validator("shape")
     @classmethod
@@ -29,10 +36,85 @@ class BoxSpace(BaseModel):
             raise ValueError(f"every dimension must be positive, got {shape}")
         return shape
 
+    @model_validator(mode="after")
+    def _image(self) -> BoxSpace:
+        if self.dtype == "uint8":
+            if len(self.shape) != 3:
+                raise ValueError(f"a uint8 box is an image of shape [C, H, W], got shape {list(self.shape)}")
+            if self.low not in (None, 0) or self.high not in (None, IMAGE_MAX):
+                raise ValueError(f"a uint8 box holds 0..{IMAGE_MAX}: low and high, if given, must be 0 and {IMAGE_MAX}")
+        return self
+
     @property
     def flat_dim(self) -> int:
         """Number of scalars in one element of the space."""
         return math.prod(self.shape)
+
+    @property
+    def is_image(self) -> bool:
+        return self.dtype == "uint8"
+
+
+class ObservationPart(NamedTuple):
+    """One key of a dict observation (or a whole box): where its values lie in the flat observation."""
+
+    key: str | None
+    space: BoxSpace
+    offset: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.space.flat_dim
+
+
+class DictSpace(BaseModel):
+    """Several observations by name (a camera image and a vector, say), sent flat: each
+    key's values flattened, one key after the other in declaration order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: Literal["dict"] = "dict"
+    spaces: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")], BoxSpace] = Field(min_length=1, max_length=64)
+
+    @property
+    def flat_dim(self) -> int:
+        return sum(space.flat_dim for space in self.spaces.values())
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One observation on the wire: the flat vector."""
+        return (self.flat_dim,)
+
+    @property
+    def is_image(self) -> bool:
+        return False
+
+
+ObservationSpace = Annotated[Union[BoxSpace, DictSpace], Field(discriminator="type")]
+
+
+def architecture_json(space: BoxSpace | DictSpace | DiscreteSpace | MultiDiscreteSpace) -> dict[str, Any]:
+    """The space as a checkpoint records it; a float32 box without its dtype, as before dtype existed."""
+    data = space.model_dump(mode="json")
+    if data.get("dtype") == "float32":
+        del data["dtype"]
+    return data
+
+
+def observation_parts(space: BoxSpace | DictSpace) -> list[ObservationPart]:
+    """The parts of a flat observation: a box is one, a dict one per key in order."""
+    if isinstance(space, BoxSpace):
+        return [ObservationPart(None, space, 0)]
+    parts, offset = [], 0
+    for key, box in space.spaces.items():
+        parts.append(ObservationPart(key, box, offset))
+        offset += box.flat_dim
+    return parts
+
+
+def has_images(space: BoxSpace | DictSpace) -> bool:
+    """Some part is a uint8 image: the policy encodes it with a CNN."""
+    return any(part.space.is_image for part in observation_parts(space))
 
 
 class DiscreteSpace(BaseModel):

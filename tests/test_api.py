@@ -74,7 +74,7 @@ def test_clients_lists_connected_sessions(gateway, http):
 def test_config_shows_settings_but_never_the_token(tmp_path):
     with in_process(tmp_path, auth_token="hunter2", max_frame_bytes=123_456) as rest:
         body = rest.get("/api/config", headers={"Authorization": "Bearer hunter2"}).json()
-    assert body["observation_space"] == {"type": "box", "shape": [4], "low": None, "high": None}
+    assert body["observation_space"] == {"type": "box", "shape": [4], "low": None, "high": None, "dtype": "float32"}
     assert body["action_space"] == {"type": "discrete", "n": 2}
     assert body["ppo"]["learning_rate"] > 0
     assert body["limits"]["max_frame_bytes"] == 123_456

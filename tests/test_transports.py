@@ -81,7 +81,7 @@ def test_every_message_type_in_both_encodings(gateway, transport, encoding):
         assert config["type"] == "SET_CONFIG"
         assert config["env_steps_per_sample"] == gateway.settings.env_steps_per_sample
         assert config["force_on_policy"] is True
-        assert config["observation_space"] == {"type": "box", "shape": [4]}
+        assert config["observation_space"] == {"type": "box", "shape": [4], "dtype": "float32"}
         assert config["action_space"] == {"type": "discrete", "n": 2}
         assert config["onnx_input_name"] == "obs"
 

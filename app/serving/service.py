@@ -31,7 +31,7 @@ from app.policies import Module, PolicySet, UnknownModule
 from app.protocol import ErrorCode, ProtocolError
 from app.schemas import (
     Action, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode, check_action_mask,
-    mask_allows,
+    check_image_values, mask_allows,
 )
 from app.serving.batcher import ActionBatcher
 from app.serving.metrics import ServingMetrics
@@ -215,11 +215,15 @@ class ServingService:
 
     @staticmethod
     def _check_obs(episode: ServedEpisode, obs: np.ndarray) -> None:
-        expected = episode.module.observation_space.shape
-        if obs.shape != expected:
+        space = episode.module.observation_space
+        if obs.shape != space.shape:
             raise _refuse(
-                f"obs must have shape {list(expected)} for module {episode.module.module_id!r}, got {list(obs.shape)}"
+                f"obs must have shape {list(space.shape)} for module {episode.module.module_id!r}, got {list(obs.shape)}"
             )
+        try:
+            check_image_values(obs[None], space, "obs", f" (module {episode.module.module_id!r})")
+        except ValueError as exc:
+            raise _refuse(str(exc)) from None
 
     @staticmethod
     def _check_mask(module: Module, mask: np.ndarray | None) -> None:

@@ -18,7 +18,7 @@ from app.schemas import EpisodeChunk
 from app.training.batch import build_batch
 from app.training.checkpoints import load_checkpoint, save_checkpoint
 from app.training.onnx_export import PolicyState, policy_state
-from app.spaces import ActionSpace, BoxSpace
+from app.spaces import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.policy import ActorCritic, RewardScaler
 from app.training.ppo import ppo_update
 
@@ -32,7 +32,7 @@ class Learner:
     def __init__(
         self,
         cfg: PPOConfig,
-        observation_space: BoxSpace,
+        observation_space: BoxSpace | DictSpace,
         action_space: ActionSpace,
         *,
         seed: int,
@@ -46,7 +46,9 @@ class Learner:
         self.onnx_input_name = onnx_input_name
         self.action_masking = action_masking
         torch.manual_seed(seed)
-        normalize_obs = cfg.normalize_obs if cfg.normalize_obs is not None else isinstance(action_space, BoxSpace)
+        normalize_obs = cfg.normalize_obs
+        if normalize_obs is None:  # on for continuous control, not for images (scaled to 0..1 instead)
+            normalize_obs = isinstance(action_space, BoxSpace) and not has_images(observation_space)
         self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs).to(device)
         normalize_reward = cfg.normalize_reward if cfg.normalize_reward is not None else isinstance(action_space, BoxSpace)
         self.reward_scaler = RewardScaler(cfg.gamma) if normalize_reward else None
@@ -59,8 +61,8 @@ class Learner:
     def architecture(self) -> dict[str, object]:
         """What a checkpoint must agree on to be loaded into this learner."""
         architecture: dict[str, object] = {
-            "observation_space": self.policy.observation_space.model_dump(mode="json"),
-            "action_space": self.policy.action_space.model_dump(mode="json"),
+            "observation_space": architecture_json(self.policy.observation_space),
+            "action_space": architecture_json(self.policy.action_space),
             "hidden_sizes": list(self.policy.hidden_sizes),
         }
         if self.policy.obs_norm is not None:  # absent otherwise, as in checkpoints made before it existed

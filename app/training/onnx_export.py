@@ -1,8 +1,9 @@
 """Build the actor's ONNX model directly from its weights, and pack it for SET_STATE.
 
 The graph is Gemm and Tanh nodes for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat
-for SAC's actor (plus Flatten for multi-dimensional observations; Sub, Mul and Add
-for an action mask, the optional second input `action_mask`), opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
+for SAC's actor (plus Flatten for multi-dimensional observations; Slice, Reshape, Mul,
+Conv, Relu, Flatten, Gemm and Concat for camera images; Sub, Mul and Add for an action
+mask, the optional second input `action_mask`), opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
 it. Building it by hand is exact, takes about a millisecond and needs no exporter.
 """
 
@@ -19,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from app.action_dists import MASK_PENALTY
-from app.spaces import MultiDiscreteSpace
+from app.spaces import IMAGE_MAX, MultiDiscreteSpace
+from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
 from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 
@@ -73,10 +75,48 @@ class _Graph:
         self.initializers.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
         return name
 
+    def ints(self, value: list[int], name: str) -> str:
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
+        return name
+
     def gemm(self, x: str, weight: np.ndarray, bias: np.ndarray, output: str) -> str:
         """x @ weight.T + bias."""
         w, b = self.constant(weight, f"{output}_W"), self.constant(bias, f"{output}_b")
         return self.node("Gemm", [x, w, b], output, transB=1)
+
+
+def _image(graph: _Graph, x: str, encoder: ImageEncoder, name: str) -> str:
+    """Scale to 0..1, Conv-Relu layers, Flatten, Gemm-Relu: the image's features."""
+    x = graph.node("Mul", [x, graph.constant(np.array(1 / IMAGE_MAX), f"{name}_scale")], f"{name}_scaled")
+    for i, conv in enumerate(m for m in encoder.convs if isinstance(m, nn.Conv2d)):
+        weight, bias = (graph.constant(t.detach().cpu().numpy(), f"{name}_conv{i}_{k}") for t, k in ((conv.weight, "W"), (conv.bias, "b")))
+        pad = conv.padding[0]
+        x = graph.node(
+            "Conv", [x, weight, bias], f"{name}_conv{i}",
+            kernel_shape=list(conv.kernel_size), strides=list(conv.stride), pads=[pad] * 4,
+        )
+        x = graph.node("Relu", [x], f"{name}_conv{i}_relu")
+    x = graph.node("Flatten", [x], f"{name}_flat", axis=1)
+    return graph.node("Relu", [graph.gemm(x, *_weights(encoder.linear), f"{name}_linear")], f"{name}_features")
+
+
+def _encoder(graph: _Graph, flat: str, encoder: ObservationEncoder) -> str:
+    """The encoder's features from the flat observation: each part sliced out, images
+    reshaped to [batch, C, H, W] and through their CNN, all concatenated in order."""
+    features = []
+    for i, part in enumerate(encoder.parts):
+        x = flat
+        if len(encoder.parts) > 1:
+            x = graph.node(
+                "Slice",
+                [flat, graph.ints([part.offset], f"part{i}_start"), graph.ints([part.end], f"part{i}_end"), graph.ints([1], f"part{i}_axis")],
+                f"part{i}",
+            )
+        if part.space.is_image:
+            x = graph.node("Reshape", [x, graph.ints([-1, *part.space.shape], f"part{i}_shape")], f"part{i}_image")
+            x = _image(graph, x, encoder.images[str(i)], f"image{i}")
+        features.append(x)
+    return features[0] if len(features) == 1 else graph.node("Concat", features, "features", axis=1)
 
 
 def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic, masked: bool) -> None:
@@ -129,6 +169,8 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", act
     x = input_name
     if len(obs_shape) > 1:
         x = graph.node("Flatten", [x], "obs_flat", axis=1)
+    if isinstance(policy, ActorCritic) and policy.encoder is not None:
+        x = _encoder(graph, x, policy.encoder)
     if isinstance(policy, SquashedGaussianActor):
         _sac_actor(graph, x, policy)
     else:

@@ -1,5 +1,6 @@
 """The policy network: separate actor and critic MLPs over flattened observations,
-optionally normalised by running statistics.
+optionally normalised by running statistics; observations with camera images go first
+through a CNN encoder the actor and the critic share (app/training/encoders.py).
 
 The actor's output is RLlib's `action_dist_inputs`: the logits for a Discrete action
 space (every sub-action's, one after the other, for a MultiDiscrete), `[mean, log_std]`
@@ -16,7 +17,8 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from app.action_dists import MASK_PENALTY
 from app.schemas import num_dist_inputs
-from app.spaces import ActionSpace, BoxSpace, MultiDiscreteSpace, is_discrete, num_logits
+from app.spaces import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_logits
+from app.training.encoders import ObservationEncoder
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -114,7 +116,7 @@ class ActorCritic(nn.Module):
 
     def __init__(
         self,
-        observation_space: BoxSpace,
+        observation_space: BoxSpace | DictSpace,
         action_space: ActionSpace,
         hidden_sizes: tuple[int, ...],
         normalize_obs: bool = False,
@@ -123,7 +125,10 @@ class ActorCritic(nn.Module):
         self.observation_space = observation_space
         self.action_space = action_space
         self.hidden_sizes = tuple(hidden_sizes)
-        obs_dim = observation_space.flat_dim
+        self.encoder = ObservationEncoder(observation_space) if has_images(observation_space) else None
+        if self.encoder is not None and normalize_obs:
+            raise ValueError("normalize_obs is for vector observations; images are scaled to 0..1 instead: turn it off")
+        obs_dim = observation_space.flat_dim if self.encoder is None else self.encoder.features_dim
         self.obs_norm = RunningNormalizer(obs_dim) if normalize_obs else None
         self.critic = mlp(obs_dim, self.hidden_sizes, 1, out_std=1.0)
         if is_discrete(action_space):
@@ -186,6 +191,8 @@ class ActorCritic(nn.Module):
         return self.critic(self._features(obs)).squeeze(-1)
 
     def _features(self, obs: torch.Tensor) -> torch.Tensor:
-        """The flat, normalised (if normalising) observations the MLPs take."""
+        """What the MLPs take: the flat observations, normalised (if normalising) or encoded (images)."""
         flat = obs.flatten(start_dim=1)
+        if self.encoder is not None:
+            return self.encoder(flat)
         return flat if self.obs_norm is None else self.obs_norm(flat)

@@ -19,7 +19,7 @@ import torch
 
 from app.config import SACConfig
 from app.schemas import EpisodeChunk
-from app.spaces import BoxSpace
+from app.spaces import BoxSpace, DictSpace, architecture_json
 from app.training.checkpoints import load_checkpoint, save_checkpoint
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.replay import ReplayBuffer
@@ -42,7 +42,7 @@ class SACLearner:
     def __init__(
         self,
         cfg: SACConfig,
-        observation_space: BoxSpace,
+        observation_space: BoxSpace | DictSpace,
         action_space: BoxSpace,
         *,
         seed: int,
@@ -67,8 +67,8 @@ class SACLearner:
         actor = self.sac.actor
         return {
             "algorithm": "sac",
-            "observation_space": actor.observation_space.model_dump(mode="json"),
-            "action_space": actor.action_space.model_dump(mode="json"),
+            "observation_space": architecture_json(actor.observation_space),
+            "action_space": architecture_json(actor.action_space),
             "hidden_sizes": list(actor.hidden_sizes),
         }
 
