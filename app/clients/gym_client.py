@@ -131,6 +131,14 @@ class OnnxPolicy:
         return actions.reshape(len(actions), *shape), logps
 
 
+def flat_observation(obs: Any) -> np.ndarray:
+    """An observation as the gateway takes it: a dict observation's values flattened one
+    key after the other (in the env's order, which must be the space's), anything else as is."""
+    if isinstance(obs, dict):
+        return np.concatenate([np.asarray(value, np.float32).ravel() for value in obs.values()])
+    return np.asarray(obs)
+
+
 def env_action(action: Any, space: dict) -> Any:
     if space["type"] == "box":  # the policy's sample is unbounded; the env wants it in range
         return np.clip(np.asarray(action, dtype=np.float32), space.get("low"), space.get("high"))
@@ -169,12 +177,12 @@ def run(
         chunks, chunk = [], _new_chunk(obs)
         for _ in range(steps_per_sample):
             mask = np.asarray(info["action_mask"], np.float32) if mask_input is not None else None
-            action, logp, _dist = policy.act(np.asarray(obs), mask)
+            action, logp, _dist = policy.act(flat_observation(obs), mask)
             obs, reward, terminated, truncated, info = env.step(env_action(action, action_space))
             chunk["actions"].append(action)
             chunk["rewards"].append(float(reward))
             chunk["action_logp"].append(logp)
-            chunk["obs"].append(np.asarray(obs).tolist())
+            chunk["obs"].append(flat_observation(obs).tolist())
             if mask is not None:
                 chunk.setdefault("action_mask", []).append(mask.tolist())
             episode_return += float(reward)
@@ -218,7 +226,7 @@ def budget_spent(
 
 
 def _new_chunk(obs: Any) -> dict[str, Any]:
-    return {"obs": [np.asarray(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
+    return {"obs": [flat_observation(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
             "is_terminated": False, "is_truncated": False}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from app.clients.gym_client import RunResult, budget_spent, env_action
+from app.clients.gym_client import RunResult, budget_spent, env_action, flat_observation
 from app.clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("app.clients")
@@ -56,7 +56,7 @@ def run_thin(
         episode_id = _reply(client, "EPISODE_STARTED")["episode_id"]
         episode_return, pending = 0.0, []
         while True:
-            obs_list = np.asarray(obs, dtype=np.float32).tolist()
+            obs_list = flat_observation(obs).astype(np.float32).tolist()
             request = {"type": "GET_ACTION", "episode_id": episode_id, "obs": obs_list, "explore": explore}
             if masked:
                 request["action_mask"] = np.asarray(info["action_mask"]).astype(int).tolist()
@@ -69,7 +69,7 @@ def run_thin(
             episode_return += float(reward)
             pending = [{"type": "LOG_RETURNS", "episode_id": episode_id, "reward": float(reward)}]
             if terminated or truncated:
-                pending.append({"type": "END_EPISODE", "episode_id": episode_id, "obs": np.asarray(obs, dtype=np.float32).tolist(),
+                pending.append({"type": "END_EPISODE", "episode_id": episode_id, "obs": flat_observation(obs).astype(np.float32).tolist(),
                                 "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
                 client.send_raw(b"".join(client.encode(message) for message in pending))
                 break
