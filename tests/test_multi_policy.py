@@ -206,3 +206,47 @@ def test_a_restart_says_which_modules_it_restored_starts_fresh_or_refuses(tmp_pa
     message = str(refused.value)
     assert "restored cart at weights_seq_no 0" in message and "refused pend:" in message
     assert "observation_space" in message and "--checkpoint-dir" in message and "\n" not in message
+
+
+def test_modules_of_every_new_space_train_together_each_with_its_own_model(tmp_path):
+    # An image module, a masked MultiDiscrete module and a dict module in one gateway: one
+    # step trains all three, and each ONNX takes what its module describes.
+    image = {"type": "box", "shape": [2, 6, 6], "dtype": "uint8"}
+    policies = {
+        "grid": {"observation_space": image, "action_space": {"type": "discrete", "n": 4}},
+        "team": {"observation_space": {"type": "box", "shape": [2]}, "action_space": {"type": "multi_discrete", "nvec": [3, 2]},
+                 "action_masking": True},
+        "mixed": {"observation_space": {"type": "dict", "spaces": {"cam": image, "pos": {"type": "box", "shape": [2]}}},
+                  "action_space": {"type": "discrete", "n": 2}},
+    }
+    rng = np.random.default_rng(0)
+    chunks = [
+        {"module_id": "grid", "obs": rng.integers(0, 256, (4, 2, 6, 6)).tolist(), "actions": [0, 3, 1],
+         "rewards": [1.0] * 3, "is_terminated": True, "is_truncated": False},
+        {"module_id": "team", "obs": [[0.5, -0.5]] * 3, "actions": [[2, 0], [0, 1]], "rewards": [1.0] * 2,
+         "action_mask": [[0, 0, 1, 1, 1], [1, 1, 1, 0, 1]], "is_terminated": True, "is_truncated": False},
+        {"module_id": "mixed", "obs": [rng.integers(0, 256, 72).tolist() + [0.1, 0.2] for _ in range(3)], "actions": [1, 0],
+         "rewards": [1.0] * 2, "is_terminated": True, "is_truncated": False},
+    ]
+    with running_gateway(multi_settings(tmp_path, policies=policies, mapping={}, train_batch_size=100_000)) as gateway, \
+            TcpPeer.connect(gateway) as tcp:
+        tcp.send(frame({"type": "GET_CONFIG"}))
+        config = tcp.receive()
+        tcp.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": chunks}))
+        state = tcp.receive()
+        policies_now = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}
+    assert state["type"] == "SET_STATE" and state["weights_seq_no"] == 1, state
+    assert {m: p["num_env_steps_trained_lifetime"] for m, p in policies_now.items()} == {"grid": 3, "team": 2, "mixed": 2}
+    assert [config["policies"][m].get("onnx_action_mask_input_name") for m in policies] == [None, "action_mask", None]
+    assert config["policies"]["team"]["action_distribution"] == "multi_categorical"
+    assert policies_now["team"]["action_masking"] is True and policies_now["grid"]["action_masking"] is False
+    inputs = {}
+    for module_id in policies:
+        session = ort.InferenceSession(load_payload(state["onnx_files"][module_id]).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        inputs[module_id] = [(i.name, i.shape[1:]) for i in session.get_inputs()]
+    assert inputs == {
+        "grid": [("obs", [2, 6, 6])],
+        "team": [("obs", [2]), ("action_mask", [5])],
+        "mixed": [("obs", [74])],
+    }
