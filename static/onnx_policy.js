@@ -6,7 +6,8 @@
  * a policy this small gains nothing from them.
  *
  * The model's contract (SET_CONFIG and the model's metadata say the same): one input,
- * named by SET_CONFIG.onnx_input_name, of shape [batch, obs_dim]; output 0,
+ * named by SET_CONFIG.onnx_input_name, of shape [batch, ...observation shape] ([batch, C, H, W]
+ * for a camera image, [batch, flat] for a dict); output 0,
  * "action_dist_inputs", holds per row the logits of a Categorical (Discrete actions),
  * the logits of each sub-action one after the other (MultiDiscrete `nvec`,
  * "multi_categorical"), or the mean then the log std of a diagonal Gaussian (Box actions).
@@ -98,6 +99,16 @@ export function sampleGaussian(distInputs, random) {
 /** SET_CONFIG.action_distribution by action space, for servers that send none (RLlib's). */
 const DEFAULT_DISTRIBUTIONS = { discrete: 'categorical', multi_discrete: 'multi_categorical', box: 'gaussian' };
 
+/**
+ * The shape of one observation as the model declares its input (all but the batch axis),
+ * e.g. [3, 64, 64] for an image; null when the model does not say (then: a flat vector).
+ */
+function observationShape(session, inputName) {
+  const meta = session.inputMetadata?.find?.((m) => m.name === inputName);
+  const dims = meta?.isTensor ? meta.shape.slice(1) : [];
+  return dims.length > 0 && dims.every((n) => Number.isInteger(n) && n > 0) ? dims : null;
+}
+
 /** One policy version: an inference session plus how to sample from its output. */
 export class OnnxPolicy {
   /**
@@ -123,6 +134,7 @@ export class OnnxPolicy {
     this.ort = ort;
     this.session = session;
     this.inputName = inputName;
+    this.obsShape = observationShape(session, inputName);
     this.distribution = distribution ?? DEFAULT_DISTRIBUTIONS[actionSpace.type];
     if (!['categorical', 'multi_categorical', 'gaussian'].includes(this.distribution)) {
       throw new Error(`action distribution ${this.distribution} is not supported in the browser`);
@@ -138,10 +150,11 @@ export class OnnxPolicy {
   /**
    * Run the model on one observation; resolve with {action, logp, distInputs}: the action
    * is an int (categorical), one int per sub-action (multi_categorical) or floats (gaussian).
+   * `obs` is as on the wire: a flat list, or nested like its space's shape (an image [C][H][W]).
    * `mask` (a masked model only): 1 allowed, 0 forbidden, one per logit; all allowed if not given.
    */
   async act(obs, mask = null) {
-    const feeds = { [this.inputName]: new this.ort.Tensor('float32', Float32Array.from(obs), [1, obs.length]) };
+    const feeds = { [this.inputName]: this.obsTensor(obs) };
     if (this.maskInputName) {
       feeds[this.maskInputName] = this.maskTensor(mask);
     } else if (mask != null) {
@@ -151,6 +164,17 @@ export class OnnxPolicy {
     const distInputs = Array.from(outputs[this.session.outputNames[0]].data);
     const { action, logp } = this.sample(distInputs);
     return { action, logp, distInputs };
+  }
+
+  /** The observation input [1, ...the model's observation shape] for one observation, flat or nested. */
+  obsTensor(obs) {
+    const values = Float32Array.from(Array.isArray(obs) ? obs.flat(Infinity) : obs);
+    const shape = this.obsShape ?? [values.length];
+    const size = shape.reduce((product, n) => product * n, 1);
+    if (values.length !== size) {
+      throw new Error(`the observation has ${values.length} values, the model takes [${shape.join(', ')}] (${size})`);
+    }
+    return new this.ort.Tensor('float32', values, [1, ...shape]);
   }
 
   /** The mask input [1, k] for `mask` (or all ones): the model, not the sampler, applies it. */
