@@ -100,11 +100,27 @@ def main() -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     install_redaction()
+    if settings.ray_address is not None:
+        run_on_ray(settings)
+        return
     try:
         asyncio.run(serve(settings))
     except StartupError as exc:
         log.error("cannot start: %s", exc)
         sys.exit(EXIT_STARTUP_ERROR)
+    except KeyboardInterrupt:
+        pass
+
+
+def run_on_ray(settings: Settings) -> None:
+    """The learner and --frontends front-ends as Ray actors (the optional extra `[ray]`)."""
+    try:
+        from app.cluster import launch
+    except ImportError:
+        log.error("cannot start: --ray-address needs Ray: pip install 'rllink-gateway[ray]'")
+        sys.exit(EXIT_STARTUP_ERROR)
+    try:
+        launch.run(settings)
     except KeyboardInterrupt:
         pass
 

@@ -229,6 +229,15 @@ class Settings(BaseSettings):
     runs_dir: Path = Field(Path("runs"), description="Where runs are kept, a folder per --run-id.")
     resume: bool = Field(False, description="Continue the run --run-id names (without it, an existing run is refused).")
 
+    # Scale-out on Ray (the optional extra `rllink-gateway[ray]`; app/cluster/).
+    ray_address: str | None = Field(
+        None,
+        description="Run on a Ray cluster at this address (auto: the running one; local: start one here); "
+        "unset: one process, no Ray.",
+    )
+    frontends: int = Field(1, ge=1, le=256, description="With --ray-address: front-end actors (TCP, HTTP, WebSocket).")
+    learner_num_gpus: float = Field(0, ge=0, description="With --ray-address: GPUs the learner actor asks Ray for.")
+
     # Throughput.
     decode_workers: int = Field(
         default_factory=default_decode_workers,

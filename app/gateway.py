@@ -36,11 +36,13 @@ class Gateway:
     """Settings, the modules, the training and serving services, traffic counters, decode
     workers and the TCP bridge."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, service: TrainingService | None = None) -> None:
+        """`service`: the training service to serve (on Ray, a front-end's stand-in for the
+        learner actor, app/cluster/); by default the gateway trains in this process."""
         self.settings = settings
         self.policies = PolicySet.from_settings(settings)
         try:
-            self.service = TrainingService(settings, self.policies)
+            self.service = service if service is not None else TrainingService(settings, self.policies)
         except ValueError as exc:  # e.g. a device torch does not have
             raise StartupError(str(exc)) from None
         self.serving = ServingService(settings, self.policies, self.service, seed=settings.seed)

@@ -18,6 +18,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from app import api, web, ws_rllink
 from app.config import Settings
 from app.gateway import Gateway
+from app.training.service import TrainingService
 
 log = logging.getLogger("app.main")
 
@@ -31,9 +32,10 @@ def record_step(gateway: Gateway) -> None:
         gateway.board.record(snapshot)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """A gateway app; nothing listens or trains until its lifespan (or `app.state.gateway.start()`) runs."""
-    gateway = Gateway(settings or Settings())
+def create_app(settings: Settings | None = None, service: TrainingService | None = None) -> FastAPI:
+    """A gateway app; nothing listens or trains until its lifespan (or `app.state.gateway.start()`) runs.
+    `service`: see `Gateway`."""
+    gateway = Gateway(settings or Settings(), service)
     gateway.service.add_step_listener(lambda: record_step(gateway))
 
     @asynccontextmanager

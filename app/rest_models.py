@@ -136,6 +136,7 @@ class Client(BaseModel):
     sampling: bool = Field(description="Asked for GET_CONFIG or sent experience: training waits for it.")
     waiting: bool = Field(description="Waiting for SET_STATE after EPISODES_AND_GET_STATE.")
     last_weights_seq_no_sent: int | None
+    frontend: int | None = Field(None, description="On Ray: the front-end it is connected to (0, 1, ...).")
 
 
 class Limits(BaseModel):

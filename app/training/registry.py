@@ -20,6 +20,7 @@ class ClientInfo:
     sampling: bool = False  # asked for the sampling config or sent experience: the barrier waits for it
     waiting: bool = False  # inside wait_for_training, its data not yet trained on
     last_weights_seq_no_sent: int | None = None
+    frontend: int | None = None  # on Ray: the front-end it is connected to (app/cluster/)
 
 
 class ClientRegistry:
@@ -33,6 +34,10 @@ class ClientRegistry:
         client = ClientInfo(id=next(self._ids), transport=transport, peer=peer)
         self._clients[client.id] = client
         return client
+
+    def add(self, client: ClientInfo) -> None:
+        """A client numbered elsewhere (a front-end on Ray numbers its own)."""
+        self._clients[client.id] = client
 
     def disconnect(self, client: ClientInfo) -> None:
         self._clients.pop(client.id, None)

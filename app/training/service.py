@@ -165,6 +165,10 @@ class TrainingService:
     def connect(self, transport: str, peer: str) -> ClientInfo:
         return self._registry.connect(transport, peer)
 
+    def add_client(self, client: ClientInfo) -> None:
+        """A client numbered by a front-end on Ray (app/cluster/)."""
+        self._registry.add(client)
+
     def disconnect(self, client: ClientInfo) -> None:
         """Forget the client; its pending data stays in the batch. If everyone left is
         waiting now, train."""

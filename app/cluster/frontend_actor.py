@@ -1,0 +1,54 @@
+"""A gateway front-end on Ray: TCP bridge, HTTP, WebSocket and the REST API in one actor,
+training through the learner actor (remote_service.py)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import uvicorn
+
+from app.__main__ import bind_http, uvicorn_options
+from app.cluster.remote_service import RemoteTrainingService
+from app.config import Settings
+from app.log_redaction import install_redaction
+from app.main import create_app
+
+log = logging.getLogger("app.cluster")
+
+
+class FrontendActor:
+    """One front-end: `start` binds and starts it, `serve` runs it until the actor ends."""
+
+    def __init__(self, settings: Settings, learner, index: int) -> None:
+        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        install_redaction()
+        self.settings = settings
+        self.index = index
+        self.app = create_app(settings, RemoteTrainingService(settings, learner, index))
+        self._sock: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+
+    async def start(self) -> dict[str, object]:
+        """Bind, start the gateway's parts; where it listens: host, http_port, tcp_port."""
+        self._sock = bind_http(self.settings)
+        gateway = self.app.state.gateway
+        await gateway.start()
+        bridge = gateway.tcp_bridge
+        where = {
+            "frontend": self.index,
+            "host": socket.gethostbyname(socket.gethostname()),
+            "http_port": self._sock.getsockname()[1],
+            "tcp_port": bridge.port if bridge is not None else 0,
+        }
+        log.info("front-end %d listening: HTTP %s, TCP %s", self.index, where["http_port"], where["tcp_port"])
+        return where
+
+    async def serve(self) -> None:
+        """Serve until the actor is killed (or the server stops)."""
+        config = uvicorn.Config(self.app, log_level=self.settings.log_level.lower(), lifespan="on", **uvicorn_options(self.settings))
+        self._server = uvicorn.Server(config)
+        await self._server.serve(sockets=[self._sock])
+
+    def ping(self) -> int:
+        return self.index

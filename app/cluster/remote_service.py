@@ -1,0 +1,214 @@
+"""A front-end's stand-in for the TrainingService, which lives in the learner actor.
+
+It answers what the transports and the REST API ask the service (connect, ingest, wait
+for training, the current version, metrics) so that a front-end is an ordinary gateway:
+- clients are numbered here (front-end i numbers from i * 10**9 + 1) and announced;
+- experience is queued and sent in one call per turn of the event loop (several clients'
+  chunks together), in order, before any wait for training that depends on it;
+- versions are followed with `next_state` (one Ray object per version, fetched once here);
+- metrics, clients and the batch's state are a status the learner sends every
+  STATUS_INTERVAL_S and after every version: REST shows the whole gateway, slightly late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from app.config import PPOConfig, SACConfig, Settings
+from app.policies import PolicySet
+from app.schemas import EpisodeChunk
+from app.training.metrics import TrainingMetrics
+from app.training.onnx_export import OUTPUT_NAME
+from app.training.policy_store import KEPT_VERSIONS, PolicySetState
+from app.training.registry import ClientInfo
+
+log = logging.getLogger("app.cluster")
+
+STATUS_INTERVAL_S = 0.5
+CLIENT_IDS_PER_FRONTEND = 10**9
+
+
+class RemoteTrainingService:
+    """The TrainingService's interface, over the learner actor `learner`."""
+
+    def __init__(self, settings: Settings, learner: Any, frontend: int) -> None:
+        self.settings = settings
+        self.policies = PolicySet.from_settings(settings)
+        self.frontend = frontend
+        self._learner = learner
+        self._ids = itertools.count(frontend * CLIENT_IDS_PER_FRONTEND + 1)
+        self._outbox: list[tuple[int, list[EpisodeChunk], bool]] = []
+        self._flush_scheduled = False
+        self._states: OrderedDict[int, PolicySetState] = OrderedDict()
+        self._version_arrived = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._step_listeners: list[Callable[[], None]] = []
+        self._status: Any = None  # LearnerStatus
+        self.metrics = TrainingMetrics(list(self.policies.modules))
+        self.leagues: dict[str, Any] = {}
+
+    # -- Lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Fetch the current version and status, then follow both."""
+        await self._fetch_state(-1)
+        await self._refresh_status()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._follow_versions()), loop.create_task(self._poll_status())]
+
+    async def stop(self) -> None:
+        self._send_outbox()
+        for task in self._tasks:
+            task.cancel()
+
+    async def _fetch_state(self, after: int) -> int:
+        version, (ref,) = await self._learner.next_state.remote(after)
+        state: PolicySetState = await ref
+        self._states[version] = state
+        while len(self._states) > KEPT_VERSIONS:
+            self._states.popitem(last=False)
+        self._version_arrived.set()
+        self._version_arrived = asyncio.Event()
+        return version
+
+    async def _follow_versions(self) -> None:
+        while True:
+            try:
+                await self._fetch_state(self.current_state().weights_seq_no)
+                await self._refresh_status()
+                for listener in self._step_listeners:
+                    listener()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the learner restarting: try again shortly
+                log.warning("front-end %d: cannot reach the learner for new versions; retrying", self.frontend, exc_info=True)
+                await asyncio.sleep(1.0)
+
+    async def _poll_status(self) -> None:
+        while True:
+            await asyncio.sleep(STATUS_INTERVAL_S)
+            try:
+                await self._refresh_status()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("front-end %d: no status from the learner", self.frontend, exc_info=True)
+
+    async def _refresh_status(self) -> None:
+        self._status = await self._learner.status.remote()
+        self.metrics = self._status.metrics
+        self.leagues = self._status.leagues
+
+    def add_step_listener(self, listener: Callable[[], None]) -> None:
+        """Called on this front-end's event loop when a new version has arrived."""
+        self._step_listeners.append(listener)
+
+    # -- Clients and experience ----------------------------------------------------------
+
+    def connect(self, transport: str, peer: str) -> ClientInfo:
+        client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, frontend=self.frontend)
+        self._learner.connect.remote(client)
+        return client
+
+    def disconnect(self, client: ClientInfo) -> None:
+        self._send_outbox()  # its last chunks first
+        self._learner.disconnect.remote(client.id)
+
+    def start_sampling(self, client: ClientInfo) -> None:
+        client.sampling = True
+        self._send_outbox()
+        self._learner.start_sampling.remote(client.id)
+
+    def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
+        client.sampling = client.sampling or sampling
+        client.env_steps_sent += sum(chunk.num_steps for chunk in episodes)
+        self._outbox.append((client.id, episodes, sampling))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_outbox)
+
+    def _send_outbox(self) -> None:
+        """One call with everything queued (Ray keeps the calls of one caller in order)."""
+        self._flush_scheduled = False
+        if self._outbox:
+            batch, self._outbox = self._outbox, []
+            self._learner.ingest.remote(batch)
+
+    def must_wait(self) -> bool:
+        return self._status is None or self._status.must_wait
+
+    async def wait_for_training(self, client: ClientInfo) -> PolicySetState:
+        """Wait until the learner has trained on the client's data so far, and this
+        front-end has that version."""
+        self._send_outbox()
+        version = await self._learner.wait_for_training.remote(client.id)
+        while self.current_state().weights_seq_no < version:
+            await self._version_arrived.wait()
+        return self.current_state()
+
+    def current_state(self) -> PolicySetState:
+        return next(reversed(self._states.values()))
+
+    def note_state_sent(self, client: ClientInfo, state: PolicySetState) -> None:
+        client.last_weights_seq_no_sent = state.weights_seq_no
+        self._learner.note_state_sent.remote(client.id, state.weights_seq_no)
+
+    def kept_state(self, weights_seq_no: int) -> PolicySetState | None:
+        return self._states.get(weights_seq_no)
+
+    @property
+    def kept_versions(self) -> list[int]:
+        return list(self._states)
+
+    @property
+    def clients(self) -> list[ClientInfo]:
+        """Every front-end's clients, as of the last status."""
+        return list(self._status.clients) if self._status is not None else []
+
+    @property
+    def onnx_output_names(self) -> list[str]:
+        return [OUTPUT_NAME]
+
+    @property
+    def pending_env_steps(self) -> int:
+        return self._status.pending_env_steps
+
+    @property
+    def training_env_steps(self) -> int:
+        return self._status.training_env_steps
+
+    @property
+    def training_in_progress(self) -> bool:
+        return self._status.training_in_progress
+
+    @property
+    def force_on_policy(self) -> bool:
+        return self._status.force_on_policy
+
+    @property
+    def device(self) -> str:
+        return self._status.device
+
+    # -- Hyperparameters -------------------------------------------------------------------
+
+    @property
+    def ppo_config(self) -> PPOConfig:
+        return self.module_ppo_config(self.policies.default_module_id)
+
+    def module_ppo_config(self, module_id: str) -> PPOConfig:
+        return self._status.ppo_configs.get(module_id) or self.policies.modules[module_id].ppo
+
+    def module_sac_config(self, module_id: str) -> SACConfig | None:
+        return self._status.sac_configs.get(module_id)
+
+    def checked_ppo_config(self, changes: dict[str, Any], base: PPOConfig | None = None, module_id: str | None = None) -> PPOConfig:
+        raise ValueError("hyperparameters cannot be changed while running on Ray (set them at start-up)")
+
+    def set_ppo_config(self, cfg: PPOConfig, module_id: str | None = None) -> None:
+        raise ValueError("hyperparameters cannot be changed while running on Ray (set them at start-up)")
+
