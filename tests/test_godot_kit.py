@@ -13,7 +13,14 @@
 - A connection cut mid-training: the addon reconnects and training goes on.
 - TLS with a pinned self-signed certificate; a certificate not trusted is a clear error.
 - The addon's GDScript ONNX runtime computes what onnxruntime computes on the
-  gateway's exported models (PPO's Gemm/Tanh, Flatten, SAC's actor).
+  gateway's exported models (PPO's Gemm/Tanh, Flatten, SAC's actor, and a masked
+  model's Sub/Mul/Add, forbidden logits included), and refuses an image model's CNN
+  pointing to thin mode.
+- Action masks (RLlinkAgent.get_action_mask()): the example's masked-pick game, where
+  half the items are forbidden each step and taking one ends the run, learns in thin
+  and local mode with no forbidden action taken; the masks travel in GET_ACTION (thin)
+  and in the chunks (local), each the one its step's action was chosen under; a mask
+  for a module without action_masking is a clear error in both modes.
 
 Each run works on a copy of the example project in tmp_path (Godot writes .import/ into
 a project and user data under XDG_DATA_HOME, both kept out of the repository and $HOME).
@@ -27,6 +34,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import httpx
@@ -34,7 +42,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.spaces import BoxSpace, DiscreteSpace
+from app.spaces import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
@@ -338,3 +346,183 @@ def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes(project, tm
     assert meta["metadata"]["weights_seq_no"] in {"3", "4", "5"}
     assert outputs.shape == expected.shape
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
+
+
+def run_onnx(project: Path, tmp_path: Path, model: bytes, observations: np.ndarray, *extra: str) -> subprocess.CompletedProcess:
+    """tools/onnx_run.gd on the model and observations (extra: a shape, masks.json)."""
+    model_path, obs_path = tmp_path / "model.onnx", tmp_path / "obs.json"
+    model_path.write_bytes(model)
+    obs_path.write_text(json.dumps([o.ravel().tolist() for o in observations]))
+    command = [GODOT, "--path", str(project), "-s", "res://tools/onnx_run.gd", "--", str(model_path), str(obs_path), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=godot_env(project))
+
+
+@pytest.mark.parametrize(
+    "action_space", [DiscreteSpace(n=6), MultiDiscreteSpace(nvec=[3, 4])], ids=["discrete", "multi_discrete"]
+)
+def test_the_gdscript_runtime_computes_masked_logits_as_onnxruntime_does(project, tmp_path, action_space):
+    """A masked model (second input action_mask; Sub, Mul, Add): every logit matches, the
+    forbidden ones (about -1e8, a multiple of 8 in float32) too."""
+    import torch
+
+    torch.manual_seed(0)
+    policy = ActorCritic(BoxSpace(shape=(5,)), action_space, (32, 16))
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.uniform_(-0.5, 0.5)
+    model = export_onnx(policy, 6, action_masking=True)
+    rng = np.random.default_rng(2)
+    observations = rng.uniform(-3, 3, (32, 5)).astype(np.float32)
+    width = policy.num_dist_inputs
+    masks = (rng.random((32, width)) < 0.5).astype(np.float32)
+    starts = np.concatenate([[0], np.cumsum(getattr(action_space, "nvec", [width]))[:-1]])
+    masks[np.arange(32)[:, None], starts[None, :]] = 1.0  # each sub-action keeps a choice
+    masks[0] = 1.0  # nothing forbidden
+    masks_path = tmp_path / "masks.json"
+    masks_path.write_text(json.dumps(masks.astype(int).tolist()[:-1] + [[]]))  # [] (the last): all allowed
+
+    result = run_onnx(project, tmp_path, model, observations, str(masks_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
+    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    masks[-1] = 1.0
+    expected = session.run(None, {"obs": observations, "action_mask": masks})[0]
+    assert meta["mask_input_name"] == "action_mask" and meta["mask_width"] == width
+    assert outputs.shape == expected.shape
+    assert (expected[masks == 0] < -9e7).all() and (masks == 0).sum() > 50
+    np.testing.assert_allclose(outputs, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("image", ["image", "dict"])
+def test_the_gdscript_runtime_refuses_an_image_model_and_points_to_thin_mode(project, tmp_path, image):
+    pixels = BoxSpace(shape=(3, 10, 10), low=0, high=255, dtype="uint8")
+    space = pixels if image == "image" else DictSpace(spaces={"camera": pixels, "position": BoxSpace(shape=(2,))})
+    model = export_onnx(ActorCritic(space, DiscreteSpace(n=4), (16, 16)), 1)
+    result = run_onnx(project, tmp_path, model, np.zeros((1, space.flat_dim), np.float32))
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = next(line for line in result.stdout.splitlines() if line.startswith("ERROR "))
+    assert "Conv" in error and "image observations" in error and "use thin mode" in error
+
+
+# -- Action masks ---------------------------------------------------------------------------
+
+MASKED_PICK = dict(observation_space={"type": "box", "shape": [12]}, action_space={"type": "discrete", "n": 6})
+MASKED_PICK_TARGET = 6.0  # picking among the allowed at random: 5.0 (sd of a 20-episode mean ~0.2); the best: 7.5
+
+
+class RecordingProxy:
+    """A TCP proxy to the gateway that keeps every byte the game sends, to read its
+    frames afterwards (8-digit length, JSON body)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.sent = bytearray()
+        self._sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.connections += 1
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
+        try:
+            while data := source.recv(65536):
+                if record:
+                    self.sent += data
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def messages(self) -> list[dict]:
+        data, pos, found = bytes(self.sent), 0, []
+        while pos + 8 <= len(data):
+            size = int(data[pos : pos + 8])
+            found.append(json.loads(data[pos + 8 : pos + 8 + size]))
+            pos += 8 + size
+        assert pos == len(data), "a frame cut short"
+        return found
+
+    def close(self) -> None:
+        self.server.close()
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+def masked_pick(project: Path, port: int, *args: str, target: float = MASKED_PICK_TARGET) -> subprocess.CompletedProcess:
+    return cartpole(project, port, "--env", "masked-pick", *args, target=target, max_seconds=90)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("inference", ["thin", "local"])
+def test_a_masked_game_learns_and_never_takes_a_forbidden_action(project, tmp_path, inference):
+    """The example's masked-pick: half the items are forbidden each step; the game's
+    get_action_mask() says which, and a forbidden pick ends the run (exit 4), as the
+    gateway refuses a chunk whose action its mask forbids. Random picks would break a
+    rule at the first steps; masked ones learn to beat picking among the allowed at random."""
+    with running_gateway(gateway_settings(tmp_path, **MASKED_PICK, action_masking=True)) as gateway:
+        proxy = RecordingProxy(gateway.tcp_port)
+        try:
+            result = masked_pick(project, proxy.port, "--inference", inference)
+            run = reached(result)
+            after = settled_metrics(gateway, 1)
+        finally:
+            proxy.close()
+    assert f"inference: {inference}" in result.stdout
+    assert f"masked-pick: {run['env_steps']} decisions, 0 forbidden actions taken" in result.stdout
+    assert after["errors"] == {} and proxy.connections == 1
+    messages = proxy.messages()
+    if inference == "thin":
+        # Every GET_ACTION carried its step's mask (the game shows it in obs[6:] too).
+        requests = [m for m in messages if m["type"] == "GET_ACTION"]
+        assert len(requests) == run["env_steps"] == after["serving"]["actions_served_total"]
+        for request in requests:
+            assert request["action_mask"] == [int(x) for x in request["obs"][6:]]
+            assert sum(request["action_mask"]) == 3
+    else:
+        # The policy ran in GDScript; each chunk holds a mask per step, the one its
+        # action was chosen under, and the action is allowed by it.
+        assert after["serving"]["actions_served_total"] == 0
+        chunks = [c for m in messages if m["type"] == "EPISODES_AND_GET_STATE" for c in m["episodes"]]
+        assert chunks and sum(len(c["actions"]) for c in chunks) == after["num_env_steps_sampled_lifetime"] >= 500
+        for chunk in chunks:
+            assert len(chunk["action_mask"]) == len(chunk["actions"]) == len(chunk["obs"]) - 1
+            for obs, mask, action in zip(chunk["obs"], chunk["action_mask"], chunk["actions"]):
+                assert mask == [int(x) for x in obs[6:]] and sum(mask) == 3
+                assert mask[action] == 1
+    assert after["weights_seq_no"] >= 1
+
+
+@pytest.mark.e2e
+def test_a_mask_for_a_module_without_action_masking_is_a_clear_error_in_both_modes(project, tmp_path):
+    with running_gateway(gateway_settings(tmp_path, **MASKED_PICK)) as gateway:
+        thin = masked_pick(project, gateway.tcp_port)
+        local = masked_pick(project, gateway.tcp_port, "--inference", "local")
+    assert thin.returncode == 3, thin
+    assert "error: the gateway refused us: [invalid_message]" in thin.stderr
+    assert "takes no action masks (set action_masking)" in thin.stderr and "(request GET_ACTION)" in thin.stderr
+    assert local.returncode == 3, local  # found in the game, before a sample the gateway would refuse
+    assert "[invalid_message] get_action_mask() gave a mask, but module 'default_policy' takes no action masks" in local.stderr

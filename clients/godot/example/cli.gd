@@ -6,12 +6,16 @@ const USAGE = """usage: godot3-server --path clients/godot/example -- [--host 12
          [--token T] [--target-return 450] [--max-seconds 300] [--max-env-steps 0]
          [--inference thin|local] [--transport tcp|ws] [--envs 1] [--seed 0]
          [--async] [--speedup 0] [--tls [--tls-cert cert.pem] [--tls-hostname name]]
+         [--env cartpole|masked-pick]
   --port       the gateway's tcp_port (tcp) or http_port (ws)
   --envs N     N carts in the scene, sharing one connection
   --async      agents do not wait inside a tick for their action (as in an HTML5 export)
   --speedup S  physics ticks per second = 60 x S; 0: as fast as the gateway answers
+  --env        masked-pick: pick the best of 6 items, 3 forbidden each step, with action
+               masks (a gateway with observations box [12], actions discrete 6, action_masking)
 exit codes: 0 target reached, 1 time or step budget spent first, 2 bad arguments,
-            3 the gateway refused us or could not be reached (its code and message printed)"""
+            3 the gateway refused us or could not be reached (its code and message printed),
+            4 a forbidden action was taken (masked-pick)"""
 
 
 
@@ -24,7 +28,7 @@ static func parse(argv: Array) -> Dictionary:
 	var options = {
 		"host": "127.0.0.1", "port": 5555, "token": "", "target_return": 450.0, "max_seconds": 300.0,
 		"max_env_steps": 0, "inference": "thin", "transport": "tcp", "envs": 1, "seed": 0,
-		"async": false, "speedup": 0.0, "tls": false, "tls_cert": "", "tls_hostname": "",
+		"async": false, "speedup": 0.0, "tls": false, "tls_cert": "", "tls_hostname": "", "env": "cartpole",
 	}
 	var i = 0
 	while i < args.size():
@@ -61,6 +65,10 @@ static func parse(argv: Array) -> Dictionary:
 				if not value in ["tcp", "ws"]:
 					return {"error": "--transport is tcp or ws, not '%s'" % value}
 				options.transport = value
+			"--env":
+				if not value in ["cartpole", "masked-pick"]:
+					return {"error": "--env is cartpole or masked-pick, not '%s'" % value}
+				options.env = value
 			_:
 				return {"error": "unknown option " + flag}
 	if options.envs < 1:

@@ -7,12 +7,17 @@
 # progress every 20 episodes and exits 0 once the mean return of the last 20 episodes
 # reaches the target, 1 if the time or step budget runs out first, 2 for bad
 # arguments, 3 when the gateway refuses us or cannot be reached (code and message).
+#
+# --env masked-pick plays masked_pick_agent.gd instead (action masks): it exits 4 at
+# the first forbidden action, and prints how many decisions it checked at the end.
 extends Node2D
 
 const Cli = preload("res://cli.gd")
 const RLlinkClient = preload("res://addons/rllink/rllink_client.gd")
 const CartPoleAgent = preload("res://cartpole_agent.gd")
 const CartPoleEnv = preload("res://cartpole_env.gd")
+const MaskedPickAgent = preload("res://masked_pick_agent.gd")
+const MaskedPickEnv = preload("res://masked_pick_env.gd")
 
 const WINDOW = 20
 
@@ -53,13 +58,19 @@ func _ready() -> void:
 	client.connect("connected", self, "_on_connected")
 	started_msec = OS.get_ticks_msec()
 	for i in range(options.envs):
-		var agent = CartPoleAgent.new()
-		agent.name = "Cart%d" % i
+		var agent
+		if options.env == "masked-pick":
+			agent = MaskedPickAgent.new()
+			agent.name = "Picker%d" % i
+			agent.env = MaskedPickEnv.new(options.seed + i)
+		else:
+			agent = CartPoleAgent.new()
+			agent.name = "Cart%d" % i
+			agent.env = CartPoleEnv.new(options.seed + i)
 		agent.client = client  # one connection for every cart
 		agent.inference = options.inference
 		agent.blocking = not options.async
 		agent.seed_value = options.seed + i
-		agent.env = CartPoleEnv.new(options.seed + i)
 		agent.connect("episode_finished", self, "_on_episode_finished", [agent])
 		agent.connect("gateway_error", self, "_on_gateway_error", [agent])
 		agents.append(agent)
@@ -79,10 +90,12 @@ func _set_speed(speedup: float) -> void:
 func _process(_delta: float) -> void:
 	if finished:
 		return
+	if _forbidden_taken():
+		return
 	if _budget_spent():
 		_finish(1)
 		return
-	if OS.get_name() != "Server":
+	if OS.get_name() != "Server" and options.env == "cartpole":
 		update()  # redraw the carts in a window
 
 
@@ -101,7 +114,7 @@ func _on_note(text: String) -> void:
 
 
 func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
-	if finished:
+	if finished or _forbidden_taken():
 		return
 	episodes += 1
 	env_steps += steps
@@ -137,6 +150,18 @@ func _on_gateway_error(info: Dictionary, _agent) -> void:
 	_finish(3)
 
 
+# masked-pick: a forbidden action ends the run (exit 4); true once it has.
+func _forbidden_taken() -> bool:
+	if options.env != "masked-pick":
+		return false
+	for agent in agents:
+		if agent.env.forbidden_taken > 0:
+			printerr("error: %s took a forbidden action: %s" % [agent.name, agent.env.last_forbidden])
+			_finish(4)
+			return true
+	return false
+
+
 func _budget_spent() -> bool:
 	var spent = (options.max_seconds > 0 and _elapsed() >= options.max_seconds) \
 		or (options.max_env_steps > 0 and env_steps >= options.max_env_steps)
@@ -148,6 +173,13 @@ func _budget_spent() -> bool:
 
 func _finish(code: int) -> void:
 	finished = true
+	if options.env == "masked-pick":
+		var decisions = 0
+		var forbidden = 0
+		for agent in agents:
+			decisions += agent.env.total_steps
+			forbidden += agent.env.forbidden_taken
+		print("masked-pick: %d decisions, %d forbidden actions taken" % [decisions, forbidden])
 	for agent in agents:
 		agent.stop()
 	if client != null:
@@ -175,6 +207,8 @@ func _elapsed() -> float:
 
 # In a window: each cart as a box on a rail with its pole.
 func _draw() -> void:
+	if options.get("env") != "cartpole":
+		return
 	var size = get_viewport_rect().size
 	for i in range(agents.size()):
 		var state = agents[i].env.state

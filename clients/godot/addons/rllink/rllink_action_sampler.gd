@@ -6,6 +6,8 @@
 #   gaussian           means then log stds -> the unclipped sample (train on it; clip
 #                      it to the box before acting: clip())
 #   squashed_gaussian  means then log stds of u -> low + (tanh(u) + 1) / 2 * (high - low)
+# A masked model's forbidden logits are about -1e8: their probability is exactly 0, so
+# they are never sampled (nor the most likely).
 extends Reference
 
 const LOG_SQRT_2PI = 0.91893853320467274178  # 0.5 * log(2 pi)
@@ -53,12 +55,18 @@ func _categorical(logits: Array, explore: bool) -> Dictionary:
 	if explore:
 		var u = rng.randf()
 		var cdf = 0.0
-		action = logits.size() - 1
+		action = -1
+		var last_possible = 0  # if rounding leaves u above the cdf: never a forbidden action
 		for i in range(logits.size()):
-			cdf += exp(logits[i] - log_sum)
+			var p = exp(logits[i] - log_sum)
+			if p > 0.0:
+				last_possible = i
+			cdf += p
 			if u < cdf:
 				action = i
 				break
+		if action < 0:
+			action = last_possible
 	else:
 		for i in range(1, logits.size()):
 			if logits[i] > logits[action]:
@@ -86,6 +94,34 @@ func _gaussian(dist_inputs: Array, explore: bool, squashed: bool, space: Diction
 		else:
 			action.append(u)
 	return {"action": action, "logp": logp}
+
+
+# Why an action mask (one value per logit, from the game) does not fit the action
+# space, as the gateway would refuse it; "" if it does. Each sub-action needs one
+# allowed value.
+static func mask_error(mask: Array, space: Dictionary) -> String:
+	var nvec = []
+	if str(space.get("type", "")) == "discrete":
+		nvec = [int(space.get("n", 0))]
+	else:
+		for n in space.get("nvec", []):
+			nvec.append(int(n))
+	var width = 0
+	for n in nvec:
+		width += n
+	if mask.size() != width:
+		return "action_mask must hold %d values, one per logit, got %d" % [width, mask.size()]
+	var offset = 0
+	for part in range(nvec.size()):
+		var allowed = false
+		for i in range(offset, offset + nvec[part]):
+			if not (typeof(mask[i]) in [TYPE_INT, TYPE_REAL, TYPE_BOOL] and float(mask[i]) in [0.0, 1.0]):
+				return "action_mask must hold 0/1 (or false/true) values only, got %s" % str(mask[i])
+			allowed = allowed or float(mask[i]) == 1.0
+		if not allowed:
+			return "action_mask allows no action%s: at least one must be allowed" % (" for sub-action %d" % part if nvec.size() > 1 else "")
+		offset += nvec[part]
+	return ""
 
 
 # A box action clipped to the space's bounds (what the game should act on).

@@ -8,11 +8,18 @@
 #   func get_reward() -> float: var r = reward; reward = 0.0; return r   # since the last decision
 #   func is_done() -> bool: return fell                        # a terminal state
 #   func reset() -> void: fell = false; position = Vector2()   # a new episode
+#   func get_action_mask() -> Array: return [1, 0, 1]           # optional: the actions allowed now
 #
 # Every decision_period physics ticks it closes the last step (get_reward, is_done /
 # is_truncated / max_episode_steps: END_EPISODE and reset() when it ended), then asks
-# for an action on get_obs() and hands it to set_action(). Between decisions the game
-# keeps acting on the last action.
+# for an action on get_obs() (and get_action_mask()) and hands it to set_action().
+# Between decisions the game keeps acting on the last action.
+#
+# Action masks (the gateway's action_masking): get_action_mask() returns the actions
+# allowed at this decision, one 0/1 (or false/true) per logit: n for a discrete space,
+# sum(nvec) for a multi-discrete one, sub-action 0's first; empty (the default): all
+# allowed. The action chosen is always an allowed one, in both modes (thin: sent with
+# GET_ACTION; local: fed to the model and recorded in the experience sent).
 #
 # inference "thin" (default): the gateway chooses every action (one round trip per
 # decision, no model in the game). "local": the game runs the downloaded policy in
@@ -109,6 +116,13 @@ func reset() -> void:
 	pass
 
 
+# The actions allowed at this decision (called right after get_obs()): one 0/1 or
+# false/true per logit; empty: all allowed. Only for a module with the gateway's
+# action_masking (a mask sent to any other is refused: invalid_message).
+func get_action_mask() -> Array:
+	return []
+
+
 # -- Control --------------------------------------------------------------------------------
 
 func _ready() -> void:
@@ -187,7 +201,7 @@ func decide() -> void:
 			return
 		if episode_steps > 0 and not _close_step():
 			return
-		session.begin_step(get_obs())
+		session.begin_step(get_obs(), _action_mask())
 		_step_open = true
 		if not blocking:
 			return  # the action comes at a later tick
@@ -252,6 +266,23 @@ func _fail(info) -> void:
 	if get_signal_connection_list("gateway_error").empty():
 		printerr("RLlink: %s [%s] %s" % [name, info.code, info.message])
 	emit_signal("gateway_error", info)
+
+
+# get_action_mask() as 0/1 ints (JSON stays small; anything but 0/1 is left for the
+# checks to refuse).
+func _action_mask() -> Array:
+	var mask = get_action_mask()
+	if mask.empty():
+		return mask
+	var ints = []
+	for value in mask:
+		if typeof(value) == TYPE_BOOL:
+			ints.append(1 if value else 0)
+		elif typeof(value) in [TYPE_INT, TYPE_REAL] and (value == 0 or value == 1):
+			ints.append(int(value))
+		else:
+			ints.append(value)
+	return ints
 
 
 # The gateway's action (JSON numbers are floats) as the game acts on it.

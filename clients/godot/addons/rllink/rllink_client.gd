@@ -532,23 +532,31 @@ func start_episode(episode_id := "", agent_id := "", module_id := "", training_e
 	return request(message)
 
 
-# GET_ACTION -> ACTION {episode_id, action, weights_seq_no}: the gateway's policy acts on obs.
-func get_action(episode_id: String, obs, explore := true):
+# GET_ACTION -> ACTION {episode_id, action, weights_seq_no}: the gateway's policy acts on
+# obs. action_mask: the actions allowed now, one 0/1 per logit (a module with the
+# gateway's action_masking; empty: all allowed); the gateway answers an allowed one.
+func get_action(episode_id: String, obs, explore := true, action_mask := []):
 	var message = {"type": "GET_ACTION", "episode_id": episode_id, "obs": obs}
 	if not explore:
 		message["explore"] = false
+	if not action_mask.empty():
+		message["action_mask"] = action_mask
 	return request(message)
 
 
-# GET_ACTION for several episodes at once: batch = [{episode_id, obs, explore?}, ...]
-# -> ACTION {actions: [...], weights_seq_no}, in the batch's order.
+# GET_ACTION for several episodes at once: batch = [{episode_id, obs, explore?,
+# action_mask?}, ...] -> ACTION {actions: [...], weights_seq_no}, in the batch's order.
 func get_actions(batch: Array):
 	return request({"type": "GET_ACTION", "batch": batch})
 
 
-# LOG_ACTION: an action the game chose itself (a human, a script) on obs. No reply.
-func log_action(episode_id: String, obs, action):
-	return request({"type": "LOG_ACTION", "episode_id": episode_id, "obs": obs, "action": action})
+# LOG_ACTION: an action the game chose itself (a human, a script) on obs; action_mask:
+# the actions it chose among (empty: all allowed). No reply.
+func log_action(episode_id: String, obs, action, action_mask := []):
+	var message = {"type": "LOG_ACTION", "episode_id": episode_id, "obs": obs, "action": action}
+	if not action_mask.empty():
+		message["action_mask"] = action_mask
+	return request(message)
 
 
 # LOG_RETURNS: reward for the episode's last action (added up if sent twice). No reply.
@@ -565,7 +573,7 @@ func end_episode(episode_id: String, obs, terminated := true, truncated := false
 # -- Config and policy helpers --------------------------------------------------------------------
 
 # The module an agent plays, from SET_CONFIG: {module_id, observation_space, action_space,
-# onnx_input_name, onnx_output_names, action_distribution}. module_id wins, then the
+# onnx_input_name, onnx_output_names, onnx_action_mask_input_name, action_distribution}. module_id wins, then the
 # first policy_mapping glob matching agent_id, then the default module.
 func module_for(agent_id := "", module_id := "") -> Dictionary:
 	var policies = config.get("policies", {})
@@ -582,7 +590,8 @@ func module_for(agent_id := "", module_id := "") -> Dictionary:
 	if policies.has(chosen):
 		info = policies[chosen].duplicate()
 	else:  # a gateway without the multi-policy extension: the top-level fields
-		for key in ["observation_space", "action_space", "onnx_input_name", "onnx_output_names", "action_distribution"]:
+		for key in ["observation_space", "action_space", "onnx_input_name", "onnx_output_names",
+				"onnx_action_mask_input_name", "action_distribution"]:
 			if config.has(key):
 				info[key] = config[key]
 	info["module_id"] = chosen

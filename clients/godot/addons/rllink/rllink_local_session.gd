@@ -5,6 +5,11 @@
 # brings the next policy. One round trip per sample instead of one per step, at the
 # price of running the network in GDScript (about 1 ms per step for a 64x64 MLP).
 #
+# Action masks (a module with the gateway's action_masking): each step's mask goes into
+# the model (its second input, action_mask: the forbidden actions get probability 0)
+# and into the chunk's action_mask, the mask the action was chosen under (all ones for
+# a step the game gave none), which the gateway trains with and checks the action by.
+#
 # Same interface as rllink_thin_session.gd. A dropped connection costs nothing but
 # time: the experience not yet acknowledged is sent again once reconnected.
 extends Reference
@@ -31,6 +36,7 @@ var _finished = []              # chunks not yet acknowledged by a SET_STATE
 var _steps_since_sample = 0
 var _episode_id = ""
 var _obs = null
+var _mask = []                  # the step's action mask (empty: all allowed)
 var _state_message = null       # GET_STATE or EPISODES_AND_GET_STATE under way
 var _state_request = null
 var _retries = 0
@@ -51,8 +57,10 @@ func episode_id() -> String:
 	return _episode_id
 
 
-func begin_step(obs) -> void:
+# mask: the step's action mask, one 0/1 per logit (empty: all allowed).
+func begin_step(obs, mask := []) -> void:
 	_obs = obs.duplicate() if typeof(obs) == TYPE_ARRAY else obs
+	_mask = mask
 	_retries = 0
 	if not policy.is_loaded():
 		_ask({"type": "GET_STATE"})
@@ -119,15 +127,22 @@ func wait_step():
 
 
 func _act() -> Dictionary:
+	var space = module.get("action_space", {})
+	var mask_error = _mask_error(space)
+	if mask_error != "":
+		return {"error": {"code": "invalid_message", "message": mask_error, "details": {"field": "action_mask"}, "request": ""}}
 	if _chunk == null:
 		_episode_id = client.new_episode_id()
 		_chunk = _new_chunk(_obs)
 	elif not _chunk.actions.empty():
 		_chunk.obs.append(_obs)
-	var outputs = policy.run(_obs)
-	var space = module.get("action_space", {})
+	var outputs = policy.run(_obs, _mask)
 	var distribution = str(module.get("action_distribution", "categorical"))
 	var sampled = sampler.sample(outputs, distribution, space, explore)
+	if policy.is_masked():
+		if not _chunk.has("action_mask"):
+			_chunk["action_mask"] = []
+		_chunk.action_mask.append(_mask if not _mask.empty() else _ones(policy.mask_width))
 	_chunk.actions.append(sampled.action)
 	_chunk.rewards.append(0.0)
 	_chunk.action_logp.append(sampled.logp)
@@ -137,6 +152,23 @@ func _act() -> Dictionary:
 	if distribution == "gaussian":
 		action = ActionSampler.clip(action, space)  # the sample is trained on, the clipped one acted on
 	return {"action": action, "weights_seq_no": weights_seq_no}
+
+
+# The game's mask, checked as the gateway would check it in a chunk (a bad one would
+# have it refuse the whole sample later); "" if fine.
+func _mask_error(space: Dictionary) -> String:
+	if _mask.empty():
+		return ""
+	if not policy.is_masked():
+		return "get_action_mask() gave a mask, but module '%s' takes no action masks (set the gateway's action_masking)" % str(module.get("module_id", ""))
+	return ActionSampler.mask_error(_mask, space)
+
+
+static func _ones(count: int) -> Array:
+	var ones = []
+	for i in range(count):
+		ones.append(1)
+	return ones
 
 
 func add_reward(reward: float) -> void:
@@ -178,8 +210,12 @@ func _load(set_state: Dictionary):
 	var int_shape = []
 	for n in shape:
 		int_shape.append(int(n))
-	if not policy.load_model(model, str(module.get("onnx_input_name", "")), str(outputs[0]) if outputs.size() > 0 else "", int_shape):
-		var text = "cannot run the gateway's policy locally: %s (use thin mode)" % policy.error_message
+	var mask_input = module.get("onnx_action_mask_input_name")
+	if not policy.load_model(model, str(module.get("onnx_input_name", "")), str(outputs[0]) if outputs.size() > 0 else "", int_shape,
+			mask_input if typeof(mask_input) == TYPE_STRING else ""):
+		var text = "cannot run the gateway's policy locally: %s" % policy.error_message
+		if text.find("thin mode") < 0:
+			text += " (use thin mode)"
 		return {"code": "model_error", "message": text, "details": null, "request": _state_message.type}
 	weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
 	return null

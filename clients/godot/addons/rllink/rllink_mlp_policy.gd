@@ -1,9 +1,13 @@
 # Local inference without an ONNX runtime: reads the gateway's ONNX model (protobuf)
 # and runs it in GDScript. The gateway's policies are small MLPs: Gemm and Tanh for
 # PPO (Flatten first for multi-dimensional observations), plus Relu, Mul, Add and Concat
-# for SAC's actor; this also runs MatMul, Sigmoid and Identity. A model with any other
-# operator is refused at load() with its name. Values are computed in double precision
-# from the float32 weights, so the outputs match onnxruntime's to about 1e-6.
+# for SAC's actor, and Sub, Mul and Add for an action mask (a masked module's model
+# takes a second input, action_mask [batch, k], and outputs
+# logits + (action_mask - 1) * 1e8); this also runs MatMul, Sigmoid and Identity. A
+# model with any other operator is refused at load() with its name: the CNN (Conv) of
+# image observations, which is too slow for GDScript, needs thin mode. Values are
+# computed in double precision from the float32 weights (elementwise Add, Sub and Mul
+# round to float32, as onnxruntime does), so the outputs match onnxruntime's to ~1e-6.
 #
 # Cost: one multiply-add per weight per observation, in GDScript: about 1 ms for the
 # default 64x64 policy. Fine for a few agents; for many agents or big networks use thin
@@ -12,11 +16,14 @@ extends Reference
 
 const Protobuf = preload("res://addons/rllink/rllink_protobuf.gd")
 
-const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Mul", "Concat", "Identity"]
+const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Sub", "Mul", "Concat", "Identity"]
+const IMAGE_OPS = ["Conv", "Reshape", "Slice"]  # an image observation's CNN (app/training/onnx_export.py)
 
 var metadata = {}           # the model's metadata_props (weights_seq_no, spaces, output_layout, ...)
 var input_name = ""
 var output_name = ""
+var mask_input_name = ""    # a masked model's second input (action_mask), "" for an unmasked one
+var mask_width = 0          # its values per row: one per logit
 var observation_shape = []
 var error_message = ""      # why load() failed
 
@@ -25,9 +32,10 @@ var _initializers = {}      # name -> {shape, data}
 
 
 # Load a model (plain ONNX bytes, see RLlinkClient.decode_onnx). input/output names:
-# SET_CONFIG's onnx_input_name and onnx_output_names[0] ("" for the graph's own).
+# SET_CONFIG's onnx_input_name and onnx_output_names[0] ("" for the graph's own);
+# mask_input: its onnx_action_mask_input_name ("": the graph's second input, if any).
 # Returns false and sets error_message if the model cannot be run.
-func load_model(model: PoolByteArray, input := "", output := "", obs_shape := []) -> bool:
+func load_model(model: PoolByteArray, input := "", output := "", obs_shape := [], mask_input := "") -> bool:
 	var nodes = []
 	var initializers = {}
 	var graph_inputs = []
@@ -55,19 +63,43 @@ func load_model(model: PoolByteArray, input := "", output := "", obs_shape := []
 	if reader.error_message != "":
 		error_message = "not an ONNX model: " + reader.error_message
 		return false
-	if error_message != "":  # set while reading (a tensor that is not float32)
-		return false
 	if nodes.empty():
 		error_message = "the ONNX model has no graph nodes"
 		return false
+	for node in nodes:  # before the tensors' types: an image model's int64 shapes are not the point
+		if node.op in IMAGE_OPS:
+			error_message = ("the model has Conv nodes (a CNN, for image observations), which this GDScript runtime"
+				+ " does not run: use thin mode (the gateway runs the model)")
+			return false
 	for node in nodes:
 		if not node.op in SUPPORTED:
 			error_message = "this runtime runs %s models; this one has a %s node" % [PoolStringArray(SUPPORTED).join("/"), node.op]
 			return false
+	if error_message != "":  # set while reading (a tensor that is not float32)
+		return false
+	var names = []
+	for info in graph_inputs:
+		names.append(info.name)
+	input_name = input if input != "" else (names[0] if not names.empty() else "obs")
+	mask_input_name = mask_input
+	if mask_input_name == "":
+		for name in names:
+			if name != input_name:
+				mask_input_name = name  # the gateway's models have at most one more input: the mask
+				break
+	mask_width = 0
+	if mask_input_name != "":
+		if not mask_input_name in names:
+			error_message = "the model has no input named %s (the action mask)" % mask_input_name
+			return false
+		var dims = graph_inputs[names.find(mask_input_name)].shape
+		mask_width = int(dims[1]) if dims.size() == 2 and dims[1] > 0 else 0
+		if mask_width == 0:
+			error_message = "the model's input %s is not [batch, k] with a fixed k" % mask_input_name
+			return false
 	_nodes = nodes
 	_initializers = initializers
 	metadata = meta
-	input_name = input if input != "" else (graph_inputs[0] if not graph_inputs.empty() else "obs")
 	output_name = output if output != "" else graph_outputs[0]
 	observation_shape = obs_shape
 	return true
@@ -77,14 +109,21 @@ func is_loaded() -> bool:
 	return not _nodes.empty()
 
 
+func is_masked() -> bool:
+	return mask_input_name != ""
+
+
 # The model's first output for one observation (numbers, any nesting, flattened in
-# row-major order): an Array of floats (logits, or means then log stds).
-func run(observation) -> Array:
-	return run_batch([observation])[0]
+# row-major order): an Array of floats (logits, or means then log stds). mask: a masked
+# model's action mask, one 0/1 per logit (empty: all allowed); the forbidden logits come
+# out about -1e8, so their probability is 0.
+func run(observation, mask := []) -> Array:
+	return run_batch([observation], [mask])[0]
 
 
 # The outputs for several observations at once: one Array of floats per observation.
-func run_batch(observations: Array) -> Array:
+# masks: one mask per observation (or none: all allowed), for a masked model.
+func run_batch(observations: Array, masks := []) -> Array:
 	var rows = observations.size()
 	var flat = []
 	for obs in observations:
@@ -97,6 +136,20 @@ func run_batch(observations: Array) -> Array:
 		shape.append(width)
 	var values = _initializers.duplicate()
 	values[input_name] = {"shape": shape, "data": flat}
+	if mask_input_name != "":
+		var mask_data = []
+		for r in range(rows):
+			var mask = masks[r] if r < masks.size() else []
+			if mask.empty():
+				for i in range(mask_width):
+					mask_data.append(1.0)
+			elif mask.size() != mask_width:
+				push_error("RLlink: an action mask of %d values for a model that takes %d" % [mask.size(), mask_width])
+				return []
+			else:
+				for m in mask:
+					mask_data.append(float(m))
+		values[mask_input_name] = {"shape": [rows, mask_width], "data": mask_data}
 	for node in _nodes:
 		values[node.outputs[0]] = _evaluate(node, values)
 	var output = values.get(output_name)
@@ -159,8 +212,8 @@ func _evaluate(node: Dictionary, values: Dictionary) -> Dictionary:
 				else:
 					inner *= a.shape[i]
 			return {"shape": [outer, inner], "data": a.data}
-		"Add", "Mul":
-			return _broadcast(a, b, node.op == "Add")
+		"Add", "Sub", "Mul":
+			return _broadcast(a, b, node.op)
 		"Concat":
 			return _concat(node, values)
 	push_error("RLlink: unsupported operator " + node.op)
@@ -202,21 +255,30 @@ static func _gemm(a: Dictionary, b: Dictionary, c, alpha: float, beta: float, tr
 	return {"shape": [m, n], "data": y}
 
 
-# Elementwise Add or Mul; the smaller operand repeats (a scalar, or a row over rows).
-static func _broadcast(a: Dictionary, b: Dictionary, add: bool) -> Dictionary:
-	if b.data.size() > a.data.size():
-		var t = a
-		a = b
-		b = t
+# Elementwise Add, Sub or Mul; the smaller operand repeats (a scalar, or a row over
+# rows). The result is rounded to float32 as onnxruntime's is: a masked logit,
+# logit - 1e8, then matches it exactly (float32 keeps a multiple of 8 there).
+static func _broadcast(a: Dictionary, b: Dictionary, op: String) -> Dictionary:
+	var swapped = b.data.size() > a.data.size()
+	var big = b if swapped else a
+	var small = a if swapped else b
+	var sd = small.data
+	var count = sd.size()
 	var y = []
-	var bd = b.data
-	var count = bd.size()
 	var i = 0
-	for x in a.data:
-		var other = bd[i % count]
-		y.append(x + other if add else x * other)
+	for x in big.data:
+		var other = sd[i % count]
+		var left = other if swapped else x
+		var right = x if swapped else other
+		match op:
+			"Add":
+				y.append(left + right)
+			"Sub":
+				y.append(left - right)
+			_:
+				y.append(left * right)
 		i += 1
-	return {"shape": a.shape, "data": y}
+	return {"shape": big.shape, "data": Array(PoolRealArray(y))}  # PoolRealArray holds float32
 
 
 # Concat of 2-D tensors along axis 1 (SAC's [mean, log_std]) or axis 0.
@@ -256,19 +318,52 @@ func _read_graph(graph, nodes: Array, initializers: Dictionary, inputs: Array, o
 			5:
 				var tensor = _read_tensor(graph.sub_reader())
 				initializers[tensor.name] = {"shape": tensor.shape, "data": tensor.data}
-			11, 12:
-				var field = graph.field
-				var info = graph.sub_reader()
-				while info.next():
-					if info.field == 1:
-						(inputs if field == 11 else outputs).append(info.string())
-					else:
-						info.skip()
+			11:
+				inputs.append(_read_value_info(graph.sub_reader()))
+			12:
+				outputs.append(_read_value_info(graph.sub_reader()).name)
 			_:
 				graph.skip()
 	# Graph inputs that are initializers (older exporters list them) are not the observation.
-	for name in initializers:
-		inputs.erase(name)
+	for i in range(inputs.size() - 1, -1, -1):
+		if initializers.has(inputs[i].name):
+			inputs.remove(i)
+
+
+# A graph input's or output's {name, shape}: shape lists each dimension's size, -1 for
+# a named one (batch).
+func _read_value_info(reader) -> Dictionary:
+	var info = {"name": "", "shape": []}
+	while reader.next():
+		if reader.field == 1:
+			info.name = reader.string()
+		elif reader.field == 2:  # TypeProto
+			var type = reader.sub_reader()
+			while type.next():
+				if type.field != 1:  # tensor_type
+					type.skip()
+					continue
+				var tensor = type.sub_reader()
+				while tensor.next():
+					if tensor.field != 2:  # shape
+						tensor.skip()
+						continue
+					var shape = tensor.sub_reader()
+					while shape.next():
+						if shape.field != 1:
+							shape.skip()
+							continue
+						var dim = shape.sub_reader()
+						var size = -1
+						while dim.next():
+							if dim.field == 1:
+								size = dim.varint()
+							else:
+								dim.skip()
+						info.shape.append(size)
+		else:
+			reader.skip()
+	return info
 
 
 func _read_node(reader) -> Dictionary:

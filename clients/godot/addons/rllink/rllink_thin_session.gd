@@ -4,7 +4,7 @@
 #   first step of an episode   START_EPISODE {episode_id}    (our own id, so it needs no
 #                                                              round trip of its own)
 #   every step                 LOG_RETURNS {reward}           (for the previous action)
-#                              GET_ACTION {obs} -> ACTION     (one round trip per step)
+#                              GET_ACTION {obs, action_mask?} -> ACTION  (one round trip per step)
 #   end                        END_EPISODE {obs, is_terminated, is_truncated}
 #
 # All of a step's messages go out in one write. Recovers by itself from what a running
@@ -30,6 +30,7 @@ var _episode_connection = -1    # client.connection_number it was started on
 var _acted = false              # it has an action a reward can belong to
 var _pending_reward = 0.0       # reward for the last action, not sent yet
 var _obs = null                 # the observation of the step under way
+var _mask = []                  # its action mask (empty: all allowed)
 var _start = null               # START_EPISODE request of the step, if any
 var _action = null              # GET_ACTION request of the step
 var _retries = 0
@@ -51,8 +52,11 @@ func episode_id() -> String:
 
 
 # Start the step for this observation (its action comes from poll_step / wait_step).
-func begin_step(obs) -> void:
+# mask: the actions allowed, one 0/1 per logit (empty: all allowed); the gateway
+# answers an allowed action and trains with the mask.
+func begin_step(obs, mask := []) -> void:
 	_obs = obs
+	_mask = mask
 	_retries = 0
 	_send_step()
 
@@ -74,7 +78,7 @@ func _send_step() -> void:
 	elif _acted and _pending_reward != 0.0:
 		client.log_returns(_episode_id, _pending_reward)
 	_pending_reward = 0.0
-	_action = client.get_action(_episode_id, _obs, explore)
+	_action = client.get_action(_episode_id, _obs, explore, _mask)
 	client.flush()
 
 

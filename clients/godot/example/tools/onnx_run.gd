@@ -1,12 +1,13 @@
 # Runs an ONNX policy with the addon's GDScript runtime (rllink_mlp_policy.gd), for
 # tests that compare it with onnxruntime (tests/test_godot_kit.py):
 #
-#   godot3-server --path clients/godot/example -s res://tools/onnx_run.gd -- model.onnx obs.json [2x3]
+#   godot3-server --path clients/godot/example -s res://tools/onnx_run.gd -- model.onnx obs.json [2x3] [masks.json]
 #
 # obs.json holds a JSON list of observations (each flattened); the optional shape is
-# one observation's (default: its length). Prints one line "META <json>" (the model's
-# metadata and input/output names), then "OUT <json>" per observation: the model's
-# first output. Exits 0, or 1 with "ERROR <text>".
+# one observation's (default: its length); masks.json (a masked model's) one action
+# mask per observation, 0/1 per logit ([] for all allowed). Prints one line
+# "META <json>" (the model's metadata and input/output names), then "OUT <json>" per
+# observation: the model's first output. Exits 0, or 1 with "ERROR <text>".
 extends SceneTree
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
@@ -33,17 +34,28 @@ func _init() -> void:
 	var observations = parse_json(obs_file.get_as_text())
 	obs_file.close()
 	var shape = []
-	if args.size() > 2:
-		for n in args[2].split("x"):
-			shape.append(int(n))
+	var masks = []
+	var extra = args.slice(2, args.size() - 1) if args.size() > 2 else []
+	for arg in extra:
+		if arg.ends_with(".json"):
+			var masks_file = File.new()
+			if masks_file.open(arg, File.READ) != OK:
+				_stop("cannot read " + arg)
+				return
+			masks = parse_json(masks_file.get_as_text())
+			masks_file.close()
+		else:
+			for n in arg.split("x"):
+				shape.append(int(n))
 	var policy = MlpPolicy.new()
 	if not policy.load_model(model, "", "", shape):
 		_stop(policy.error_message)
 		return
-	print("META " + to_json({"input_name": policy.input_name, "output_name": policy.output_name, "metadata": policy.metadata}))
+	print("META " + to_json({"input_name": policy.input_name, "output_name": policy.output_name,
+		"mask_input_name": policy.mask_input_name, "mask_width": policy.mask_width, "metadata": policy.metadata}))
 	var started = OS.get_ticks_usec()
-	for obs in observations:
-		var out = policy.run(obs)
+	for i in range(observations.size()):
+		var out = policy.run(observations[i], masks[i] if i < masks.size() else [])
 		var parts = PoolStringArray()
 		for v in out:
 			parts.append(JsonWriter.number(v))  # 9 significant digits (to_json keeps 6 decimals)
