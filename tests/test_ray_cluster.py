@@ -93,3 +93,83 @@ def test_two_front_ends_train_one_policy_to_450_and_each_reports_the_whole_gatew
             30, "the front-end's metrics to count both clients",
         )
         assert metrics["weights_seq_no"] >= max(result.weights_seq_no for result in results.values())
+
+
+def metrics_of(address: dict) -> dict:
+    return httpx.get(f"http://127.0.0.1:{address['http_port']}/api/metrics").json()
+
+
+def test_a_front_end_that_dies_is_restarted_and_costs_the_other_front_ends_client_nothing(gateway_on_ray: Cluster) -> None:
+    cluster = gateway_on_ray
+    results: dict[int, RunResult | BaseException] = {}
+    reconnects = [0]
+
+    def steady_client() -> None:
+        try:
+            with RLlinkClient("tcp", "127.0.0.1", cluster.addresses[0]["tcp_port"], timeout=120) as rllink:
+                results[0] = run(rllink, "CartPole-v1", seed=0, target_return=450.0, max_env_steps=100_000)
+        except BaseException as exc:
+            results[0] = exc
+
+    def reconnecting_client() -> None:
+        """Plays on front-end 1, wherever it listens now, until 450 or 100k env steps."""
+        sent = 0
+        while sent < 100_000:
+            try:
+                with RLlinkClient("tcp", "127.0.0.1", cluster.addresses[1]["tcp_port"], timeout=120) as rllink:
+                    result = run(rllink, "CartPole-v1", seed=1 + reconnects[0], target_return=450.0, max_env_steps=100_000 - sent)
+                results[1] = result
+                return
+            except (OSError, RuntimeError):  # its front-end died: reconnect to the restarted one
+                reconnects[0] += 1
+                wait_until(lambda: cluster.serving[1] is not None, 1)
+                import time
+
+                time.sleep(0.5)
+            except BaseException as exc:
+                results[1] = exc
+                return
+
+    threads = [threading.Thread(target=steady_client), threading.Thread(target=reconnecting_client)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: metrics_of(cluster.addresses[0])["weights_seq_no"] >= 3, 120, "three versions")
+    old_port = cluster.addresses[1]["tcp_port"]
+    ray.kill(cluster.frontends[1], no_restart=False)
+    wait_until(lambda: cluster.addresses[1]["tcp_port"] != old_port, 120, "front-end 1 to serve again")
+    for thread in threads:
+        thread.join(timeout=280)
+    for index in (0, 1):
+        result = results.get(index)
+        assert isinstance(result, RunResult), f"the client of front-end {index} failed: {result!r}"
+        print(f"front-end {index}: {result.env_steps} env steps, last 20 {result.mean_return:.1f}")
+        assert result.reached_target, f"front-end {index}: mean of the last 20 returns {result.mean_return:.1f}"
+    assert reconnects[0] >= 1
+    # Nothing is unaccounted for: every env step the learner received is trained, dropped or pending.
+    metrics = wait_until(lambda: (m := metrics_of(cluster.addresses[0]))["training_in_progress"] is False and m, 60, "idle")
+    assert metrics["num_env_steps_sampled_lifetime"] == (
+        metrics["num_env_steps_trained_lifetime"] + sum(metrics["dropped_env_steps"].values())
+        + metrics["pending_env_steps"] + metrics["training_env_steps"]
+    )
+
+
+def test_a_learner_that_dies_comes_back_at_its_version_while_front_ends_keep_serving(gateway_on_ray: Cluster) -> None:
+    cluster = gateway_on_ray
+    with RLlinkClient("tcp", "127.0.0.1", cluster.addresses[0]["tcp_port"], timeout=120) as rllink:
+        first = run(rllink, "CartPole-v1", seed=0, target_return=None, max_env_steps=4_000)
+    version = first.weights_seq_no
+    assert version >= 3
+    wait_until(lambda: metrics_of(cluster.addresses[1])["weights_seq_no"] == version, 30, "front-end 1 to have the version")
+    ray.kill(cluster.learner, no_restart=False)
+    # While the learner restarts, the front-ends answer PING and GET_STATE from what they hold.
+    with RLlinkClient("tcp", "127.0.0.1", cluster.addresses[1]["tcp_port"], timeout=30) as watcher:
+        assert watcher.request({"type": "PING"})["type"] == "PONG"
+        assert watcher.request({"type": "GET_STATE"})["weights_seq_no"] == version
+    # Back from its checkpoint at the same version, and training goes on from there.
+    with RLlinkClient("tcp", "127.0.0.1", cluster.addresses[0]["tcp_port"], timeout=120) as rllink:
+        state = rllink.request({"type": "GET_STATE"})
+        assert state["weights_seq_no"] == version
+        second = run(rllink, "CartPole-v1", seed=1, target_return=None, max_env_steps=2_000)
+    assert second.weights_seq_no > version
+    restored = ray.get(cluster.learner.start.remote())
+    assert restored >= version + 1

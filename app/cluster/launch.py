@@ -8,7 +8,8 @@ front-ends are spread over the cluster's nodes. On one host front-end i listens 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -20,22 +21,55 @@ from app.config import Settings
 log = logging.getLogger("app.cluster")
 
 LEARNER_NAME = "rllink-learner"
+WATCH_INTERVAL_S = 0.5
 
 
 @dataclass
 class Cluster:
-    """The actors of one gateway on Ray, and where each front-end listens."""
+    """The actors of one gateway on Ray, where each front-end listens, and a watcher
+    thread that starts again a front-end Ray has restarted after a death."""
 
     learner: Any
     frontends: list[Any]
     addresses: list[dict[str, Any]]  # per front-end: frontend, host, http_port, tcp_port
-    serving: list[ray.ObjectRef]  # each front-end's `serve` call: done when it stops
+    serving: list[ray.ObjectRef]  # each front-end's `serve` call: it ends when the front-end dies
+    _stopping: threading.Event = field(default_factory=threading.Event)
+    _watcher: threading.Thread | None = None
+
+    def watch(self) -> None:
+        self._watcher = threading.Thread(target=self._watch, name="front-end watcher", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            ended, _ = ray.wait(list(self.serving), num_returns=1, timeout=WATCH_INTERVAL_S)
+            for ref in ended:
+                if self._stopping.is_set():
+                    return
+                index = self.serving.index(ref)
+                try:
+                    ray.get(ref)
+                    log.warning("front-end %d stopped serving; starting it again", index)
+                except ray.exceptions.RayError as exc:
+                    log.warning("front-end %d died (%s); Ray restarts it", index, type(exc).__name__)
+                self.restart_frontend(index)
+
+    def restart_frontend(self, index: int) -> None:
+        """Its clients are forgotten (their pending data stays in the batch); the actor Ray
+        restarted binds its ports again and serves; clients reconnect."""
+        gone = ray.get(self.learner.disconnect_frontend.remote(index))
+        self.addresses[index] = ray.get(self.frontends[index].start.remote())
+        self.serving[index] = self.frontends[index].serve.remote()
+        log.info("front-end %d serves again at %s (%d clients of its last life forgotten)", index, self.addresses[index], gone)
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join()
         for actor in self.frontends:
-            ray.kill(actor)
+            ray.kill(actor, no_restart=True)
         ray.get(self.learner.stop.remote())
-        ray.kill(self.learner)
+        ray.kill(self.learner, no_restart=True)
 
 
 def frontend_settings(settings: Settings, index: int) -> Settings:
@@ -52,20 +86,25 @@ def start_cluster(settings: Settings) -> Cluster:
     """Start the learner (restored from its checkpoints) and the front-ends; Ray must be initialised."""
     learner = (
         ray.remote(LearnerActor)
-        .options(name=LEARNER_NAME, num_cpus=1, num_gpus=settings.learner_num_gpus, max_concurrency=10_000)
+        .options(
+            name=LEARNER_NAME, num_cpus=1, num_gpus=settings.learner_num_gpus, max_concurrency=10_000,
+            max_restarts=-1, max_task_retries=-1,  # back from its checkpoint after a death; calls wait for it
+        )
         .remote(settings)
     )
     version = ray.get(learner.start.remote())
     frontends = [
         ray.remote(FrontendActor)
-        .options(num_cpus=0, scheduling_strategy="SPREAD", max_concurrency=10_000)
+        .options(num_cpus=0, scheduling_strategy="SPREAD", max_concurrency=10_000, max_restarts=-1)
         .remote(frontend_settings(settings, i), learner, i)
         for i in range(settings.frontends)
     ]
     addresses = ray.get([frontend.start.remote() for frontend in frontends])
     serving = [frontend.serve.remote() for frontend in frontends]
     log.info("on Ray: the learner at weights_seq_no %d, %d front-ends: %s", version, len(frontends), addresses)
-    return Cluster(learner, frontends, addresses, serving)
+    cluster = Cluster(learner, frontends, addresses, serving)
+    cluster.watch()
+    return cluster
 
 
 def run(settings: Settings) -> None:
@@ -74,6 +113,6 @@ def run(settings: Settings) -> None:
     ray.init(address=address, include_dashboard=False, logging_level=settings.log_level.upper())
     cluster = start_cluster(settings)
     try:
-        ray.get(cluster.serving)
+        threading.Event().wait()  # until interrupted; the watcher keeps the front-ends up
     finally:
         cluster.stop()

@@ -41,76 +41,103 @@ class LearnerStatus:
 
 
 class LearnerActor:
-    """Owns the TrainingService; every method runs on the actor's event loop."""
+    """Owns the TrainingService; every method runs on the actor's event loop.
+
+    It starts (restores its checkpoints, publishes its version) on the first call, so that
+    an actor Ray restarts after a death comes back at its last checkpointed version by
+    itself. Calls name their client in full: a restarted learner learns of the clients of
+    every front-end again from the calls that concern them.
+    """
 
     def __init__(self, settings: Settings) -> None:
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.service = TrainingService(settings)
         self._clients: dict[int, ClientInfo] = {}
+        self._started: asyncio.Task | None = None
         self._new_version: asyncio.Event | None = None
         self._state_refs: dict[int, ray.ObjectRef] = {}
 
-    async def start(self) -> int:
-        """Restore the checkpoints and publish the current version; returns its number."""
+    async def _ready(self) -> None:
+        """Start once; callers queue behind the start in the order they came."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._start())
+        await self._started
+
+    async def _start(self) -> None:
         self._new_version = asyncio.Event()
         await self.service.start()
         self.service.add_step_listener(self._on_step)
-        version = self.service.current_state().weights_seq_no
-        log.info("learner actor ready at weights_seq_no %d", version)
-        return version
+        log.info("learner actor ready at weights_seq_no %d", self.service.current_state().weights_seq_no)
+
+    async def start(self) -> int:
+        """Start now (rather than at the first call); the current version."""
+        await self._ready()
+        return self.service.current_state().weights_seq_no
 
     async def stop(self) -> None:
-        await self.service.stop()
+        if self._started is not None:
+            await self._ready()
+            await self.service.stop()
 
     def _on_step(self) -> None:
         self._new_version.set()
         self._new_version = asyncio.Event()
 
+    def _client(self, client: ClientInfo) -> ClientInfo:
+        """The learner's record of a front-end's client, made at its first mention."""
+        known = self._clients.get(client.id)
+        if known is None:
+            known = self._clients[client.id] = client
+            self.service.add_client(client)
+        return known
+
     # -- Clients and experience (calls from one front-end arrive in order) -------------
 
-    def connect(self, client: ClientInfo) -> None:
-        self._clients[client.id] = client
-        self.service.add_client(client)
+    async def connect(self, client: ClientInfo) -> None:
+        await self._ready()
+        self._client(client)
 
-    def disconnect(self, client_id: int) -> None:
+    async def disconnect(self, client_id: int) -> None:
+        await self._ready()
         client = self._clients.pop(client_id, None)
         if client is not None:
             self.service.disconnect(client)
 
-    def disconnect_frontend(self, frontend: int) -> int:
+    async def disconnect_frontend(self, frontend: int) -> int:
         """Forget every client of a front-end that died; their pending data stays."""
+        await self._ready()
         gone = [client_id for client_id, client in self._clients.items() if client.frontend == frontend]
         for client_id in gone:
-            self.disconnect(client_id)
+            self.service.disconnect(self._clients.pop(client_id))
         return len(gone)
 
-    def start_sampling(self, client_id: int) -> None:
-        if (client := self._clients.get(client_id)) is not None:
-            self.service.start_sampling(client)
+    async def start_sampling(self, client: ClientInfo) -> None:
+        await self._ready()
+        self.service.start_sampling(self._client(client))
 
-    def ingest(self, batch: list[tuple[int, list[EpisodeChunk], bool]]) -> None:
-        """Experience from one front-end: (client id, chunks, sampling) in arrival order."""
-        for client_id, chunks, sampling in batch:
-            if (client := self._clients.get(client_id)) is not None:
-                self.service.ingest(client, chunks, sampling)
+    async def ingest(self, batch: list[tuple[ClientInfo, list[EpisodeChunk], bool]]) -> None:
+        """Experience from one front-end: (client, chunks, sampling) in arrival order."""
+        await self._ready()
+        for client, chunks, sampling in batch:
+            self.service.ingest(self._client(client), chunks, sampling)
 
-    def note_state_sent(self, client_id: int, weights_seq_no: int) -> None:
-        if (client := self._clients.get(client_id)) is not None:
-            client.last_weights_seq_no_sent = weights_seq_no
+    async def note_state_sent(self, client: ClientInfo, weights_seq_no: int) -> None:
+        await self._ready()
+        self._client(client).last_weights_seq_no_sent = weights_seq_no
 
-    async def wait_for_training(self, client_id: int) -> int:
+    async def wait_for_training(self, client: ClientInfo) -> int:
         """Wait until the client's data so far is trained; the version that holds it."""
-        client = self._clients.get(client_id)
-        if client is None:
-            return self.service.current_state().weights_seq_no
-        return (await self.service.wait_for_training(client)).weights_seq_no
+        await self._ready()
+        return (await self.service.wait_for_training(self._client(client))).weights_seq_no
 
     # -- Versions and status -------------------------------------------------------------
 
     async def next_state(self, after: int) -> tuple[int, list[ray.ObjectRef]]:
-        """The first version newer than `after` (waiting for it): its number and, in a list
-        so that Ray passes the reference itself, the PolicySetState put once in the store."""
-        while self.service.current_state().weights_seq_no <= after:
+        """The first version newer than `after` (waiting for it; a restarted learner's own
+        at once, even if older): its number and, in a list so that Ray passes the
+        reference itself, the PolicySetState put once in the store."""
+        await self._ready()
+        while 0 <= after and self.service.current_state().weights_seq_no == after:
             await self._new_version.wait()
         state = self.service.current_state()
         ref = self._state_refs.get(state.weights_seq_no)
@@ -120,7 +147,8 @@ class LearnerActor:
                 del self._state_refs[old]
         return state.weights_seq_no, [ref]
 
-    def status(self) -> LearnerStatus:
+    async def status(self) -> LearnerStatus:
+        await self._ready()
         service = self.service
         modules = service.policies.trainable
         return LearnerStatus(
@@ -136,6 +164,3 @@ class LearnerActor:
             force_on_policy=service.force_on_policy,
             device=str(service.device),
         )
-
-    def set_ppo_config(self, cfg: PPOConfig, module_id: str | None) -> None:
-        self.service.set_ppo_config(cfg, module_id)

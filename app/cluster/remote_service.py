@@ -19,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import ray
+
 from app.config import PPOConfig, SACConfig, Settings
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
@@ -30,6 +32,7 @@ from app.training.registry import ClientInfo
 log = logging.getLogger("app.cluster")
 
 STATUS_INTERVAL_S = 0.5
+LEARNER_RETRY_S = 0.5  # between tries to reach a learner that is restarting
 CLIENT_IDS_PER_FRONTEND = 10**9
 
 
@@ -42,7 +45,7 @@ class RemoteTrainingService:
         self.frontend = frontend
         self._learner = learner
         self._ids = itertools.count(frontend * CLIENT_IDS_PER_FRONTEND + 1)
-        self._outbox: list[tuple[int, list[EpisodeChunk], bool]] = []
+        self._outbox: list[tuple[ClientInfo, list[EpisodeChunk], bool]] = []
         self._flush_scheduled = False
         self._states: OrderedDict[int, PolicySetState] = OrderedDict()
         self._version_arrived = asyncio.Event()
@@ -70,6 +73,7 @@ class RemoteTrainingService:
         version, (ref,) = await self._learner.next_state.remote(after)
         state: PolicySetState = await ref
         self._states[version] = state
+        self._states.move_to_end(version)  # the newest last, even if a restarted learner is back at an older one
         while len(self._states) > KEPT_VERSIONS:
             self._states.popitem(last=False)
         self._version_arrived.set()
@@ -85,9 +89,9 @@ class RemoteTrainingService:
                     listener()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # the learner restarting: try again shortly
-                log.warning("front-end %d: cannot reach the learner for new versions; retrying", self.frontend, exc_info=True)
-                await asyncio.sleep(1.0)
+            except Exception as exc:  # the learner restarting: try again shortly
+                log.warning("front-end %d: cannot reach the learner for new versions (%s); retrying", self.frontend, type(exc).__name__)
+                await asyncio.sleep(LEARNER_RETRY_S)
 
     async def _poll_status(self) -> None:
         while True:
@@ -96,8 +100,8 @@ class RemoteTrainingService:
                 await self._refresh_status()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.warning("front-end %d: no status from the learner", self.frontend, exc_info=True)
+            except Exception as exc:
+                log.warning("front-end %d: no status from the learner (%s)", self.frontend, type(exc).__name__)
 
     async def _refresh_status(self) -> None:
         self._status = await self._learner.status.remote()
@@ -122,12 +126,12 @@ class RemoteTrainingService:
     def start_sampling(self, client: ClientInfo) -> None:
         client.sampling = True
         self._send_outbox()
-        self._learner.start_sampling.remote(client.id)
+        self._learner.start_sampling.remote(client)
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
         client.env_steps_sent += sum(chunk.num_steps for chunk in episodes)
-        self._outbox.append((client.id, episodes, sampling))
+        self._outbox.append((client, episodes, sampling))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._send_outbox)
@@ -144,9 +148,16 @@ class RemoteTrainingService:
 
     async def wait_for_training(self, client: ClientInfo) -> PolicySetState:
         """Wait until the learner has trained on the client's data so far, and this
-        front-end has that version."""
+        front-end has that version. If the learner dies meanwhile, the data it held is
+        gone: wait for it to come back, then answer with the version it restored."""
         self._send_outbox()
-        version = await self._learner.wait_for_training.remote(client.id)
+        while True:
+            try:
+                version = await self._learner.wait_for_training.remote(client)
+                break
+            except ray.exceptions.RayActorError:
+                log.warning("front-end %d: the learner died while client #%d waited; waiting for it", self.frontend, client.id)
+                await asyncio.sleep(LEARNER_RETRY_S)
         while self.current_state().weights_seq_no < version:
             await self._version_arrived.wait()
         return self.current_state()
@@ -156,7 +167,7 @@ class RemoteTrainingService:
 
     def note_state_sent(self, client: ClientInfo, state: PolicySetState) -> None:
         client.last_weights_seq_no_sent = state.weights_seq_no
-        self._learner.note_state_sent.remote(client.id, state.weights_seq_no)
+        self._learner.note_state_sent.remote(client, state.weights_seq_no)
 
     def kept_state(self, weights_seq_no: int) -> PolicySetState | None:
         return self._states.get(weights_seq_no)
