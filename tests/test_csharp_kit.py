@@ -9,7 +9,14 @@ example trains against a real gateway over TCP.
   saying so. A gateway limit (`too_many_episodes`) reaches it the same way.
 - A connection cut mid-training: the kit reconnects and training goes on.
 - TLS with a pinned self-signed certificate.
-- MlpPolicyRuntime computes what onnxruntime computes on the gateway's models.
+- MultiDiscrete actions and action masks (the example's ChoiceEnvs.cs, whose masked
+  envs abort on a forbidden action, and the gateway refuses a chunk whose mask forbids
+  its action): learned in thin mode (GET_ACTION's action_mask, also batched) and with
+  local inference (the mask into the model's second input, and into each chunk: with a
+  learning rate of ~0 PPO's ratio is exactly 1 only if the chunks carry the masks the
+  kit sampled under).
+- MlpPolicyRuntime computes what onnxruntime computes on the gateway's models (a masked
+  MultiDiscrete one too), and refuses an image policy's Conv, pointing to Sentis or thin mode.
 
 Skipped when mono's `mcs` or `mono` is missing (Debian: apt-get install -y mono-mcs mono-runtime).
 """
@@ -26,7 +33,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.spaces import BoxSpace, DiscreteSpace
+from app.config import PPOConfig
+from app.spaces import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
@@ -190,42 +198,132 @@ def test_tls_with_a_pinned_self_signed_certificate(kit, tmp_path):
     assert plain.returncode == 3 and "[connection_closed]" in plain.stderr
 
 
+# -- MultiDiscrete actions and action masks ----------------------------------------------------
+
+# The gateway's spaces for the example's envs (clients/csharp/example/ChoiceEnvs.cs).
+TWO_TARGETS = dict(observation_space={"type": "box", "shape": [6]}, action_space={"type": "multi_discrete", "nvec": [3, 3]})
+CHOICE_GATEWAYS = {
+    "two-targets": TWO_TARGETS,  # random 5.33, best 16
+    "masked-targets": dict(TWO_TARGETS, action_masking=True),  # random allowed 8, best 16
+    "masked-pick": dict(  # random allowed 5.0, best allowed 7.5
+        observation_space={"type": "box", "shape": [12]}, action_space={"type": "discrete", "n": 6}, action_masking=True
+    ),
+}
+CHOICE_TARGETS = {"two-targets": 14, "masked-targets": 14, "masked-pick": 7}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("env", "inference"),
+    [("masked-pick", "thin"), ("masked-pick", "thin-batched"), ("masked-pick", "local"),
+     ("masked-targets", "thin"), ("masked-targets", "local"), ("two-targets", "local")],
+)
+def test_multi_discrete_and_masked_tasks_are_learned_and_no_forbidden_action_is_ever_taken(kit, tmp_path, env, inference):
+    # A masked env throws on a forbidden action (the example exits 4), and in local mode the
+    # gateway refuses a chunk whose action its mask forbids (exit 3): reaching the target
+    # proves that no policy version ever took one.
+    args = {"thin": [], "thin-batched": ["--envs", "4"], "local": ["--inference", "local"]}[inference]
+    with running_gateway(gateway_settings(tmp_path, **CHOICE_GATEWAYS[env])) as gateway:
+        result = cartpole(kit, gateway.tcp_port, "--env", env, *args, target=CHOICE_TARGETS[env])
+        after = metrics(gateway)
+    run = reached(result)
+    assert ("(masked)" in result.stdout) == ("masked" in env)
+    assert after["weights_seq_no"] >= 1
+    if inference == "local":
+        assert after["serving"]["actions_served_total"] == 0
+        assert 0 < after["num_env_steps_sampled_lifetime"] <= run["env_steps"]
+    else:
+        assert after["serving"]["actions_served_total"] >= run["env_steps"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    ("env", "max_entropy"), [("masked-pick", np.log(3)), ("masked-targets", 2 * np.log(2))], ids=["masked-pick", "masked-targets"]
+)
+def test_local_inference_puts_each_steps_mask_in_its_chunk_and_samples_the_masked_distribution(kit, tmp_path, env, max_entropy):
+    # A learning rate of ~0 keeps the policy the one that chose the actions: PPO's ratio is
+    # exactly 1 (approx_kl 0) only if the kit's log-probs are the masked distribution's and
+    # the chunks carry the masks they were sampled under; the entropy is the masked one's
+    # (3 of 6 allowed; 2 of 3 per sub-action).
+    ppo = PPOConfig(learning_rate=1e-12, normalize_obs=False, normalize_reward=False)
+    with running_gateway(gateway_settings(tmp_path, ppo=ppo, **CHOICE_GATEWAYS[env])) as gateway:
+        result = cartpole(kit, gateway.tcp_port, "--env", env, "--inference", "local", "--max-env-steps", "2000", target=99)
+        after = metrics(gateway)
+    assert result.returncode == 1 and "budget spent before the target" in result.stdout, result
+    assert after["num_training_steps"] >= 3
+    learner = after["learner"]
+    assert abs(learner["approx_kl"]) < 1e-6 and learner["clip_frac"] == 0, learner
+    assert learner["entropy"] <= max_entropy + 1e-4, learner
+
+
 # -- The kit's ONNX runtime ------------------------------------------------------------------
 
 
+MASKED_NVEC = (4, 3, 2)
+
+
 def _models() -> list[tuple[str, bytes, list[int]]]:
-    """The gateway's exports: CartPole's (Gemm, Tanh; logits) and a Box policy on 2x3
-    observations (Flatten; mean and log std), with random weights."""
+    """The gateway's exports: CartPole's (Gemm, Tanh; logits), a Box policy on 2x3
+    observations (Flatten; mean and log std), and a MultiDiscrete one with an action mask
+    (its second input; Sub, Mul, Add), with random weights."""
     import torch
 
     torch.manual_seed(0)
     cartpole_policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=2), (64, 64))
     box_policy = ActorCritic(BoxSpace(shape=(2, 3)), BoxSpace(shape=(2,), low=-1.0, high=1.0), (32, 16))
+    masked_policy = ActorCritic(BoxSpace(shape=(5,)), MultiDiscreteSpace(nvec=MASKED_NVEC), (32, 32), normalize_obs=True)
+    masked_policy.obs_norm.update(torch.randn(50, 5) * 3 + 1)
     with torch.no_grad():  # weights far from the initial near-zero outputs, so the comparison says something
-        for parameter in [*cartpole_policy.parameters(), *box_policy.parameters()]:
+        for parameter in [*cartpole_policy.parameters(), *box_policy.parameters(), *masked_policy.parameters()]:
             parameter.uniform_(-0.5, 0.5)
     return [
         ("cartpole", export_onnx(cartpole_policy, 3), [4]),
         ("box", export_onnx(box_policy, 4, input_name="onnx::Gemm_0"), [2, 3]),
+        ("masked_multi_discrete", export_onnx(masked_policy, 5, action_masking=True), [5]),
     ]
 
 
-@pytest.mark.parametrize("name", ["cartpole", "box"])
+def onnx_run(model: Path, shape: list[int], lines: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["mono", str(BUILD / "OnnxRun.exe"), str(model), "x".join(map(str, shape))],
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", ["cartpole", "box", "masked_multi_discrete"])
 def test_mlp_policy_runtime_computes_what_onnxruntime_computes(kit, tmp_path, name):
     model, shape = next((m, s) for n, m, s in _models() if n == name)
     path = tmp_path / f"{name}.onnx"
     path.write_bytes(model)
     rng = np.random.default_rng(1)
     observations = rng.uniform(-3, 3, (64, *shape)).astype(np.float32)
-    stdin = "\n".join(json.dumps(o.ravel().tolist()) for o in observations) + "\n"
-    result = subprocess.run(["mono", str(BUILD / "OnnxRun.exe"), str(path), "x".join(map(str, shape))],
-                            input=stdin, capture_output=True, text=True, timeout=120)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    inputs = {session.get_inputs()[0].name: observations}
+    if name == "masked_multi_discrete":
+        assert [i.name for i in session.get_inputs()] == ["obs", "action_mask"]
+        masks = (rng.random((64, sum(MASKED_NVEC))) < 0.5).astype(np.float32)
+        starts = np.cumsum((0, *MASKED_NVEC[:-1]))
+        masks[np.arange(64)[:, None], starts + rng.integers(0, MASKED_NVEC, (64, len(MASKED_NVEC)))] = 1
+        masks[:4] = 1  # nothing forbidden
+        inputs["action_mask"] = masks
+        lines = [json.dumps({"obs": o.tolist(), "action_mask": m.tolist()}) for o, m in zip(observations, masks)]
+    else:
+        lines = [json.dumps(o.ravel().tolist()) for o in observations]
+    result = onnx_run(path, shape, lines)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     metadata, outputs = json.loads(lines[0]), np.array([json.loads(line) for line in lines[1:]])
 
-    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    expected = session.run(None, {session.get_inputs()[0].name: observations})[0]
+    expected = session.run(None, inputs)[0]
     assert metadata["input_name"] == session.get_inputs()[0].name
     assert outputs.shape == expected.shape
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
+    if name == "masked_multi_discrete":  # forbidden logits pushed down by 1e8, the allowed ones untouched
+        assert (outputs[masks == 0] < -9e7).all() and (outputs[masks == 1] > -1e3).all()
+
+
+def test_mlp_policy_runtime_refuses_an_image_policy_pointing_to_sentis_or_thin_mode(kit, tmp_path):
+    policy = ActorCritic(BoxSpace(shape=(3, 10, 10), dtype="uint8"), DiscreteSpace(n=4), (16,))
+    path = tmp_path / "image.onnx"
+    path.write_bytes(export_onnx(policy, 1))
+    result = onnx_run(path, [3, 10, 10], [json.dumps([0.0] * 300)])
+    assert result.returncode == 3, result
+    assert "has a Conv node" in result.stderr and "Sentis" in result.stderr and "thin mode" in result.stderr, result.stderr

@@ -6,7 +6,7 @@ using System;
 
 namespace RLlink.Example
 {
-    public sealed class CartPoleEnv
+    public sealed class CartPoleEnv : IExampleEnv
     {
         const double Gravity = 9.8, MassCart = 1.0, MassPole = 0.1, TotalMass = MassCart + MassPole;
         const double Length = 0.5, PoleMassLength = MassPole * Length, ForceMag = 10.0, Tau = 0.02;
@@ -18,6 +18,10 @@ namespace RLlink.Example
         public int Steps { get; private set; }
 
         public CartPoleEnv(int seed) { random = new Random(seed); }
+
+        public string ObservationSpace { get { return "Box(shape [4])"; } }
+        public string ActionSpace { get { return "Discrete(2)"; } }
+        public float[] ActionMask { get { return null; } }
 
         public float[] Reset()
         {
@@ -37,6 +41,11 @@ namespace RLlink.Example
         double Uniform() { return random.NextDouble() * 0.1 - 0.05; }
 
         public float[] Observation() { return new[] { (float)x, (float)xDot, (float)theta, (float)thetaDot }; }
+
+        public float Step(AgentAction action, out bool terminated, out bool truncated)
+        {
+            return Step(action.Discrete, out terminated, out truncated);
+        }
 
         /// <summary>One step; returns the reward (1).</summary>
         public float Step(int action, out bool terminated, out bool truncated)

@@ -5,9 +5,14 @@
 // Thin mode by default (the gateway acts; one round trip per step); --inference local
 // runs the policy of each SET_STATE in C# (MlpPolicyRuntime) and sends the experience
 // with EPISODES_AND_GET_STATE. --envs N (thin) steps N carts with one batched GET_ACTION.
+// --env picks another task (ChoiceEnvs.cs; the gateway must have its spaces):
+// two-targets (MultiDiscrete), masked-targets and masked-pick (action masks: the
+// gateway's action_masking on; each step's mask goes to Act or GET_ACTION).
 // Prints progress every 20 episodes; exits 0 once the mean return of the last 20
 // episodes reaches the target, 1 if the time or step budget ran out first, 2 for bad
-// arguments, 3 when the gateway refused us (the RLlinkException's code and message).
+// arguments (or a gateway whose spaces do not fit the env), 3 when the gateway refused
+// us (the RLlinkException's code and message), 4 when the env was given an action it
+// does not take (one its mask forbids).
 
 using System;
 using System.Collections.Generic;
@@ -32,6 +37,7 @@ namespace RLlink.Example
             public long MaxEnvSteps;
             public string Inference = "thin";
             public int Envs = 1;
+            public string Env = "cartpole";
             public int Seed;
             public bool Tls;
             public string TlsCert;
@@ -40,7 +46,34 @@ namespace RLlink.Example
         const string Usage =
             "usage: mono CartPole.exe [--host 127.0.0.1] [--port 5555] [--token T] [--target-return 450]\n" +
             "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local]\n" +
-            "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]";
+            "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]\n" +
+            "                         [--env cartpole|two-targets|masked-targets|masked-pick]";
+
+        static readonly string[] EnvNames = { "cartpole", "two-targets", "masked-targets", "masked-pick" };
+
+        static IExampleEnv NewEnv(string name, int seed)
+        {
+            switch (name)
+            {
+                case "two-targets": return new TwoTargetsEnv(seed, false);
+                case "masked-targets": return new TwoTargetsEnv(seed, true);
+                case "masked-pick": return new MaskedPickEnv(seed);
+                default: return new CartPoleEnv(seed);
+            }
+        }
+
+        /// <summary>Why the gateway's default module does not fit the env, or null.</summary>
+        static string Misfit(GatewayConfig config, IExampleEnv env)
+        {
+            ModuleInfo module = config.Default;
+            if (!config.Raw.ContainsKey("action_space")) return null; // RLlib's own server: no spaces to check
+            if (module.ObservationSpace.ToString() != env.ObservationSpace || module.ActionSpace.ToString() != env.ActionSpace)
+                return "the env needs observations " + env.ObservationSpace + " and actions " + env.ActionSpace
+                    + "; the gateway has " + module.ObservationSpace + " and " + module.ActionSpace;
+            env.Reset();
+            if (env.ActionMask != null && !module.ActionMasking) return "the env has action masks: start the gateway with action_masking";
+            return null;
+        }
 
         public static int Main(string[] argv)
         {
@@ -76,9 +109,15 @@ namespace RLlink.Example
                 {
                     var config = client.Connect();
                     Console.WriteLine(string.Format(CultureInfo.InvariantCulture,
-                        "gateway: observations {0}, actions {1}, env_steps_per_sample {2}, protocol {3}; inference: {4}",
+                        "gateway: observations {0}, actions {1}{5}, env_steps_per_sample {2}, protocol {3}; inference: {4}",
                         config.Default.ObservationSpace, config.Default.ActionSpace, config.EnvStepsPerSample,
-                        config.ProtocolVersion ?? "?", args.Inference));
+                        config.ProtocolVersion ?? "?", args.Inference, config.Default.ActionMasking ? " (masked)" : ""));
+                    string misfit = Misfit(config, NewEnv(args.Env, 0));
+                    if (misfit != null)
+                    {
+                        Console.Error.WriteLine("error: " + misfit);
+                        return 2;
+                    }
                     bool reached = args.Envs > 1 ? TrainBatched(client, args) : Train(client, args);
                     return reached ? 0 : 1;
                 }
@@ -89,14 +128,19 @@ namespace RLlink.Example
                     + (e.Request != null ? " (request " + e.Request + ")" : ""));
                 return 3;
             }
+            catch (InvalidActionException e)
+            {
+                Console.Error.WriteLine("error: the env was given an action it does not take: " + e.Message);
+                return 4;
+            }
         }
 
-        /// <summary>One cart through AgentSession, as the Unity adapter drives it.</summary>
+        /// <summary>One env through AgentSession, as the Unity adapter drives it.</summary>
         static bool Train(RLlinkClient client, Args args)
         {
             var mode = args.Inference == "local" ? InferenceMode.Local : InferenceMode.Thin;
             var session = new AgentSession(client, mode, mode == InferenceMode.Local ? new MlpPolicyRuntime() : null, args.Seed);
-            var env = new CartPoleEnv(args.Seed);
+            var env = NewEnv(args.Env, args.Seed);
             var progress = new Progress(args);
             while (true)
             {
@@ -104,9 +148,9 @@ namespace RLlink.Example
                 float episodeReturn = 0;
                 while (true)
                 {
-                    AgentAction action = session.Act(obs);
+                    AgentAction action = session.Act(obs, env.ActionMask);
                     bool terminated, truncated;
-                    float reward = env.Step(action.Discrete, out terminated, out truncated);
+                    float reward = env.Step(action, out terminated, out truncated);
                     obs = env.Observation();
                     session.AddReward(reward);
                     episodeReturn += reward;
@@ -121,11 +165,11 @@ namespace RLlink.Example
             }
         }
 
-        /// <summary>N carts at once, thin: one batched GET_ACTION per step for all of them.</summary>
+        /// <summary>N envs at once, thin: one batched GET_ACTION per step for all of them.</summary>
         static bool TrainBatched(RLlinkClient client, Args args)
         {
             if (args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
-            var envs = Enumerable.Range(0, args.Envs).Select(i => new CartPoleEnv(args.Seed + i)).ToArray();
+            var envs = Enumerable.Range(0, args.Envs).Select(i => NewEnv(args.Env, args.Seed + i)).ToArray();
             var obs = envs.Select(e => e.Reset()).ToArray();
             var ids = envs.Select(e => client.StartEpisode()).ToArray();
             var returns = new float[envs.Length];
@@ -134,13 +178,13 @@ namespace RLlink.Example
             while (true)
             {
                 var batch = new List<ActionRequest>();
-                for (int i = 0; i < envs.Length; i++) batch.Add(new ActionRequest(ids[i], obs[i]));
+                for (int i = 0; i < envs.Length; i++) batch.Add(new ActionRequest(ids[i], obs[i], envs[i].ActionMask));
                 AgentAction[] actions = client.GetActions(batch);
                 version = actions[0].WeightsSeqNo;
                 for (int i = 0; i < envs.Length; i++)
                 {
                     bool terminated, truncated;
-                    float reward = envs[i].Step(actions[i].Discrete, out terminated, out truncated);
+                    float reward = envs[i].Step(actions[i], out terminated, out truncated);
                     obs[i] = envs[i].Observation();
                     returns[i] += reward;
                     client.LogReturns(ids[i], reward);
@@ -221,6 +265,10 @@ namespace RLlink.Example
                         case "--max-env-steps": args.MaxEnvSteps = long.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--envs": args.Envs = int.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--seed": args.Seed = int.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--env":
+                            if (Array.IndexOf(EnvNames, value) < 0) throw new ArgumentException("--env is one of " + string.Join(", ", EnvNames));
+                            args.Env = value;
+                            break;
                         case "--tls-cert": args.TlsCert = value; args.Tls = true; break;
                         case "--inference":
                             if (value != "thin" && value != "local") throw new ArgumentException("--inference is thin or local");

@@ -8,6 +8,11 @@
 //   or the kit's MlpPolicyRuntime), samples actions, and sends its experience every
 //   env_steps_per_sample steps with EPISODES_AND_GET_STATE (RLlib's own way).
 //
+// Actions: an int (Discrete), an int[] (MultiDiscrete), a float[] (Box). For a module with
+// action_masking, Act takes each step's action mask (one value per logit, 1 allowed, 0
+// forbidden; null: all allowed): thin mode sends it with GET_ACTION, local mode feeds it
+// to the model's second input (IMaskedPolicyRuntime) and records it in the chunk.
+//
 // A broken connection costs the session nothing but time: it reconnects (RLlinkClient's
 // AutoReconnect). In thin mode the gateway ended the open episode as truncated, so the
 // session starts a new one on the new connection and goes on; in local mode the
@@ -88,7 +93,18 @@ namespace RLlink
         /// </summary>
         public AgentAction Act(float[] obs)
         {
-            return Mode == InferenceMode.Thin ? ActThin(obs) : ActLocal(obs);
+            return Act(obs, null);
+        }
+
+        /// <summary>
+        /// The action for this observation among those <paramref name="actionMask"/> allows: one
+        /// value per logit (N for Discrete(N), sum(nvec) for a MultiDiscrete, sub-action 0's
+        /// first), 1 allowed, 0 forbidden, each sub-action with at least one allowed; null: all
+        /// allowed. Only for a module with action_masking (<see cref="ModuleInfo.ActionMasking"/>).
+        /// </summary>
+        public AgentAction Act(float[] obs, float[] actionMask)
+        {
+            return Mode == InferenceMode.Thin ? ActThin(obs, actionMask) : ActLocal(obs, actionMask);
         }
 
         /// <summary>Reward for the last action (added up over calls).</summary>
@@ -125,13 +141,14 @@ namespace RLlink
 
         // -- Thin mode --------------------------------------------------------------------
 
-        AgentAction ActThin(float[] obs)
+        AgentAction ActThin(float[] obs, float[] actionMask)
         {
             for (int attempt = 0; ; attempt++)
             {
                 try
                 {
                     Connected();
+                    CheckMask(actionMask);
                     if (episodeId != null && episodeConnection != client.ConnectionNumber)
                         episodeId = null; // the connection it lived on is gone; the gateway ended it
                     if (episodeId == null)
@@ -143,7 +160,7 @@ namespace RLlink
                     }
                     if (actedInEpisode && pendingReward != 0) client.LogReturns(episodeId, pendingReward);
                     pendingReward = 0;
-                    var action = client.GetAction(episodeId, obs, Explore);
+                    var action = client.GetAction(episodeId, obs, actionMask, Explore);
                     actedInEpisode = true;
                     if (action.WeightsSeqNo != WeightsSeqNo)
                     {
@@ -188,7 +205,7 @@ namespace RLlink
 
         // -- Local mode ---------------------------------------------------------------------
 
-        AgentAction ActLocal(float[] obs)
+        AgentAction ActLocal(float[] obs, float[] actionMask)
         {
             if (!modelLoaded)
             {
@@ -198,6 +215,7 @@ namespace RLlink
                     Load(client.GetState());
                 });
             }
+            CheckMask(actionMask);
             if (TrainingEnabled && stepsSinceSample >= client.Config.EnvStepsPerSample)
             {
                 if (chunk != null && ((List<object>)chunk["actions"]).Count > 0)
@@ -226,8 +244,16 @@ namespace RLlink
             {
                 ((List<float[]>)chunk["obs"]).Add(obs);
             }
+            float[] distInputs;
+            if (Module.ActionMasking)
+            {
+                float[] mask = actionMask != null ? (float[])actionMask.Clone() : AllAllowed();
+                distInputs = ((IMaskedPolicyRuntime)runtime).Run(obs, mask);
+                ((List<float[]>)chunk["action_mask"]).Add(mask);
+            }
+            else distInputs = runtime.Run(obs);
             float logp;
-            object raw = sampler.Sample(runtime.Run(obs), Module.ActionDistribution, Explore, out logp);
+            object raw = sampler.Sample(distInputs, Module.ActionDistribution, Module.ActionSpace.Nvec, Explore, out logp);
             ((List<object>)chunk["actions"]).Add(raw);
             ((List<float>)chunk["rewards"]).Add(0f);
             ((List<float>)chunk["action_logp"]).Add(logp);
@@ -264,6 +290,7 @@ namespace RLlink
                 { "episode_id", id },
                 { "weights_seq_no", WeightsSeqNo },
             };
+            if (Module.ActionMasking) newChunk["action_mask"] = new List<float[]>(); // one row per action
             if (AgentId != null) newChunk["agent_id"] = AgentId;
             if (ModuleId != null) newChunk["module_id"] = ModuleId;
             return newChunk;
@@ -273,10 +300,49 @@ namespace RLlink
         {
             string moduleId = Module.ModuleId;
             byte[] model = state.OnnxFiles.Count > 0 && state.OnnxFiles.ContainsKey(moduleId) ? state.OnnxModel(moduleId) : state.OnnxModel();
-            runtime.Load(model, Module.OnnxInputName, Module.OnnxOutputNames, Module.ObservationSpace.Shape);
+            if (Module.ActionMasking)
+            {
+                var masked = runtime as IMaskedPolicyRuntime;
+                if (masked == null)
+                    throw new NotSupportedException("module '" + moduleId + "' has action_masking: its model takes a second input, '"
+                        + Module.OnnxActionMaskInputName + "' (the action mask), which " + runtime.GetType().Name
+                        + " cannot feed; implement IMaskedPolicyRuntime (MlpPolicyRuntime does)");
+                masked.Load(model, Module.OnnxInputName, Module.OnnxOutputNames, Module.ObservationSpace.Shape, Module.OnnxActionMaskInputName);
+            }
+            else runtime.Load(model, Module.OnnxInputName, Module.OnnxOutputNames, Module.ObservationSpace.Shape);
             modelLoaded = true;
             WeightsSeqNo = state.WeightsSeqNo;
             if (PolicyUpdated != null) PolicyUpdated(WeightsSeqNo);
+        }
+
+        /// <summary>A mask fits the module's logits (refused here, before it reaches the gateway or the model).</summary>
+        void CheckMask(float[] actionMask)
+        {
+            if (actionMask == null) return;
+            SpaceInfo space = Module.ActionSpace;
+            if (!Module.ActionMasking)
+                throw new ArgumentException("module '" + Module.ModuleId + "' takes no action mask: the gateway's action_masking is off for it");
+            if (actionMask.Length != space.NumLogits)
+                throw new ArgumentException("an action mask of " + space + " holds " + space.NumLogits + " values, one per logit; got " + actionMask.Length);
+            int[] sizes = space.IsMultiDiscrete ? space.Nvec : new[] { space.N };
+            for (int part = 0, start = 0; part < sizes.Length; start += sizes[part], part++)
+            {
+                bool any = false;
+                for (int i = start; i < start + sizes[part]; i++)
+                {
+                    if (actionMask[i] != 0 && actionMask[i] != 1)
+                        throw new ArgumentException("an action mask holds 1 (allowed) or 0 (forbidden); value " + i + " is " + actionMask[i]);
+                    any |= actionMask[i] == 1;
+                }
+                if (!any) throw new ArgumentException("the action mask allows no action" + (sizes.Length > 1 ? " for sub-action " + part : ""));
+            }
+        }
+
+        float[] AllAllowed()
+        {
+            var ones = new float[Module.ActionSpace.NumLogits];
+            for (int i = 0; i < ones.Length; i++) ones[i] = 1f;
+            return ones;
         }
 
         void WithReconnects(Action action)

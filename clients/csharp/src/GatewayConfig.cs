@@ -9,34 +9,60 @@ using System.Text.RegularExpressions;
 
 namespace RLlink
 {
-    /// <summary>An observation or action space: <c>box</c> (Shape, Low, High) or <c>discrete</c> (N).</summary>
+    /// <summary>An observation or action space: <c>box</c> (Shape, Low, High, Dtype), <c>discrete</c> (N)
+    /// or <c>multi_discrete</c> (Nvec).</summary>
     public sealed class SpaceInfo
     {
-        public string Type;        // "box" or "discrete" (the gateway's two kinds)
+        public string Type;        // "box", "discrete" or "multi_discrete" ("dict" observations travel flat)
         public int N;              // discrete: actions 0..N-1
+        public int[] Nvec = new int[0]; // multi_discrete: sub-action i in 0..Nvec[i]-1
         public int[] Shape = new int[0];
         public float? Low, High;   // box bounds (null: unbounded)
+        public string Dtype = "float32"; // box: "float32", or "uint8" for an image [C, H, W]
 
         public bool IsDiscrete { get { return Type == "discrete"; } }
+        public bool IsMultiDiscrete { get { return Type == "multi_discrete"; } }
 
-        /// <summary>Number of floats in one element (the flattened box), or 1 for discrete.</summary>
+        /// <summary>Number of floats in one element (the flattened box), 1 for discrete, or the
+        /// number of sub-actions for multi_discrete.</summary>
         public int Size
         {
             get
             {
                 if (IsDiscrete) return 1;
+                if (IsMultiDiscrete) return Nvec.Length;
                 int size = 1;
                 foreach (int d in Shape) size *= d;
                 return size;
             }
         }
 
+        /// <summary>Number of logits (and of action-mask values) of a discrete action space: N,
+        /// or the sum of Nvec; 0 for a box.</summary>
+        public int NumLogits
+        {
+            get
+            {
+                if (IsDiscrete) return N;
+                int sum = 0;
+                if (IsMultiDiscrete) foreach (int n in Nvec) sum += n;
+                return sum;
+            }
+        }
+
         public static SpaceInfo FromJson(IDictionary<string, object> json)
         {
             if (json == null) return null;
-            var space = new SpaceInfo { Type = Json.GetString(json, "type", "box"), N = Json.GetInt(json, "n") };
+            var space = new SpaceInfo
+            {
+                Type = Json.GetString(json, "type", "box"),
+                N = Json.GetInt(json, "n"),
+                Dtype = Json.GetString(json, "dtype", "float32"),
+            };
             var shape = Json.GetList(json, "shape");
             if (shape != null) space.Shape = Json.ToInts(shape);
+            var nvec = Json.GetList(json, "nvec");
+            if (nvec != null) space.Nvec = Json.ToInts(nvec);
             object low, high;
             if (json.TryGetValue("low", out low) && low is double) space.Low = (float)(double)low;
             if (json.TryGetValue("high", out high) && high is double) space.High = (float)(double)high;
@@ -45,8 +71,12 @@ namespace RLlink
 
         public override string ToString()
         {
-            return IsDiscrete ? "Discrete(" + N + ")" : "Box(shape [" + string.Join(", ", Array.ConvertAll(Shape, d => d.ToString())) + "])";
+            if (IsDiscrete) return "Discrete(" + N + ")";
+            if (IsMultiDiscrete) return "MultiDiscrete([" + Join(Nvec) + "])";
+            return "Box(shape [" + Join(Shape) + "]" + (Dtype == "float32" ? "" : ", " + Dtype) + ")";
         }
+
+        static string Join(int[] values) { return string.Join(", ", Array.ConvertAll(values, d => d.ToString())); }
     }
 
     /// <summary>One module (policy) a client can play: one entry of SET_CONFIG's <c>policies</c>.</summary>
@@ -57,8 +87,14 @@ namespace RLlink
         public SpaceInfo ActionSpace;
         public string OnnxInputName = "obs";
         public string[] OnnxOutputNames = { "action_dist_inputs" };
-        public string ActionDistribution = "categorical"; // "categorical" (logits) or "gaussian" (mean, log std)
+        public string ActionDistribution = "categorical"; // "categorical", "multi_categorical" (logits) or "gaussian" (mean, log std)
+        /// <summary>The name of the model's second input, the action mask (SET_CONFIG's
+        /// <c>onnx_action_mask_input_name</c>): set for a module with <c>action_masking</c>, else null.</summary>
+        public string OnnxActionMaskInputName;
         public bool Trainable = true;
+
+        /// <summary>The module takes action masks (its model has the second input).</summary>
+        public bool ActionMasking { get { return OnnxActionMaskInputName != null; } }
 
         internal static ModuleInfo FromJson(string moduleId, IDictionary<string, object> json)
         {
@@ -68,11 +104,13 @@ namespace RLlink
                 ObservationSpace = SpaceInfo.FromJson(Json.GetObject(json, "observation_space")),
                 ActionSpace = SpaceInfo.FromJson(Json.GetObject(json, "action_space")),
                 OnnxInputName = Json.GetString(json, "onnx_input_name", "obs"),
+                OnnxActionMaskInputName = Json.GetString(json, "onnx_action_mask_input_name"),
                 Trainable = Json.GetBool(json, "trainable", true),
             };
             var outputs = Json.GetList(json, "onnx_output_names");
             if (outputs != null) module.OnnxOutputNames = outputs.ConvertAll(o => (string)o).ToArray();
-            string defaultDist = module.ActionSpace != null && !module.ActionSpace.IsDiscrete ? "gaussian" : "categorical";
+            string defaultDist = module.ActionSpace == null || module.ActionSpace.IsDiscrete ? "categorical"
+                : module.ActionSpace.IsMultiDiscrete ? "multi_categorical" : "gaussian";
             module.ActionDistribution = Json.GetString(json, "action_distribution", defaultDist);
             return module;
         }

@@ -1,8 +1,10 @@
-// A pure-C# IPolicyRuntime for the gateway's models: it reads the ONNX protobuf itself
-// and runs its Gemm, Tanh and Flatten nodes (also MatMul, Add, Relu, Sigmoid, Identity),
-// which is all a gateway policy holds. No package, no native code: it runs in the
-// Unity editor and every player (WebGL and consoles included), in mono and .NET.
-// A model with any other operator is refused at Load with its name: use Sentis then.
+// A pure-C# IPolicyRuntime for the gateway's MLP policies (vector observations): it reads
+// the ONNX protobuf itself and runs its Gemm, Tanh and Flatten nodes, and the Sub, Mul
+// and Add that apply an action mask (also MatMul, Relu, Sigmoid, Identity), which is all
+// such a policy holds. No package, no native code: it runs in the Unity editor and every
+// player (WebGL and consoles included), in mono and .NET. A model with any other operator
+// (the Conv of a policy on camera images, SAC's Concat) is refused at Load with its name:
+// run it with Sentis through IPolicyRuntime then, or play in thin mode.
 
 using System;
 using System.Collections.Generic;
@@ -11,12 +13,13 @@ using System.Text;
 
 namespace RLlink
 {
-    public sealed class MlpPolicyRuntime : IPolicyRuntime
+    public sealed class MlpPolicyRuntime : IMaskedPolicyRuntime
     {
         sealed class Tensor
         {
             public int[] Shape;
             public float[] Data;
+            public int DataType = 1; // ONNX's FLOAT; an initializer of another type has no Data
             public Tensor(int[] shape, float[] data) { Shape = shape; Data = data; }
         }
 
@@ -33,11 +36,15 @@ namespace RLlink
             }
         }
 
-        static readonly HashSet<string> Supported = new HashSet<string> { "Gemm", "Tanh", "Flatten", "MatMul", "Add", "Relu", "Sigmoid", "Identity" };
+        static readonly HashSet<string> Supported = new HashSet<string>
+        {
+            "Gemm", "Tanh", "Flatten", "MatMul", "Add", "Sub", "Mul", "Relu", "Sigmoid", "Identity",
+        };
 
         List<Node> nodes = new List<Node>();
         Dictionary<string, Tensor> initializers = new Dictionary<string, Tensor>();
-        string inputName, outputName;
+        List<string> graphInputs = new List<string>();
+        string inputName, outputName, maskInputName;
         int[] observationShape;
 
         /// <summary>Metadata of the loaded model (weights_seq_no, spaces, output_layout, ...).</summary>
@@ -47,23 +54,43 @@ namespace RLlink
 
         public void Load(byte[] onnxModel, string inputName, string[] outputNames, int[] observationShape)
         {
+            Load(onnxModel, inputName, outputNames, observationShape, null);
+        }
+
+        /// <summary>A model; <paramref name="actionMaskInputName"/>: its second input, the action
+        /// mask (SET_CONFIG's onnx_action_mask_input_name), or null.</summary>
+        public void Load(byte[] onnxModel, string inputName, string[] outputNames, int[] observationShape, string actionMaskInputName)
+        {
             var newNodes = new List<Node>();
             var newInitializers = new Dictionary<string, Tensor>();
             var metadata = new Dictionary<string, string>();
+            var inputs = new List<string>();
             var graphOutputs = new List<string>();
             var model = new ProtoReader(onnxModel);
             while (model.Next())
             {
-                if (model.Field == 7) ReadGraph(model.Bytes(), newNodes, newInitializers, graphOutputs);
+                if (model.Field == 7) ReadGraph(model.Bytes(), newNodes, newInitializers, inputs, graphOutputs);
                 else if (model.Field == 14) ReadMetadata(model.Bytes(), metadata);
                 else model.Skip();
             }
+            if (newNodes.Exists(node => node.OpType == "Conv"))
+                throw new NotSupportedException("MlpPolicyRuntime runs MLP policies on vector observations; this model has a Conv node"
+                    + " (a policy on camera images): run it with Unity Sentis / Inference Engine through IPolicyRuntime, or use thin mode");
             foreach (var node in newNodes)
-                if (!Supported.Contains(node.OpType))
-                    throw new NotSupportedException("MlpPolicyRuntime runs Gemm/Tanh/Flatten models; this one has a " + node.OpType + " node");
+            {
+                if (Supported.Contains(node.OpType)) continue;
+                throw new NotSupportedException("MlpPolicyRuntime runs Gemm/Tanh/Flatten MLP policies (and their action mask's Sub/Mul/Add); this model has a "
+                    + node.OpType + " node: run it with Unity Sentis / Inference Engine through IPolicyRuntime, or use thin mode");
+            }
+            foreach (var initializer in newInitializers)
+                if (initializer.Value.DataType != 1)
+                    throw new NotSupportedException("tensor " + initializer.Key + " is not float32 (ONNX data type " + initializer.Value.DataType + ")");
+            inputs.RemoveAll(newInitializers.ContainsKey); // old exporters list initializers as inputs too
             this.nodes = newNodes;
             this.initializers = newInitializers;
+            this.graphInputs = inputs;
             this.inputName = inputName;
+            this.maskInputName = actionMaskInputName;
             this.outputName = outputNames != null && outputNames.Length > 0 ? outputNames[0] : graphOutputs[0];
             this.observationShape = observationShape;
             Metadata = metadata;
@@ -71,12 +98,31 @@ namespace RLlink
 
         public float[] Run(float[] observation)
         {
+            return Run(observation, null);
+        }
+
+        /// <summary>Output 0 for one observation and its action mask (a masked model's second input;
+        /// null for a model without one).</summary>
+        public float[] Run(float[] observation, float[] actionMask)
+        {
             if (nodes.Count == 0) throw new InvalidOperationException("no model loaded");
             var shape = new int[observationShape.Length + 1];
             shape[0] = 1;
             Array.Copy(observationShape, 0, shape, 1, observationShape.Length);
             var values = new Dictionary<string, Tensor>(initializers);
             values[inputName] = new Tensor(shape, observation);
+            if (actionMask != null)
+            {
+                if (maskInputName == null)
+                    throw new InvalidOperationException("an action mask for a model loaded without a mask input (Load's actionMaskInputName)");
+                values[maskInputName] = new Tensor(new[] { 1, actionMask.Length }, actionMask);
+            }
+            foreach (string input in graphInputs)
+                if (!values.ContainsKey(input))
+                    throw new InvalidOperationException("the model's input '" + input + "' was not given"
+                        + (input == maskInputName || maskInputName == null && graphInputs.Count > 1
+                            ? ": it is the action mask of a module with action_masking; Run(observation, actionMask) (all ones: nothing forbidden)"
+                            : ""));
             foreach (var node in nodes)
             {
                 Tensor result = Evaluate(node, values);
@@ -104,7 +150,11 @@ namespace RLlink
                 case "MatMul":
                     return Gemm(input(0), input(1), null, 1, 0, false, false);
                 case "Add":
-                    return Add(input(0), input(1));
+                    return Broadcast(input(0), input(1), (a, b) => a + b);
+                case "Sub":
+                    return Broadcast(input(0), input(1), (a, b) => a - b);
+                case "Mul":
+                    return Broadcast(input(0), input(1), (a, b) => a * b);
                 case "Tanh":
                     return Map(input(0), x => (float)Math.Tanh(x));
                 case "Relu":
@@ -156,12 +206,40 @@ namespace RLlink
             return new Tensor(new[] { m, n }, y);
         }
 
-        static Tensor Add(Tensor a, Tensor b)
+        /// <summary>An elementwise operator on two tensors, broadcast as numpy (and ONNX) do;
+        /// each result rounded to float32, as onnxruntime computes it.</summary>
+        static Tensor Broadcast(Tensor a, Tensor b, Func<float, float, float> f)
         {
-            if (b.Data.Length > a.Data.Length) { var t = a; a = b; b = t; }
-            var y = new float[a.Data.Length];
-            for (int i = 0; i < y.Length; i++) y[i] = a.Data[i] + b.Data[i % b.Data.Length];
-            return new Tensor(a.Shape, y);
+            int rank = Math.Max(a.Shape.Length, b.Shape.Length);
+            var shape = new int[rank];
+            var strideA = new int[rank];
+            var strideB = new int[rank];
+            int sa = 1, sb = 1;
+            for (int axis = rank - 1; axis >= 0; axis--)
+            {
+                int ia = axis - (rank - a.Shape.Length), ib = axis - (rank - b.Shape.Length);
+                int da = ia >= 0 ? a.Shape[ia] : 1, db = ib >= 0 ? b.Shape[ib] : 1;
+                if (da != db && da != 1 && db != 1)
+                    throw new InvalidOperationException("cannot broadcast shapes [" + string.Join(",", Array.ConvertAll(a.Shape, d => d.ToString()))
+                        + "] and [" + string.Join(",", Array.ConvertAll(b.Shape, d => d.ToString())) + "] (an action mask of the wrong size?)");
+                shape[axis] = Math.Max(da, db);
+                strideA[axis] = da == 1 ? 0 : sa;
+                strideB[axis] = db == 1 ? 0 : sb;
+                sa *= da;
+                sb *= db;
+            }
+            int size = 1;
+            foreach (int d in shape) size *= d;
+            var y = new float[size];
+            var index = new int[rank];
+            for (int i = 0; i < size; i++)
+            {
+                int offsetA = 0, offsetB = 0;
+                for (int axis = 0; axis < rank; axis++) { offsetA += index[axis] * strideA[axis]; offsetB += index[axis] * strideB[axis]; }
+                y[i] = f(a.Data[offsetA], b.Data[offsetB]);
+                for (int axis = rank - 1; axis >= 0 && ++index[axis] == shape[axis]; axis--) index[axis] = 0;
+            }
+            return new Tensor(shape, y);
         }
 
         static Tensor Map(Tensor x, Func<float, float> f)
@@ -173,7 +251,7 @@ namespace RLlink
 
         // -- The ONNX protobuf, as far as these models need it ------------------------------
 
-        static void ReadGraph(byte[] bytes, List<Node> nodes, Dictionary<string, Tensor> initializers, List<string> outputs)
+        static void ReadGraph(byte[] bytes, List<Node> nodes, Dictionary<string, Tensor> initializers, List<string> inputs, List<string> outputs)
         {
             var graph = new ProtoReader(bytes);
             while (graph.Next())
@@ -188,10 +266,12 @@ namespace RLlink
                         initializers[name] = tensor;
                         break;
                     }
+                    case 11:
                     case 12:
                     {
+                        var into = graph.Field == 11 ? inputs : outputs;
                         var info = new ProtoReader(graph.Bytes());
-                        while (info.Next()) { if (info.Field == 1) outputs.Add(info.String()); else info.Skip(); }
+                        while (info.Next()) { if (info.Field == 1) into.Add(info.String()); else info.Skip(); }
                         break;
                     }
                     default: graph.Skip(); break;
@@ -261,7 +341,7 @@ namespace RLlink
                     default: reader.Skip(); break;
                 }
             }
-            if (dataType != 1) throw new NotSupportedException("tensor " + name + " is not float32 (ONNX data type " + dataType + ")");
+            if (dataType != 1) return new Tensor(dims.ToArray(), null) { DataType = dataType }; // refused by Load, after the nodes
             float[] data;
             if (raw != null)
             {

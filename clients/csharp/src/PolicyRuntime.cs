@@ -10,9 +10,11 @@ namespace RLlink
     /// <summary>
     /// Runs the policy model that SET_STATE delivers. The gateway's model: input
     /// <c>inputName</c>, float32 [batch, *observation shape]; output 0
-    /// (<c>action_dist_inputs</c>), float32 [batch, k]: logits (discrete) or the mean then
-    /// the log std of each action value (box). Opset 13, Gemm, Tanh (and Flatten for
-    /// multi-dimensional observations).
+    /// (<c>action_dist_inputs</c>), float32 [batch, k]: logits (discrete; for a
+    /// MultiDiscrete each sub-action's logits one after the other) or the mean then the log
+    /// std of each action value (box). Opset 13, Gemm, Tanh (and Flatten for
+    /// multi-dimensional observations). A module with action masking has a second input:
+    /// see <see cref="IMaskedPolicyRuntime"/>.
     /// </summary>
     public interface IPolicyRuntime
     {
@@ -27,6 +29,25 @@ namespace RLlink
         float[] Run(float[] observation);
     }
 
+    /// <summary>
+    /// A runtime that also runs the model of a module with <c>action_masking</c> (SET_CONFIG's
+    /// <c>onnx_action_mask_input_name</c> is set). That model takes a second input, the mask,
+    /// float32 [batch, k] (one value per logit, 1 allowed, 0 forbidden), and outputs
+    /// <c>logits + (mask - 1) * 1e8</c> (Sub, Mul, Add nodes): sampled as usual, a forbidden
+    /// action's probability is 0. AgentSession needs this interface for a masked module
+    /// (MlpPolicyRuntime has it; a Sentis runtime binds the second tensor in these two calls).
+    /// </summary>
+    public interface IMaskedPolicyRuntime : IPolicyRuntime
+    {
+        /// <summary>As <see cref="IPolicyRuntime.Load"/>, plus the name of the mask input
+        /// (<c>onnx_action_mask_input_name</c>; null: the model has none).</summary>
+        void Load(byte[] onnxModel, string inputName, string[] outputNames, int[] observationShape, string actionMaskInputName);
+
+        /// <summary>Output 0 for one observation and its action mask (k floats, 1 allowed,
+        /// 0 forbidden; the model requires it: all ones when nothing is forbidden).</summary>
+        float[] Run(float[] observation, float[] actionMask);
+    }
+
     /// <summary>Turns the model's output into an action and its log-prob (app/action_dists.py's rules).</summary>
     public sealed class ActionSampler
     {
@@ -39,38 +60,76 @@ namespace RLlink
         /// Sample (or, explore false, take the most likely) action from the dist inputs.
         /// Discrete: an int action; box (gaussian): the unclipped sample as float[], which is
         /// what the gateway trains on (clip it to the space's bounds before acting:
-        /// <see cref="Clip"/>). Returns the action and its log-prob.
+        /// <see cref="Clip"/>). Returns the action and its log-prob. A MultiDiscrete needs
+        /// its nvec: the overload that takes it.
         /// </summary>
         public object Sample(float[] distInputs, string distribution, bool explore, out float logp)
         {
-            if (distribution == "categorical") return SampleCategorical(distInputs, explore, out logp);
-            if (distribution == "gaussian") return SampleGaussian(distInputs, explore, out logp);
-            throw new NotSupportedException("action distribution '" + distribution + "' is not one this kit samples (categorical, gaussian)");
+            return Sample(distInputs, distribution, null, explore, out logp);
         }
 
-        int SampleCategorical(float[] logits, bool explore, out float logp)
+        /// <summary>
+        /// As above, and <c>multi_categorical</c> (a MultiDiscrete, <paramref name="nvec"/> its
+        /// sizes): an int[] action, one index per sub-action, each drawn from the softmax of its
+        /// own logits; its log-prob is the sum of theirs. The dist inputs of a masked model are
+        /// already masked (a forbidden action's logit is about -1e8): never drawn.
+        /// </summary>
+        public object Sample(float[] distInputs, string distribution, int[] nvec, bool explore, out float logp)
+        {
+            if (distribution == "categorical") return SampleCategorical(distInputs, 0, distInputs.Length, explore, out logp);
+            if (distribution == "multi_categorical") return SampleMultiCategorical(distInputs, nvec, explore, out logp);
+            if (distribution == "gaussian") return SampleGaussian(distInputs, explore, out logp);
+            throw new NotSupportedException("action distribution '" + distribution + "' is not one this kit samples (categorical, multi_categorical, gaussian)");
+        }
+
+        int[] SampleMultiCategorical(float[] logits, int[] nvec, bool explore, out float logp)
+        {
+            if (nvec == null || nvec.Length == 0) throw new ArgumentException("multi_categorical needs the MultiDiscrete's nvec");
+            int total = 0;
+            foreach (int n in nvec) total += n;
+            if (total != logits.Length)
+                throw new ArgumentException("multi_categorical: " + logits.Length + " logits for nvec summing to " + total);
+            var action = new int[nvec.Length];
+            double sum = 0;
+            for (int i = 0, start = 0; i < nvec.Length; start += nvec[i], i++)
+            {
+                float partLogp;
+                action[i] = SampleCategorical(logits, start, nvec[i], explore, out partLogp);
+                sum += partLogp;
+            }
+            logp = (float)sum;
+            return action;
+        }
+
+        /// <summary>An index 0..count-1 from the logits at start..start+count-1.</summary>
+        int SampleCategorical(float[] logits, int start, int count, bool explore, out float logp)
         {
             double max = double.NegativeInfinity;
-            foreach (float l in logits) max = Math.Max(max, l);
+            for (int i = start; i < start + count; i++) max = Math.Max(max, logits[i]);
             double sum = 0;
-            foreach (float l in logits) sum += Math.Exp(l - max);
+            for (int i = start; i < start + count; i++) sum += Math.Exp(logits[i] - max);
             double logSum = max + Math.Log(sum);
             int action = 0;
             if (explore)
             {
-                double u = random.NextDouble(), cdf = 0;
-                action = logits.Length - 1;
-                for (int i = 0; i < logits.Length; i++)
+                // The first index whose cumulative probability exceeds u (as app/action_dists.py,
+                // the cdf scaled to end at 1): an index of probability 0 is never drawn.
+                double u = random.NextDouble() * sum, cdf = 0;
+                action = -1;
+                for (int i = 0; i < count; i++)
                 {
-                    cdf += Math.Exp(logits[i] - logSum);
-                    if (u < cdf) { action = i; break; }
+                    double p = Math.Exp(logits[start + i] - max);
+                    if (p == 0) continue;
+                    cdf += p;
+                    action = i;
+                    if (u < cdf) break;
                 }
             }
             else
             {
-                for (int i = 1; i < logits.Length; i++) if (logits[i] > logits[action]) action = i;
+                for (int i = 1; i < count; i++) if (logits[start + i] > logits[start + action]) action = i;
             }
-            logp = (float)(logits[action] - logSum);
+            logp = (float)(logits[start + action] - logSum);
             return action;
         }
 

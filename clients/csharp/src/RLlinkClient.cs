@@ -44,7 +44,8 @@ namespace RLlink
     /// <summary>An action from the gateway (GET_ACTION) or a local policy.</summary>
     public sealed class AgentAction
     {
-        /// <summary>As JSON gives it: a number (discrete) or a list of numbers (box).</summary>
+        /// <summary>As JSON gives it: a number (discrete) or a list of numbers (multi_discrete,
+        /// box); from a local policy an int, an int[] or a float[].</summary>
         public object Raw;
         /// <summary>The policy version that chose it.</summary>
         public int WeightsSeqNo;
@@ -68,6 +69,17 @@ namespace RLlink
             }
         }
 
+        /// <summary>The action of a multi_discrete space: one index per sub-action, the i-th in 0..nvec[i]-1.</summary>
+        public int[] MultiDiscrete
+        {
+            get
+            {
+                if (Raw is int[]) return (int[])Raw;
+                if (Raw is System.Collections.IList) return Json.ToInts(Raw);
+                throw new InvalidOperationException("not a multi_discrete action: " + Json.Serialize(Raw));
+            }
+        }
+
         /// <summary>The values of a box action (the gateway clips them to the bounds).</summary>
         public float[] Continuous
         {
@@ -83,12 +95,24 @@ namespace RLlink
         public string EpisodeId;
         public float[] Obs;
         public bool Explore;
+        /// <summary>The actions allowed at this step, one value per logit (1 allowed, 0
+        /// forbidden; a module with action_masking); null: all allowed.</summary>
+        public float[] ActionMask;
 
         public ActionRequest(string episodeId, float[] obs, bool explore = true)
         {
             EpisodeId = episodeId;
             Obs = obs;
             Explore = explore;
+            ActionMask = null;
+        }
+
+        public ActionRequest(string episodeId, float[] obs, float[] actionMask, bool explore = true)
+        {
+            EpisodeId = episodeId;
+            Obs = obs;
+            Explore = explore;
+            ActionMask = actionMask;
         }
     }
 
@@ -435,11 +459,20 @@ namespace RLlink
         /// (which also completes the episode's previous step). explore false: the most likely action.</summary>
         public AgentAction GetAction(string episodeId, float[] obs, bool explore = true)
         {
+            return GetAction(episodeId, obs, null, explore);
+        }
+
+        /// <summary>GET_ACTION with the step's action mask (a module with action_masking): one
+        /// value per logit, 1 allowed, 0 forbidden (null: all allowed). The gateway answers an
+        /// allowed action and trains with the mask.</summary>
+        public AgentAction GetAction(string episodeId, float[] obs, float[] actionMask, bool explore = true)
+        {
             EnsureConnected();
             var message = Message("GET_ACTION");
             message["episode_id"] = episodeId;
             message["obs"] = obs;
             if (!explore) message["explore"] = false;
+            if (actionMask != null) message["action_mask"] = actionMask;
             var reply = Exchange(message, "ACTION");
             object action;
             reply.TryGetValue("action", out action);
@@ -455,6 +488,7 @@ namespace RLlink
             {
                 var entry = new Dictionary<string, object> { { "episode_id", item.EpisodeId }, { "obs", item.Obs } };
                 if (!item.Explore) entry["explore"] = false;
+                if (item.ActionMask != null) entry["action_mask"] = item.ActionMask;
                 items.Add(entry);
             }
             var message = Message("GET_ACTION");
@@ -469,13 +503,20 @@ namespace RLlink
         }
 
         /// <summary>LOG_ACTION: an action the game chose itself (a human, a script) on <paramref name="obs"/>.
-        /// <paramref name="action"/>: an int (discrete) or float[] (box).</summary>
+        /// <paramref name="action"/>: an int (discrete), int[] (multi_discrete) or float[] (box).</summary>
         public void LogAction(string episodeId, float[] obs, object action)
+        {
+            LogAction(episodeId, obs, action, null);
+        }
+
+        /// <summary>LOG_ACTION with the mask the action was chosen among (it must allow it).</summary>
+        public void LogAction(string episodeId, float[] obs, object action, float[] actionMask)
         {
             var message = Message("LOG_ACTION");
             message["episode_id"] = episodeId;
             message["obs"] = obs;
             message["action"] = action;
+            if (actionMask != null) message["action_mask"] = actionMask;
             Send(message);
         }
 

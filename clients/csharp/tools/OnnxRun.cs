@@ -4,10 +4,13 @@
 //   mono build/OnnxRun.exe model.onnx 4 < observations.jsonl
 //
 // The second argument is one observation's shape (e.g. 4, or 2x3). Each stdin line is a
-// JSON list of an observation's values (flattened); each stdout line is the JSON list of
-// the model's output 0 for it. The first stdout line is the model's metadata as JSON.
+// JSON list of an observation's values (flattened), or, for a model with an action mask
+// (a second input), {"obs": [...], "action_mask": [...]}; each stdout line is the JSON
+// list of the model's output 0 for it. The first stdout line is the model's metadata as
+// JSON. A model MlpPolicyRuntime does not run: "error: ..." on stderr, exit 3.
 
 using System;
+using System.Collections.Generic;
 using System.IO;
 using System.Linq;
 
@@ -24,17 +27,35 @@ namespace RLlink.Tools
             }
             var runtime = new MlpPolicyRuntime();
             int[] shape = args[1].Split('x').Select(int.Parse).ToArray();
-            string inputName = "obs";
-            runtime.Load(File.ReadAllBytes(args[0]), null, null, shape);
-            string name;
-            if (runtime.Metadata.TryGetValue("input_name", out name)) inputName = name;
-            runtime.Load(File.ReadAllBytes(args[0]), inputName, null, shape);
+            byte[] model = File.ReadAllBytes(args[0]);
+            try
+            {
+                runtime.Load(model, null, null, shape);
+            }
+            catch (NotSupportedException e)
+            {
+                Console.Error.WriteLine("error: " + e.Message);
+                return 3;
+            }
+            string inputName = "obs", maskName = null, names;
+            if (runtime.Metadata.TryGetValue("input_name", out names)) inputName = names;
+            if (runtime.Metadata.TryGetValue("input_names", out names))
+            {
+                var inputs = Json.Parse(names) as List<object>;
+                if (inputs != null && inputs.Count > 1) maskName = (string)inputs[1];
+            }
+            runtime.Load(model, inputName, null, shape, maskName);
             Console.WriteLine(Json.Serialize(runtime.Metadata));
             string line;
             while ((line = Console.ReadLine()) != null)
             {
                 if (line.Trim().Length == 0) continue;
-                Console.WriteLine(Json.Serialize(runtime.Run(Json.ToFloats(Json.Parse(line)))));
+                object parsed = Json.Parse(line);
+                var item = parsed as Dictionary<string, object>;
+                float[] output = item == null
+                    ? runtime.Run(Json.ToFloats(parsed))
+                    : runtime.Run(Json.ToFloats(item["obs"]), item.ContainsKey("action_mask") ? Json.ToFloats(item["action_mask"]) : null);
+                Console.WriteLine(Json.Serialize(output));
             }
             return 0;
         }

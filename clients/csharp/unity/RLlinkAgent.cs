@@ -8,10 +8,12 @@
 //       protected override void CollectObservations(List<float> obs) { obs.Add(...); }
 //       protected override void OnActionReceived(AgentAction action)
 //       {
-//           /* act with action.Discrete or action.Continuous */
+//           /* act with action.Discrete, action.MultiDiscrete or action.Continuous */
 //           AddReward(0.01f);
 //           if (fell) EndEpisode();                // terminated
 //       }
+//       // Optional, for a module with action_masking: the actions allowed now.
+//       protected override float[] GetActionMask() { return new float[] { 1, canJump ? 1 : 0, 1 }; }
 //   }
 //
 // Every decisionPeriod FixedUpdates the agent collects an observation and asks for an
@@ -78,8 +80,20 @@ namespace RLlink.Unity
         /// <summary>Add the observation's values, always the same number (the gateway's observation space).</summary>
         protected abstract void CollectObservations(List<float> obs);
 
-        /// <summary>Act: action.Discrete (discrete space) or action.Continuous (box, clipped to its bounds).</summary>
+        /// <summary>Act: action.Discrete (discrete space), action.MultiDiscrete (multi_discrete:
+        /// one index per sub-action) or action.Continuous (box, clipped to its bounds).</summary>
         protected abstract void OnActionReceived(AgentAction action);
+
+        /// <summary>
+        /// The actions allowed at this decision, for a module with the gateway's
+        /// <c>action_masking</c>: one value per logit (n for Discrete(n); sum(nvec) for a
+        /// MultiDiscrete, sub-action 0's first), 1 allowed, 0 forbidden, each sub-action with at
+        /// least one allowed. Null (the default): all allowed. Called right after
+        /// CollectObservations at each decision; the action chosen is one it allows (thin mode:
+        /// the gateway's GET_ACTION takes it; local mode: the model's second input, and the
+        /// chunk records it). Between decisions (decisionPeriod > 1) the action is repeated as is.
+        /// </summary>
+        protected virtual float[] GetActionMask() { return null; }
 
         /// <summary>The gateway refused something (e.g. [unauthorized]) or cannot be reached.
         /// By default: log it, and stop the agent if the error closed the connection.</summary>
@@ -191,7 +205,8 @@ namespace RLlink.Unity
                 EpisodeInterrupted();
                 return;
             }
-            link.RequestAction(Observe());
+            float[] obs = Observe();
+            link.RequestAction(obs, GetActionMask());
             waitingForAction = true;
             AgentAction ready;
             if (link.TryTakeAction(out ready)) Received(ready);
@@ -217,7 +232,8 @@ namespace RLlink.Unity
     public interface IAgentLink
     {
         bool Ready { get; }
-        void RequestAction(float[] obs);
+        /// <summary>Ask for the action on obs among those the mask allows (null: all).</summary>
+        void RequestAction(float[] obs, float[] actionMask);
         bool TryTakeAction(out AgentAction action);
         void AddReward(float reward);
         void EndEpisode(float[] finalObs, bool terminated, bool truncated);
@@ -241,7 +257,7 @@ namespace RLlink.Unity
 
         public AgentSession Session { get { return session; } }
         public bool Ready { get { return true; } }
-        public void RequestAction(float[] obs) { action = session.Act(obs); }
+        public void RequestAction(float[] obs, float[] actionMask) { action = session.Act(obs, actionMask); }
 
         public bool TryTakeAction(out AgentAction taken)
         {

@@ -181,7 +181,11 @@ namespace RLlink.Unity
         {
             var items = new List<object>();
             foreach (var item in batch)
-                items.Add(new Dictionary<string, object> { { "episode_id", item.EpisodeId }, { "obs", item.Obs }, { "explore", item.Explore } });
+            {
+                var entry = new Dictionary<string, object> { { "episode_id", item.EpisodeId }, { "obs", item.Obs }, { "explore", item.Explore } };
+                if (item.ActionMask != null) entry["action_mask"] = item.ActionMask;
+                items.Add(entry);
+            }
             return new WebGLRequest(RLlinkWebGLNative.RLlink_GetActions(connection, Json.Serialize(items)));
         }
 
@@ -212,6 +216,7 @@ namespace RLlink.Unity
         readonly bool explore, trainingEnabled;
         readonly List<WebGLRequest> unanswered = new List<WebGLRequest>(); // no reply wanted; errors only
         WebGLRequest pendingAction;
+        bool pendingBatch; // pendingAction is a one-item batch (it carries an action mask)
         string episodeId;
         float pendingReward;
         bool acted;
@@ -227,7 +232,7 @@ namespace RLlink.Unity
 
         public bool Ready { get { return client.IsReady; } }
 
-        public void RequestAction(float[] obs)
+        public void RequestAction(float[] obs, float[] actionMask)
         {
             if (episodeId == null)
             {
@@ -238,7 +243,11 @@ namespace RLlink.Unity
             }
             if (acted && pendingReward != 0) unanswered.Add(client.LogReturns(episodeId, pendingReward));
             pendingReward = 0;
-            pendingAction = client.GetAction(episodeId, obs, explore);
+            // The bridge's single GET_ACTION takes no mask; a one-item batch does.
+            pendingBatch = actionMask != null;
+            pendingAction = pendingBatch
+                ? client.GetActions(new[] { new ActionRequest(episodeId, obs, actionMask, explore) })
+                : client.GetAction(episodeId, obs, explore);
         }
 
         public bool TryTakeAction(out AgentAction action)
@@ -249,7 +258,7 @@ namespace RLlink.Unity
             pendingAction = null;
             if (request.Error != null) throw request.Error;
             acted = true;
-            action = request.Action;
+            action = pendingBatch ? request.Actions[0] : request.Action;
             return true;
         }
 

@@ -207,7 +207,8 @@ var RLlinkWebGLPlugin = {
     });
   },
 
-  // GET_ACTION for many episodes: batch JSON [{episode_id, obs, explore?}, ...].
+  // GET_ACTION for many episodes: batch JSON [{episode_id, obs, explore?, action_mask?}, ...]
+  // (WebGLAgentLink sends a masked step as a batch of one: the single form takes no mask).
   // Result: ACTION {actions: [...], weights_seq_no}, in the batch's order.
   RLlink_GetActions: function (connectionId, batchPtr) {
     var batch = JSON.parse(RLlinkBridge.str(batchPtr));
