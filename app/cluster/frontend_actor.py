@@ -16,6 +16,8 @@ from app.main import create_app
 
 log = logging.getLogger("app.cluster")
 
+HTTP_BACKLOG = 2048
+
 
 class FrontendActor:
     """One front-end: `start` binds and starts it, `serve` runs it until the actor ends."""
@@ -32,6 +34,7 @@ class FrontendActor:
     async def start(self) -> dict[str, object]:
         """Bind, start the gateway's parts; where it listens: host, http_port, tcp_port."""
         self._sock = bind_http(self.settings)
+        self._sock.listen(HTTP_BACKLOG)  # connections wait in the backlog until serve() accepts them, none refused
         gateway = self.app.state.gateway
         await gateway.start()
         bridge = gateway.tcp_bridge

@@ -52,7 +52,11 @@ class Cluster:
                     log.warning("front-end %d stopped serving; starting it again", index)
                 except ray.exceptions.RayError as exc:
                     log.warning("front-end %d died (%s); Ray restarts it", index, type(exc).__name__)
-                self.restart_frontend(index)
+                try:
+                    self.restart_frontend(index)
+                except ray.exceptions.RayError as exc:  # e.g. the learner is restarting too: next round
+                    log.warning("front-end %d could not start again yet (%s); retrying", index, type(exc).__name__)
+                    self._stopping.wait(WATCH_INTERVAL_S)
 
     def restart_frontend(self, index: int) -> None:
         """Its clients are forgotten (their pending data stays in the batch); the actor Ray
@@ -65,7 +69,7 @@ class Cluster:
     def stop(self) -> None:
         self._stopping.set()
         if self._watcher is not None:
-            self._watcher.join()
+            self._watcher.join(timeout=WATCH_INTERVAL_S * 4)  # it may be waiting on a restart
         for actor in self.frontends:
             ray.kill(actor, no_restart=True)
         ray.get(self.learner.stop.remote())
@@ -109,8 +113,8 @@ def start_cluster(settings: Settings) -> Cluster:
 
 def run(settings: Settings) -> None:
     """Connect to (or start) the Ray cluster, start the gateway's actors, serve until interrupted."""
-    address = None if settings.ray_address == "local" else settings.ray_address
-    ray.init(address=address, include_dashboard=False, logging_level=settings.log_level.upper())
+    # "local" starts a new cluster here (never joins one found running), "auto" joins the running one.
+    ray.init(address=settings.ray_address, include_dashboard=False, logging_level=settings.log_level.upper())
     cluster = start_cluster(settings)
     try:
         threading.Event().wait()  # until interrupted; the watcher keeps the front-ends up
