@@ -8,6 +8,7 @@ front-ends are spread over the cluster's nodes. On one host front-end i listens 
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,8 +116,15 @@ def run(settings: Settings) -> None:
     """Connect to (or start) the Ray cluster, start the gateway's actors, serve until interrupted."""
     # "local" starts a new cluster here (never joins one found running), "auto" joins the running one.
     ray.init(address=settings.ray_address, include_dashboard=False, logging_level=settings.log_level.upper())
+    signal.signal(signal.SIGTERM, _interrupt)  # stop as on Ctrl-C (Ray's own handler only dumps stacks)
     cluster = start_cluster(settings)
     try:
         threading.Event().wait()  # until interrupted; the watcher keeps the front-ends up
     finally:
+        log.info("stopping the front-ends and the learner (saving its checkpoints)")
         cluster.stop()
+        ray.shutdown()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
