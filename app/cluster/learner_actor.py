@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import warnings
 from typing import Any
 
 import ray
@@ -51,6 +53,8 @@ class LearnerActor:
 
     def __init__(self, settings: Settings) -> None:
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        # Chunks arrive as read-only views of Ray's object store; training only reads them.
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         self.service = TrainingService(settings)
         self._clients: dict[int, ClientInfo] = {}
         self._started: asyncio.Task | None = None
@@ -146,6 +150,10 @@ class LearnerActor:
             for old in sorted(self._state_refs)[:-4]:  # the store keeps the few versions still being fetched
                 del self._state_refs[old]
         return state.weights_seq_no, [ref]
+
+    def pid(self) -> int:
+        """The actor's process id (benchmarks read its CPU time from /proc)."""
+        return os.getpid()
 
     async def status(self) -> LearnerStatus:
         await self._ready()
