@@ -95,6 +95,7 @@ def test_two_front_ends_train_one_policy_to_450_and_each_reports_the_whole_gatew
             30, "the front-end's metrics to count both clients",
         )
         assert metrics["weights_seq_no"] >= max(result.weights_seq_no for result in results.values())
+        assert metrics["env_steps_per_s"] > 0  # the learner's rate, measured there (clocks do not travel)
 
 
 def metrics_of(address: dict) -> dict:

@@ -12,13 +12,13 @@ import asyncio
 import dataclasses
 import logging
 import os
-import warnings
 from typing import Any
 
+import numpy as np
 import ray
 
 from app.config import PPOConfig, Settings
-from app.schemas import EpisodeChunk
+from app.schemas import ARRAY_FIELDS, EpisodeChunk
 from app.training.registry import ClientInfo
 from app.training.service import TrainingService
 
@@ -53,8 +53,6 @@ class LearnerActor:
 
     def __init__(self, settings: Settings) -> None:
         logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        # Chunks arrive as read-only views of Ray's object store; training only reads them.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         self.service = TrainingService(settings)
         self._clients: dict[int, ClientInfo] = {}
         self._started: asyncio.Task | None = None
@@ -123,7 +121,7 @@ class LearnerActor:
         """Experience from one front-end: (client, chunks, sampling) in arrival order."""
         await self._ready()
         for client, chunks, sampling in batch:
-            self.service.ingest(self._client(client), chunks, sampling)
+            self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
 
     async def note_state_sent(self, client: ClientInfo, weights_seq_no: int) -> None:
         await self._ready()
@@ -172,3 +170,13 @@ class LearnerActor:
             force_on_policy=service.force_on_policy,
             device=str(service.device),
         )
+
+
+def _owned(chunk: EpisodeChunk) -> EpisodeChunk:
+    """The chunk with arrays of its own: a large batch arrives as read-only views of Ray's
+    object store, which would stay pinned there for as long as the chunk waits to train."""
+    for name in ARRAY_FIELDS:
+        array = getattr(chunk, name)
+        if isinstance(array, np.ndarray) and not array.flags.writeable:
+            setattr(chunk, name, array.copy())
+    return chunk

@@ -131,8 +131,15 @@ class TrainingMetrics:
         if len(self.agent_returns) > MAX_AGENTS:
             self.agent_returns.popitem(last=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy sent to another process (a front-end's mirror on Ray) keeps the rate
+        measured when it was taken: monotonic clocks do not travel between hosts."""
+        return {**self.__dict__, "_frozen_rate": self.env_steps_per_s()}
+
     def env_steps_per_s(self) -> float:
         """Env steps received per second over the last RATE_WINDOW_S seconds."""
+        if (frozen := self.__dict__.get("_frozen_rate")) is not None:
+            return frozen
         now = time.monotonic()
         while self._arrivals and self._arrivals[0][0] < now - RATE_WINDOW_S:
             self._arrivals.popleft()
