@@ -121,6 +121,9 @@ def run_on_ray(settings: Settings) -> None:
         sys.exit(EXIT_STARTUP_ERROR)
     try:
         launch.run(settings)
+    except StartupError as exc:  # also as raised in an actor (Ray's error is a subclass): its own words
+        log.error("cannot start: %s", getattr(exc, "cause", exc))
+        sys.exit(EXIT_STARTUP_ERROR)
     except KeyboardInterrupt:
         pass
 

@@ -305,8 +305,9 @@ class Connection(Generic[Tag]):
 
 
 def admission_error(gateway: Gateway, transport: str) -> ProtocolError | None:
-    """Why a new connection on `transport` is refused, or None if there is room."""
-    settings, clients = gateway.settings, gateway.service.clients
+    """Why a new connection on `transport` is refused, or None if there is room (the
+    limits are each front-end's own on Ray)."""
+    settings, clients = gateway.settings, gateway.service.clients_here
     per_transport = {"tcp": settings.max_tcp_connections, "ws": settings.max_ws_connections}[transport]
     open_here = sum(1 for client in clients if client.transport == transport)
     if open_here >= per_transport:

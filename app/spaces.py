@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 IMAGE_MAX = 255  # a uint8 box's values lie in 0..255
 
@@ -90,7 +90,16 @@ class DictSpace(BaseModel):
         return False
 
 
-ObservationSpace = Annotated[Union[BoxSpace, DictSpace], Field(discriminator="type")]
+def _observation_kind(value: Any) -> str:
+    """A box unless it says otherwise: observation spaces had no other kind before dicts."""
+    if isinstance(value, dict):
+        return value.get("type", "box")
+    return getattr(value, "type", "box")
+
+
+ObservationSpace = Annotated[
+    Union[Annotated[BoxSpace, Tag("box")], Annotated[DictSpace, Tag("dict")]], Discriminator(_observation_kind)
+]
 
 
 def architecture_json(space: BoxSpace | DictSpace | DiscreteSpace | MultiDiscreteSpace) -> dict[str, Any]:

@@ -483,15 +483,17 @@ def structured_messages(draw, spaces: PolicySet, allow_non_finite: bool) -> dict
     return message
 
 
-class CuttingProxy:
-    """A TCP proxy to the gateway that cuts its first connection once the client has sent
-    `cut_after` bytes through it (both sides closed at once, as a dropped network would)."""
+class TcpProxy:
+    """A TCP proxy to the gateway that keeps every byte clients send through it (`sent`,
+    `messages()`) and, given `cut_after`, cuts its first connection once the client has
+    sent that many bytes (both sides closed at once, as a dropped network would)."""
 
-    def __init__(self, target_port: int, cut_after: int) -> None:
+    def __init__(self, target_port: int, cut_after: int | None = None) -> None:
         self.target_port, self.cut_after = target_port, cut_after
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.connections = 0
+        self.sent = bytearray()
         self.cut = threading.Event()
         self._sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -508,16 +510,18 @@ class CuttingProxy:
             self.connections += 1
             first = self.connections == 1
             self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, first), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, upstream, True, first), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False, False), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, count: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool, may_cut: bool) -> None:
         sent = 0
         try:
             while data := source.recv(65536):
+                if from_client:
+                    self.sent += data
                 sink.sendall(data)
                 sent += len(data)
-                if count and sent >= self.cut_after and not self.cut.is_set():
+                if may_cut and self.cut_after is not None and sent >= self.cut_after and not self.cut.is_set():
                     self.cut.set()
                     for sock in (source, sink):
                         sock.shutdown(socket.SHUT_RDWR)
@@ -530,6 +534,14 @@ class CuttingProxy:
                     sock.close()
                 except OSError:
                     pass
+
+    def messages(self) -> list[dict]:
+        """Every JSON message clients sent through the proxy, in order, as plain lists and dicts."""
+        decoder = FrameDecoder()
+        decoder.feed(bytes(self.sent))
+        found = [json.loads(body) for body in decoder.frames()]
+        assert decoder.buffered == 0, "a frame cut short"
+        return found
 
     def close(self) -> None:
         self.server.close()

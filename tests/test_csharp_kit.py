@@ -38,7 +38,7 @@ from app.spaces import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import CuttingProxy, RunningGateway, gateway_settings, running_gateway
+from .helpers import TcpProxy, RunningGateway, gateway_settings, running_gateway
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
 BUILD = KIT / "build"
@@ -165,7 +165,7 @@ def test_a_gateway_limit_reaches_the_game_as_a_typed_error(kit, tmp_path):
 @pytest.mark.e2e
 def test_a_connection_cut_mid_training_is_reconnected_and_training_goes_on(kit, tmp_path):
     with running_gateway(gateway_settings(tmp_path)) as gateway:
-        proxy = CuttingProxy(gateway.tcp_port, cut_after=150_000)  # about 1,000 thin steps in
+        proxy = TcpProxy(gateway.tcp_port, cut_after=150_000)  # about 1,000 thin steps in
         try:
             result = cartpole(kit, proxy.port)
         finally:

@@ -46,7 +46,7 @@ from app.spaces import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import CuttingProxy, RunningGateway, gateway_settings, running_gateway, wait_until
+from .helpers import TcpProxy, RunningGateway, gateway_settings, running_gateway, wait_until
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "godot"
 GODOT = shutil.which("godot3-server")
@@ -251,7 +251,7 @@ def test_exit_codes_say_bad_arguments_and_an_unreachable_gateway_apart(project):
 @pytest.mark.slow
 def test_a_connection_cut_mid_training_is_reconnected_and_training_goes_on(project, tmp_path):
     with running_gateway(gateway_settings(tmp_path)) as gateway:
-        proxy = CuttingProxy(gateway.tcp_port, cut_after=100_000)  # about 450 thin steps in
+        proxy = TcpProxy(gateway.tcp_port, cut_after=100_000)  # about 450 thin steps in
         try:
             result = cartpole(project, proxy.port)
         finally:
@@ -412,66 +412,6 @@ MASKED_PICK = dict(observation_space={"type": "box", "shape": [12]}, action_spac
 MASKED_PICK_TARGET = 6.0  # picking among the allowed at random: 5.0 (sd of a 20-episode mean ~0.2); the best: 7.5
 
 
-class RecordingProxy:
-    """A TCP proxy to the gateway that keeps every byte the game sends, to read its
-    frames afterwards (8-digit length, JSON body)."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.connections = 0
-        self.sent = bytearray()
-        self._sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            for sock in (client, upstream):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.connections += 1
-            self._sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, record: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if record:
-                    self.sent += data
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def messages(self) -> list[dict]:
-        data, pos, found = bytes(self.sent), 0, []
-        while pos + 8 <= len(data):
-            size = int(data[pos : pos + 8])
-            found.append(json.loads(data[pos + 8 : pos + 8 + size]))
-            pos += 8 + size
-        assert pos == len(data), "a frame cut short"
-        return found
-
-    def close(self) -> None:
-        self.server.close()
-        for sock in self._sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
-
-
 def masked_pick(project: Path, port: int, *args: str, target: float = MASKED_PICK_TARGET) -> subprocess.CompletedProcess:
     return cartpole(project, port, "--env", "masked-pick", *args, target=target, max_seconds=90)
 
@@ -484,7 +424,7 @@ def test_a_masked_game_learns_and_never_takes_a_forbidden_action(project, tmp_pa
     gateway refuses a chunk whose action its mask forbids. Random picks would break a
     rule at the first steps; masked ones learn to beat picking among the allowed at random."""
     with running_gateway(gateway_settings(tmp_path, **MASKED_PICK, action_masking=True)) as gateway:
-        proxy = RecordingProxy(gateway.tcp_port)
+        proxy = TcpProxy(gateway.tcp_port)
         try:
             result = masked_pick(project, proxy.port, "--inference", inference)
             run = reached(result)

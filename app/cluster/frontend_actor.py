@@ -37,7 +37,11 @@ class FrontendActor:
         self._sock = bind_http(self.settings)
         self._sock.listen(HTTP_BACKLOG)  # connections wait in the backlog until serve() accepts them, none refused
         gateway = self.app.state.gateway
-        await gateway.start()
+        try:
+            await gateway.start()
+        except BaseException:
+            self._sock.close()  # free the port for the next try
+            raise
         bridge = gateway.tcp_bridge
         where = {
             "frontend": self.index,
@@ -53,6 +57,11 @@ class FrontendActor:
         config = uvicorn.Config(self.app, log_level=self.settings.log_level.lower(), lifespan="on", **uvicorn_options(self.settings))
         self._server = uvicorn.Server(config)
         await self._server.serve(sockets=[self._sock])
+
+    async def stop(self) -> None:
+        """Stop serving: close every connection, keep what they sent, close the event files."""
+        if self._server is not None:
+            self._server.should_exit = True  # serve() returns; the app's lifespan stops the gateway
 
     def pid(self) -> int:
         """The actor's process id (benchmarks read its CPU time from /proc)."""

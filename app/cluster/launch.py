@@ -18,6 +18,8 @@ import ray
 from app.cluster.frontend_actor import FrontendActor
 from app.cluster.learner_actor import LearnerActor
 from app.config import Settings
+from app.gateway import StartupError
+from app.runs import RunExists, prepare_run
 
 log = logging.getLogger("app.cluster")
 
@@ -71,6 +73,13 @@ class Cluster:
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.join(timeout=WATCH_INTERVAL_S * 4)  # it may be waiting on a restart
+        # Each front-end stops serving first (its clients' last chunks reach the learner,
+        # its event files are closed), then goes.
+        try:
+            ray.get([actor.stop.remote() for actor in self.frontends], timeout=30)
+            ray.wait(self.serving, num_returns=len(self.serving), timeout=30)
+        except ray.exceptions.RayError as exc:  # a front-end dead or restarting: it has nothing to close
+            log.warning("a front-end could not stop cleanly (%s)", type(exc).__name__)
         for actor in self.frontends:
             ray.kill(actor, no_restart=True)
         ray.get(self.learner.stop.remote())
@@ -79,11 +88,12 @@ class Cluster:
 
 def frontend_settings(settings: Settings, index: int) -> Settings:
     """Front-end `index`'s settings: its own ports on a shared host, no Ray of its own;
-    front-end 0 alone keeps the run's folder and writes the TensorBoard event files."""
+    front-end 0 alone writes the TensorBoard event files."""
     shift = lambda port: port + index if port else 0  # noqa: E731
-    update = {"http_port": shift(settings.http_port), "tcp_port": shift(settings.tcp_port), "ray_address": None}
+    # The run's folder is prepared once, by `run`; a front-end restarted later must not find it "existing".
+    update = {"http_port": shift(settings.http_port), "tcp_port": shift(settings.tcp_port), "ray_address": None, "run_id": None}
     if index > 0:
-        update.update(run_id=None, tensorboard_dir=None)
+        update["tensorboard_dir"] = None
     return settings.model_copy(update=update)
 
 
@@ -114,6 +124,10 @@ def start_cluster(settings: Settings) -> Cluster:
 
 def run(settings: Settings) -> None:
     """Connect to (or start) the Ray cluster, start the gateway's actors, serve until interrupted."""
+    try:
+        prepare_run(settings)  # the run's folder and settings snapshot, once, before any actor
+    except (RunExists, OSError) as exc:
+        raise StartupError(str(exc)) from None
     # "local" starts a new cluster here (never joins one found running), "auto" joins the running one.
     ray.init(address=settings.ray_address, include_dashboard=False, logging_level=settings.log_level.upper())
     signal.signal(signal.SIGTERM, _interrupt)  # stop as on Ctrl-C (Ray's own handler only dumps stacks)

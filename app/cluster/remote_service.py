@@ -45,6 +45,7 @@ class RemoteTrainingService:
         self.frontend = frontend
         self._learner = learner
         self._ids = itertools.count(frontend * CLIENT_IDS_PER_FRONTEND + 1)
+        self._here: dict[int, ClientInfo] = {}
         self._outbox: list[tuple[ClientInfo, list[EpisodeChunk], bool]] = []
         self._flush_scheduled = False
         self._states: OrderedDict[int, PolicySetState] = OrderedDict()
@@ -116,10 +117,12 @@ class RemoteTrainingService:
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
         client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, frontend=self.frontend)
+        self._here[client.id] = client
         self._learner.connect.remote(client)
         return client
 
     def disconnect(self, client: ClientInfo) -> None:
+        self._here.pop(client.id, None)
         self._send_outbox()  # its last chunks first
         self._learner.disconnect.remote(client.id)
 
@@ -180,6 +183,11 @@ class RemoteTrainingService:
     def clients(self) -> list[ClientInfo]:
         """Every front-end's clients, as of the last status."""
         return list(self._status.clients) if self._status is not None else []
+
+    @property
+    def clients_here(self) -> list[ClientInfo]:
+        """This front-end's clients, now (its connection limits count them)."""
+        return list(self._here.values())
 
     @property
     def onnx_output_names(self) -> list[str]:

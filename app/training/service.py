@@ -184,6 +184,11 @@ class TrainingService:
     def clients(self) -> list[ClientInfo]:
         return self._registry.clients
 
+    @property
+    def clients_here(self) -> list[ClientInfo]:
+        """The clients of this process's transports (all of them; on Ray, one front-end's)."""
+        return self._registry.clients
+
     # -- Experience in, weights out -----------------------------------------------
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
