@@ -13,6 +13,7 @@ import torch
 
 from app.clients.gym_client import run
 from app.clients.pixel_envs import PIXEL_GRID_DICT_ENV_ID, PIXEL_GRID_ENV_ID
+from app.cli import parse_command_line
 from app.config import Settings
 from app.spaces import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
@@ -99,6 +100,13 @@ def test_bad_pixels_get_an_error_naming_the_image_and_cost_nothing(tmp_path, set
         peer.send(frame({"type": "EPISODES", "episodes": [{**chunk, "obs": [blank] * 3}]}) + frame({"type": "PING"}))
         assert peer.receive()["type"] == "PONG"
         wait_until(lambda: gateway.service.metrics.num_env_steps_sampled_lifetime == 2, 10, "the good chunk")
+
+
+def test_an_observation_space_without_a_type_is_a_box_as_before_dicts_existed() -> None:
+    assert Settings(observation_space={"shape": [8]}).observation_space == BoxSpace(shape=(8,))
+    assert parse_command_line(["--observation-space.shape", "[8]"]).observation_space == BoxSpace(shape=(8,))
+    with pytest.raises(ValueError, match="does not match any of the expected tags: 'box', 'dict'"):
+        Settings(observation_space={"type": "image", "shape": [8]})
 
 
 def test_image_spaces_are_checked_at_start() -> None:
