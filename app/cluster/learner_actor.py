@@ -24,6 +24,8 @@ from app.training.service import TrainingService
 
 log = logging.getLogger("app.cluster")
 
+TURN_TIMEOUT_S = 10.0  # how long a call waits for an earlier one that may have died with a learner
+
 
 @dataclasses.dataclass
 class LearnerStatus:
@@ -45,8 +47,9 @@ class LearnerStatus:
 class LearnerActor:
     """Owns the TrainingService; every method runs on the actor's event loop.
 
-    It starts (restores its checkpoints, publishes its version) on the first call, so that
-    an actor Ray restarts after a death comes back at its last checkpointed version by
+    Calls about clients and experience run in each front-end's order (see `_turn`). It
+    starts (restores its checkpoints, publishes its version) on the first call, so that an
+    actor Ray restarts after a death comes back at its last checkpointed version by
     itself. Calls name their client in full: a restarted learner learns of the clients of
     every front-end again from the calls that concern them.
     """
@@ -58,6 +61,8 @@ class LearnerActor:
         self._started: asyncio.Task | None = None
         self._new_version: asyncio.Event | None = None
         self._state_refs: dict[int, ray.ObjectRef] = {}
+        self._next_call: dict[int, int] = {}  # front-end -> the number of its next call to run
+        self._turns: dict[tuple[int, int], asyncio.Event] = {}  # (front-end, number) -> its go-ahead
 
     async def _ready(self) -> None:
         """Start once; callers queue behind the start in the order they came."""
@@ -93,44 +98,81 @@ class LearnerActor:
             self.service.add_client(client)
         return known
 
-    # -- Clients and experience (calls from one front-end arrive in order) -------------
+    # -- Clients and experience, in each front-end's order ------------------------------
+    #
+    # Ray may start an async actor's calls out of order (a large ingest waits for its
+    # arguments to arrive; a retried call comes late), so each front-end numbers its calls
+    # 0, 1, 2, ... (`seq`), from its `hello`, and each runs only after the one before it. A
+    # learner restarted meanwhile starts at the first number it sees of each front-end.
 
-    async def connect(self, client: ClientInfo) -> None:
+    async def hello(self, frontend: int) -> None:
+        """A front-end starting (or starting again): its calls number from 0."""
         await self._ready()
+        self._next_call[frontend] = 0
+
+    async def _turn(self, frontend: int, seq: int) -> None:
+        await self._ready()
+        expected = self._next_call.setdefault(frontend, seq)
+        if seq > expected:
+            event = self._turns[(frontend, seq)] = asyncio.Event()
+            try:
+                await asyncio.wait_for(event.wait(), TURN_TIMEOUT_S)
+            except asyncio.TimeoutError:  # the calls before it were lost (sent to a learner that died)
+                self._turns.pop((frontend, seq), None)
+                log.warning("front-end %d: call %d ran without calls %d..%d (lost with a learner)", frontend, seq, self._next_call.get(frontend, 0), seq - 1)
+
+    def _turn_done(self, frontend: int, seq: int) -> None:
+        following = self._next_call[frontend] = max(self._next_call.get(frontend, 0), seq + 1)
+        if (event := self._turns.pop((frontend, following), None)) is not None:
+            event.set()
+
+    async def connect(self, frontend: int, seq: int, client: ClientInfo) -> None:
+        await self._turn(frontend, seq)
         self._client(client)
+        self._turn_done(frontend, seq)
 
-    async def disconnect(self, client_id: int) -> None:
-        await self._ready()
+    async def disconnect(self, frontend: int, seq: int, client_id: int) -> None:
+        await self._turn(frontend, seq)
         client = self._clients.pop(client_id, None)
         if client is not None:
             self.service.disconnect(client)
+        self._turn_done(frontend, seq)
+
+    async def start_sampling(self, frontend: int, seq: int, client: ClientInfo) -> None:
+        await self._turn(frontend, seq)
+        self.service.start_sampling(self._client(client))
+        self._turn_done(frontend, seq)
+
+    async def ingest(self, frontend: int, seq: int, batch: list[tuple[ClientInfo, list[EpisodeChunk], bool]]) -> None:
+        """Experience from one front-end: (client, chunks, sampling) in arrival order."""
+        await self._turn(frontend, seq)
+        for client, chunks, sampling in batch:
+            self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
+        self._turn_done(frontend, seq)
+
+    async def note_state_sent(self, frontend: int, seq: int, client: ClientInfo, weights_seq_no: int) -> None:
+        await self._turn(frontend, seq)
+        self._client(client).last_weights_seq_no_sent = weights_seq_no
+        self._turn_done(frontend, seq)
+
+    async def wait_for_training(self, frontend: int, seq: int, client: ClientInfo) -> int:
+        """Wait until the client's data so far (every call before this one) is trained; the version that holds it."""
+        await self._turn(frontend, seq)
+        waiting = asyncio.ensure_future(self.service.wait_for_training(self._client(client)))
+        self._turn_done(frontend, seq)
+        return (await waiting).weights_seq_no
 
     async def disconnect_frontend(self, frontend: int) -> int:
-        """Forget every client of a front-end that died; their pending data stays."""
+        """Forget every client of a front-end that died (their pending data stays) and its
+        call numbers: its next life numbers from 0 again."""
         await self._ready()
         gone = [client_id for client_id, client in self._clients.items() if client.frontend == frontend]
         for client_id in gone:
             self.service.disconnect(self._clients.pop(client_id))
+        self._next_call.pop(frontend, None)
+        for key in [key for key in self._turns if key[0] == frontend]:
+            self._turns.pop(key).set()  # calls of the dead life still waiting: let them through
         return len(gone)
-
-    async def start_sampling(self, client: ClientInfo) -> None:
-        await self._ready()
-        self.service.start_sampling(self._client(client))
-
-    async def ingest(self, batch: list[tuple[ClientInfo, list[EpisodeChunk], bool]]) -> None:
-        """Experience from one front-end: (client, chunks, sampling) in arrival order."""
-        await self._ready()
-        for client, chunks, sampling in batch:
-            self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
-
-    async def note_state_sent(self, client: ClientInfo, weights_seq_no: int) -> None:
-        await self._ready()
-        self._client(client).last_weights_seq_no_sent = weights_seq_no
-
-    async def wait_for_training(self, client: ClientInfo) -> int:
-        """Wait until the client's data so far is trained; the version that holds it."""
-        await self._ready()
-        return (await self.service.wait_for_training(self._client(client))).weights_seq_no
 
     # -- Versions and status -------------------------------------------------------------
 

@@ -4,7 +4,8 @@ It answers what the transports and the REST API ask the service (connect, ingest
 for training, the current version, metrics) so that a front-end is an ordinary gateway:
 - clients are numbered here (front-end i numbers from i * 10**9 + 1) and announced;
 - experience is queued and sent in one call per turn of the event loop (several clients'
-  chunks together), in order, before any wait for training that depends on it;
+  chunks together); every call is numbered, and the learner runs them in that order, so a
+  wait for training comes after the experience it waits for;
 - versions are followed with `next_state` (one Ray object per version, fetched once here);
 - metrics, clients and the batch's state are a status the learner sends every
   STATUS_INTERVAL_S and after every version: REST shows the whole gateway, slightly late.
@@ -46,6 +47,7 @@ class RemoteTrainingService:
         self._learner = learner
         self._ids = itertools.count(frontend * CLIENT_IDS_PER_FRONTEND + 1)
         self._here: dict[int, ClientInfo] = {}
+        self._calls = itertools.count()
         self._outbox: list[tuple[ClientInfo, list[EpisodeChunk], bool]] = []
         self._flush_scheduled = False
         self._states: OrderedDict[int, PolicySetState] = OrderedDict()
@@ -59,7 +61,9 @@ class RemoteTrainingService:
     # -- Lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Fetch the current version and status, then follow both."""
+        """Say hello (this front-end's calls number from 0), fetch the current version and
+        status, then follow both."""
+        await self._learner.hello.remote(self.frontend)
         await self._fetch_state(-1)
         await self._refresh_status()
         loop = asyncio.get_running_loop()
@@ -115,21 +119,25 @@ class RemoteTrainingService:
 
     # -- Clients and experience ----------------------------------------------------------
 
+    def _call(self) -> tuple[int, int]:
+        """This front-end and the number of its next call: the learner runs them in this order."""
+        return self.frontend, next(self._calls)
+
     def connect(self, transport: str, peer: str) -> ClientInfo:
         client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, frontend=self.frontend)
         self._here[client.id] = client
-        self._learner.connect.remote(client)
+        self._learner.connect.remote(*self._call(), client)
         return client
 
     def disconnect(self, client: ClientInfo) -> None:
         self._here.pop(client.id, None)
         self._send_outbox()  # its last chunks first
-        self._learner.disconnect.remote(client.id)
+        self._learner.disconnect.remote(*self._call(), client.id)
 
     def start_sampling(self, client: ClientInfo) -> None:
         client.sampling = True
         self._send_outbox()
-        self._learner.start_sampling.remote(client)
+        self._learner.start_sampling.remote(*self._call(), client)
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
@@ -140,11 +148,11 @@ class RemoteTrainingService:
             asyncio.get_running_loop().call_soon(self._send_outbox)
 
     def _send_outbox(self) -> None:
-        """One call with everything queued (Ray keeps the calls of one caller in order)."""
+        """One call with everything queued."""
         self._flush_scheduled = False
         if self._outbox:
             batch, self._outbox = self._outbox, []
-            self._learner.ingest.remote(batch)
+            self._learner.ingest.remote(*self._call(), batch)
 
     def must_wait(self) -> bool:
         return self._status is None or self._status.must_wait
@@ -156,7 +164,7 @@ class RemoteTrainingService:
         self._send_outbox()
         while True:
             try:
-                version = await self._learner.wait_for_training.remote(client)
+                version = await self._learner.wait_for_training.remote(*self._call(), client)
                 break
             except ray.exceptions.RayActorError:
                 log.warning("front-end %d: the learner died while client #%d waited; waiting for it", self.frontend, client.id)
@@ -170,7 +178,7 @@ class RemoteTrainingService:
 
     def note_state_sent(self, client: ClientInfo, state: PolicySetState) -> None:
         client.last_weights_seq_no_sent = state.weights_seq_no
-        self._learner.note_state_sent.remote(client, state.weights_seq_no)
+        self._learner.note_state_sent.remote(*self._call(), client, state.weights_seq_no)
 
     def kept_state(self, weights_seq_no: int) -> PolicySetState | None:
         return self._states.get(weights_seq_no)
