@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.onnx_names import input_name_problem
 from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, ObservationSpace, Space
 
 MiB = 1024 * 1024
@@ -294,6 +295,13 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(
         default_factory=list, description="Browser origins allowed to call the REST API (CORS); none: same origin only."
     )
+
+    @field_validator("onnx_input_name")
+    @classmethod
+    def _free_input_name(cls, name: str) -> str:
+        if (problem := input_name_problem(name)) is not None:
+            raise ValueError(f"onnx_input_name {name!r} is taken: {problem}")
+        return name
 
     @model_validator(mode="after")
     def _run_directory(self) -> Settings:

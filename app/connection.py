@@ -46,7 +46,7 @@ from app.schemas import (
     SetConfig,
     SetState,
 )
-from app.training.onnx_export import ACTION_MASK_INPUT
+from app.onnx_names import ACTION_MASK_INPUT
 from app.training.service import PolicySetState
 
 if TYPE_CHECKING:

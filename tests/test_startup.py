@@ -64,3 +64,11 @@ def test_the_log_says_whether_training_starts_fresh_or_from_which_checkpoint(tmp
         pass
     restored = [line for line in (tmp_path / "second.log").read_text().splitlines() if "restored" in line]
     assert restored and str(checkpoints) in restored[0] and "restored default_policy at weights_seq_no 0" in restored[0]
+
+
+@pytest.mark.parametrize("name", ["action_mask", "action_dist_inputs", "rllink/obs"])
+def test_an_onnx_input_name_the_model_uses_itself_is_refused_saying_why(tmp_path, name):
+    code, lines = start_failing(tmp_path, "--onnx-input-name", name)
+    assert code == 2
+    (line,) = [line for line in lines if line.startswith("cannot start")]
+    assert f"onnx_input_name {name!r} is taken" in line and ("model's" in line), line

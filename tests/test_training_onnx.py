@@ -44,7 +44,7 @@ def run_onnx(onnx_bytes: bytes, input_name: str, obs: np.ndarray) -> np.ndarray:
     return output
 
 
-@pytest.mark.parametrize("input_name", ["obs", "onnx::Gemm_0"])
+@pytest.mark.parametrize("input_name", ["obs", "onnx::Gemm_0", "gemm0", "tanh0"])  # the last two: internal names once
 @pytest.mark.parametrize("spaces", SPACES.values(), ids=SPACES.keys())
 @pytest.mark.parametrize("batch", [1, 32])
 @pytest.mark.parametrize("normalize_obs", [False, True], ids=["raw", "normalised"])

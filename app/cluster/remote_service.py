@@ -26,7 +26,7 @@ from app.config import PPOConfig, SACConfig, Settings
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.metrics import TrainingMetrics
-from app.training.onnx_export import OUTPUT_NAME
+from app.onnx_names import OUTPUT_NAME
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
 from app.training.registry import ClientInfo
 

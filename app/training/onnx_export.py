@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from app.action_dists import MASK_PENALTY
+from app.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, OUTPUT_NAME
 from app.spaces import IMAGE_MAX, MultiDiscreteSpace
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
@@ -27,8 +28,6 @@ from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 
 OPSET = 13
 IR_VERSION = 7
-OUTPUT_NAME = "action_dist_inputs"
-ACTION_MASK_INPUT = "action_mask"  # [batch, k] float32, 1 allowed, 0 not: a masked module's second input
 BATCH_AXIS = "batch"
 GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
 
@@ -61,21 +60,25 @@ def _weights(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Graph:
-    """Nodes and initializers of one ONNX graph, added in order."""
+    """Nodes and initializers of one ONNX graph, added in order; every name but the
+    output's gets INTERNAL_PREFIX (the input's name is the user's)."""
 
     def __init__(self) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
 
     def node(self, op: str, inputs: list[str], output: str, **attributes) -> str:
+        output = output if output == OUTPUT_NAME else INTERNAL_PREFIX + output
         self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
         return output
 
     def constant(self, value: np.ndarray, name: str) -> str:
+        name = INTERNAL_PREFIX + name
         self.initializers.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
         return name
 
     def ints(self, value: list[int], name: str) -> str:
+        name = INTERNAL_PREFIX + name
         self.initializers.append(numpy_helper.from_array(np.asarray(value, np.int64), name))
         return name
 

@@ -34,7 +34,8 @@ from app.training.device import resolve_device
 from app.training.learner import Learner
 from app.training.sac_learner import SACLearner
 from app.training.metrics import TrainingMetrics
-from app.training.onnx_export import OUTPUT_NAME, PolicyState
+from app.onnx_names import OUTPUT_NAME
+from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
