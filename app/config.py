@@ -124,7 +124,9 @@ class PolicyConfig(BaseModel):
         default_factory=dict, description="SAC hyperparameters that differ from the gateway's --sac for this module."
     )
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
-    action_masking: bool = Field(False, description="Its actions may be masked (action_mask); see --action-masking.")
+    action_masking: bool | None = Field(
+        None, description="Its actions may be masked (action_mask); unset: --action-masking, for a discrete action space."
+    )
 
     @field_validator("ppo", "sac")
     @classmethod
@@ -162,7 +164,8 @@ class Settings(BaseSettings):
     action_masking: bool = Field(
         False,
         description="Illegal actions can be masked: chunks and GET_ACTION carry action_mask (one 0/1 per logit), "
-        "training respects it, and the ONNX takes it as a second input, action_mask (discrete action spaces).",
+        "training respects it, and the ONNX takes it as a second input, action_mask (discrete action spaces; with "
+        "policies: every discrete module that does not say otherwise).",
     )
 
     policies: dict[str, PolicyConfig] | None = Field(

@@ -125,10 +125,13 @@ class PolicySet:
             ppo = PPOConfig.model_validate({**settings.ppo.model_dump(), **policy.ppo})
             sac = SACConfig.model_validate({**settings.sac.model_dump(), **policy.sac})
             algorithm = policy.algorithm or settings.algorithm
+            masking = policy.action_masking
+            if masking is None:  # the gateway's setting, where it can apply
+                masking = settings.action_masking and is_discrete(policy.action_space)
             modules.append(
                 Module(
                     module_id, policy.observation_space, policy.action_space, ppo, policy.self_play,
-                    algorithm=algorithm, sac=sac, action_masking=policy.action_masking,
+                    algorithm=algorithm, sac=sac, action_masking=masking,
                 )
             )
             if policy.self_play is not None:
@@ -136,7 +139,7 @@ class PolicySet:
                 modules.append(
                     Module(
                         opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id,
-                        algorithm=algorithm, action_masking=policy.action_masking,
+                        algorithm=algorithm, action_masking=masking,
                     )
                 )
         return cls(modules, settings.policy_mapping)

@@ -17,6 +17,7 @@ from app.clients.choice_envs import MASKED_PICK_ENV_ID, TWO_TARGETS_ENV_ID
 from app.clients.gym_client import run
 from app.clients.thin_client import run_thin
 from app.config import PPOConfig, Settings
+from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.spaces import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.learner import Learner
@@ -152,6 +153,18 @@ def test_set_config_names_the_mask_input_and_the_distribution(tmp_path: Path) ->
 def test_action_masking_needs_a_discrete_action_space() -> None:
     with pytest.raises(ValueError, match="action_masking needs a discrete or multi_discrete action space"):
         Settings(action_space={"type": "box", "shape": [1], "low": -1, "high": 1}, action_masking=True)
+
+
+def test_the_gateways_action_masking_applies_to_every_discrete_module_that_does_not_say_otherwise() -> None:
+    discrete, box = {"type": "discrete", "n": 3}, {"type": "box", "shape": [1], "low": -1, "high": 1}
+    observation = {"type": "box", "shape": [2]}
+    settings = Settings(action_masking=True, policies={
+        "picker": {"observation_space": observation, "action_space": discrete},
+        "mover": {"observation_space": observation, "action_space": box},
+        "free": {"observation_space": observation, "action_space": discrete, "action_masking": False},
+    })
+    masking = {module_id: module.action_masking for module_id, module in PolicySet.from_settings(settings).modules.items()}
+    assert masking == {"picker": True, "mover": False, "free": False}
 
 
 @pytest.mark.parametrize(
