@@ -240,8 +240,9 @@ def mask_allows(mask: np.ndarray, actions: np.ndarray, space: DiscreteSpace | Mu
     return np.take_along_axis(mask, columns, axis=1).all(axis=1) > 0
 
 
-def check_action_mask(mask: np.ndarray, module: Module, what: str) -> np.ndarray:
-    """The mask [T, k] fits the module's logits and leaves each sub-action a choice."""
+def check_action_mask(mask: np.ndarray, module: Module, what: str, per_step: bool = True) -> np.ndarray:
+    """The mask [T, k] fits the module's logits and leaves each sub-action a choice; errors
+    name the step (`what`[t]) when `per_step`, else `what` alone (one request's mask)."""
     if not module.action_masking:
         raise ValueError(f"{what} given, but module {module.module_id!r} takes no action masks (set action_masking)")
     space = module.action_space
@@ -252,7 +253,8 @@ def check_action_mask(mask: np.ndarray, module: Module, what: str) -> np.ndarray
         if not part.any(axis=1).all():
             step = int(np.argmin(part.any(axis=1)))
             where = "" if len(nvec) == 1 else f" for sub-action {i}"
-            raise ValueError(f"{what} at step {step} allows no action{where}: at least one must be allowed")
+            name = f"{what} at step {step}" if per_step else what
+            raise ValueError(f"{name} allows no action{where}: at least one must be allowed")
     return mask
 
 

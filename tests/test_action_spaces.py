@@ -227,12 +227,16 @@ def test_get_action_never_returns_a_forbidden_action_and_every_allowed_one_occur
                 peer.send(frame({"type": "LOG_RETURNS", "episode_id": episode_id, "reward": 0.0}))
         peer.send(frame({"type": "GET_ACTION", "episode_id": ids[0], "obs": [0.0, 0.0], "action_mask": [1, 1, 1, 1, 0, 0, 0]}))
         refused = peer.receive()
+        peer.send(frame({"type": "GET_ACTION", "batch": [{"episode_id": ids[0], "obs": [0.0, 0.0]},
+                                                         {"episode_id": ids[1], "obs": [0.0, 0.0], "action_mask": [0] * 7}]}))
+        refused_in_batch = peer.receive()
         peer.send(frame({"type": "LOG_ACTION", "episode_id": ids[0], "obs": [0.0, 0.0], "action": [1, 0],
                          "action_mask": [1, 0, 1, 1, 1, 1, 1]}))
         forbidden = peer.receive()
     allowed = [{(a, b) for a in range(4) for b in range(3) if m[a] and m[4 + b]} for m in masks]
     assert seen == allowed  # nothing forbidden, and every allowed pair occurred in 150 draws
-    assert refused["type"] == "ERROR" and "allows no action for sub-action 1" in refused["message"]
+    assert refused["type"] == "ERROR" and "action_mask allows no action for sub-action 1:" in refused["message"], refused
+    assert refused_in_batch["type"] == "ERROR" and "batch[1].action_mask allows no action for sub-action 0" in refused_in_batch["message"]
     assert forbidden["type"] == "ERROR" and "forbids" in forbidden["message"]
 
 

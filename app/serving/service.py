@@ -124,9 +124,9 @@ class ServingService:
         episodes = [self._episode(client, item.episode_id) for item in items]
         if len({item.episode_id for item in items}) < len(items):
             raise _refuse("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
-        for item, episode in zip(items, episodes):
+        for i, (item, episode) in enumerate(zip(items, episodes)):
             self._check_obs(episode, item.obs)
-            self._check_mask(episode.module, item.action_mask)
+            self._check_mask(episode.module, item.action_mask, "action_mask" if request.batch is None else f"batch[{i}].action_mask")
         # One batcher request per module in the message (a batch may mix modules).
         by_module: dict[str, list[int]] = {}
         for i, episode in enumerate(episodes):
@@ -155,7 +155,7 @@ class ServingService:
     async def log_action(self, client: ClientInfo, request: LogAction) -> None:
         episode = self._episode(client, request.episode_id)
         self._check_obs(episode, request.obs)
-        self._check_mask(episode.module, request.action_mask)
+        self._check_mask(episode.module, request.action_mask, "action_mask")
         action = self._logged_action(episode.module, request.action)
         masks = self._masks(episode.module, [request.action_mask])
         if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
@@ -226,10 +226,10 @@ class ServingService:
             raise _refuse(str(exc)) from None
 
     @staticmethod
-    def _check_mask(module: Module, mask: np.ndarray | None) -> None:
+    def _check_mask(module: Module, mask: np.ndarray | None, what: str) -> None:
         if mask is not None:
             try:
-                check_action_mask(mask[None], module, "action_mask")
+                check_action_mask(mask[None], module, what, per_step=False)
             except ValueError as exc:
                 raise _refuse(str(exc)) from None
 
