@@ -111,6 +111,32 @@ def module_page(browser: Browser, gateway: RunningGateway):
     return open_page(browser, f"{gateway.base_url}/static/rllink.js")
 
 
+GATEWAY_POLICY_ACTS_JS = """async ({ observations, masks = null }) => {
+  const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
+  const { OnnxPolicy } = await import('/static/onnx_policy.js');
+  const { createRandom } = await import('/static/random.js');
+  const client = await RLlinkClient.connect();
+  const config = await client.handshake();
+  const state = await client.getState();
+  client.close();
+  const policy = await OnnxPolicy.create(await decodeOnnxFile(state.onnx_file), {
+    inputName: config.onnx_input_name, actionSpace: config.action_space,
+    distribution: config.action_distribution, maskInputName: config.onnx_action_mask_input_name ?? undefined,
+    weightsSeqNo: state.weights_seq_no, random: createRandom(0) });
+  const steps = [];
+  for (let i = 0; i < observations.length; i++) steps.push(await policy.act(observations[i], masks?.[i] ?? undefined));
+  policy.release();
+  return { config, onnxFile: state.onnx_file, weights_seq_no: state.weights_seq_no, steps };
+}"""
+
+
+def gateway_policy_acts(page: BrowserPage, observations: list, masks: list | None = None) -> dict:
+    """In the page: handshake with the gateway (WebSocket), load the current version's ONNX
+    into static/onnx_policy.js and act on each observation (with its mask, if any; seeded
+    sampling); the page's {config, onnxFile, weights_seq_no, steps}."""
+    return page.page.evaluate(GATEWAY_POLICY_ACTS_JS, {"observations": observations, "masks": masks})
+
+
 @dataclass
 class TrainingThread:
     """A reference client training CartPole-v1 over TCP in a background thread."""

@@ -22,33 +22,13 @@ import pytest
 
 from app.action_dists import actions_logp
 
-from .browser import NEEDS_BROWSER, module_page
+from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page
 from .helpers import OBS_DIM, gateway_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
 
 NUM_RANDOM = 2000  # samples under random masks
 REPEATS = 300  # samples under each fixed mask: a 1-in-4 action is missed with probability ~1e-37
-
-SAMPLE_IN_JS = """async ({ cases, masked }) => {
-  const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
-  const { OnnxPolicy } = await import('/static/onnx_policy.js');
-  const { createRandom } = await import('/static/random.js');
-  const client = await RLlinkClient.connect();
-  const config = await client.handshake();
-  const state = await client.getState();
-  client.close();
-  const policy = await OnnxPolicy.create(await decodeOnnxFile(state.onnx_file), {
-    inputName: config.onnx_input_name, actionSpace: config.action_space,
-    distribution: config.action_distribution,
-    maskInputName: masked ? config.onnx_action_mask_input_name : undefined,
-    weightsSeqNo: state.weights_seq_no, random: createRandom(0) });
-  const steps = [];
-  for (const { obs, mask } of cases) steps.push(await policy.act(obs, mask ?? undefined));
-  policy.release();
-  return { config, steps };
-}"""
-
 
 def _sub_actions(space: dict) -> list[int]:
     """The size of each sub-action: nvec, or [n] for a discrete space."""
@@ -78,10 +58,8 @@ def _sample_in_page(browser, tmp_path, action_space: dict, masking: bool, obs: n
     """Act in the page once per row of `obs` (with that row's mask, or none); return the
     page's steps, the distribution it was told, and onnxruntime's (Python) outputs on the same inputs."""
     settings = gateway_settings(tmp_path, action_space=action_space, action_masking=masking)
-    mask_rows = [None] * len(obs) if masks is None else masks.tolist()
-    cases = [{"obs": o, "mask": m} for o, m in zip(obs.tolist(), mask_rows, strict=True)]
     with running_gateway(settings) as gateway, module_page(browser, gateway) as page:
-        result = page.page.evaluate(SAMPLE_IN_JS, {"cases": cases, "masked": masking})
+        result = gateway_policy_acts(page, obs.tolist(), None if masks is None else masks.tolist())
         onnx_bytes = gateway.service.current_state().default.onnx_bytes
 
     config = result["config"]

@@ -22,7 +22,7 @@ from app.config import Settings
 from app.spaces import observation_parts
 from app.training.onnx_export import load_payload
 
-from .browser import NEEDS_BROWSER, module_page
+from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page
 from .helpers import gateway_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
@@ -30,23 +30,6 @@ pytestmark = NEEDS_BROWSER
 NUM_OBS = 6
 CNN_OPS = {"Conv", "Relu", "Mul", "Flatten", "Gemm", "Tanh"}
 DICT_OPS = {"Slice", "Reshape", "Concat"}
-
-ACT_IN_JS = """async ({ observations }) => {
-  const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
-  const { OnnxPolicy } = await import('/static/onnx_policy.js');
-  const { createRandom } = await import('/static/random.js');
-  const client = await RLlinkClient.connect();
-  const config = await client.handshake();
-  const state = await client.getState();
-  client.close();
-  const policy = await OnnxPolicy.create(await decodeOnnxFile(state.onnx_file), {
-    inputName: config.onnx_input_name, actionSpace: config.action_space,
-    distribution: config.action_distribution, weightsSeqNo: state.weights_seq_no, random: createRandom(0) });
-  const steps = [];
-  for (const obs of observations) steps.push(await policy.act(obs));
-  policy.release();
-  return { config, onnxFile: state.onnx_file, steps };
-}"""
 
 IMAGE_SMALL = {"type": "box", "shape": [3, 10, 10], "dtype": "uint8"}
 IMAGE_NATURE = {"type": "box", "shape": [1, 48, 40], "dtype": "uint8"}
@@ -84,7 +67,7 @@ def test_page_runs_the_cnn_policy_like_onnxruntime(browser, tmp_path, observatio
     settings = gateway_settings(tmp_path, observation_space=observation_space, action_space=action_space)
     obs, wire_obs = _observations(settings, np.random.default_rng(0))
     with running_gateway(settings) as gateway, module_page(browser, gateway) as page:
-        result = page.page.evaluate(ACT_IN_JS, {"observations": wire_obs})  # rejects on an error in the page
+        result = gateway_policy_acts(page, wire_obs)  # raises on an error in the page
 
     # The model the page ran, run in Python on the same observations.
     config, steps = result["config"], result["steps"]

@@ -28,7 +28,7 @@ import torch
 from app.config import DEFAULT_MODULE_ID, PPOConfig
 from app.training.learner import Learner
 
-from .browser import NEEDS_BROWSER, module_page, open_page, start_training
+from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page, open_page, start_training
 from .helpers import gateway_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
@@ -192,26 +192,9 @@ def assert_same_policy_outputs(got, expected) -> None:
     np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, rtol=1e-5, atol=1e-5)
 
 
-POLICY_IN_JS = """async (observations) => {
-  const { RLlinkClient, decodeOnnxFile } = await import('/static/rllink.js');
-  const { OnnxPolicy } = await import('/static/onnx_policy.js');
-  const { createRandom } = await import('/static/random.js');
-  const client = await RLlinkClient.connect();
-  const config = await client.handshake();
-  const state = await client.getState();
-  client.close();
-  const policy = await OnnxPolicy.create(await decodeOnnxFile(state.onnx_file), {
-    inputName: config.onnx_input_name, actionSpace: config.action_space,
-    weightsSeqNo: state.weights_seq_no, random: createRandom(0) });
-  const steps = [];
-  for (const obs of observations) steps.push(await policy.act(obs));
-  return { weights_seq_no: state.weights_seq_no, steps };
-}"""
-
-
 def test_policy_in_the_browser_matches_onnxruntime_in_python(browser, tmp_path):
     with running_gateway(gateway_settings(tmp_path)) as gateway, module_page(browser, gateway) as page:
-        result = page.page.evaluate(POLICY_IN_JS, OBSERVATIONS.tolist())
+        result = gateway_policy_acts(page, OBSERVATIONS.tolist())
         state = gateway.service.current_state()
         input_name = gateway.settings.onnx_input_name
 
