@@ -31,7 +31,7 @@ from app.config import DEFAULT_MODULE_ID
 from app.policies import UnknownModule
 from app.spaces import (
     IMAGE_MAX, ActionSpace, BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace, ObservationSpace, Space, is_discrete, num_logits,
-    observation_parts,
+    observation_parts, sub_action_sizes,
 )
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def action_mask_array(value: Any, what: str) -> np.ndarray:
 
 def mask_allows(mask: np.ndarray, actions: np.ndarray, space: DiscreteSpace | MultiDiscreteSpace) -> np.ndarray:
     """Per step, whether the mask [T, k] allows the action taken (ints [T] or [T, len(nvec)])."""
-    nvec = (space.n,) if isinstance(space, DiscreteSpace) else space.nvec
+    nvec = sub_action_sizes(space)
     columns = actions.reshape(len(actions), -1) + np.concatenate([[0], np.cumsum(nvec)[:-1]])
     return np.take_along_axis(mask, columns, axis=1).all(axis=1) > 0
 
@@ -248,7 +248,7 @@ def check_action_mask(mask: np.ndarray, module: Module, what: str, per_step: boo
     space = module.action_space
     if mask.shape[1] != (width := num_logits(space)):
         raise ValueError(f"each {what} must hold {width} values, one per logit ({_dist_inputs_layout(space)}), got {mask.shape[1]}")
-    nvec = (space.n,) if isinstance(space, DiscreteSpace) else space.nvec
+    nvec = sub_action_sizes(space)
     for i, part in enumerate(np.split(mask, np.cumsum(nvec)[:-1], axis=1)):
         if not part.any(axis=1).all():
             step = int(np.argmin(part.any(axis=1)))

@@ -148,9 +148,14 @@ Space = Annotated[Union[BoxSpace, DiscreteSpace, MultiDiscreteSpace], Field(disc
 ActionSpace = BoxSpace | DiscreteSpace | MultiDiscreteSpace
 
 
+def sub_action_sizes(space: DiscreteSpace | MultiDiscreteSpace) -> tuple[int, ...]:
+    """The choices of each sub-action of a discrete space: (n,), or nvec."""
+    return (space.n,) if isinstance(space, DiscreteSpace) else tuple(space.nvec)
+
+
 def num_logits(space: DiscreteSpace | MultiDiscreteSpace) -> int:
-    """Logits of a discrete space: n, or every sub-action's one after the other (sum of nvec)."""
-    return space.n if isinstance(space, DiscreteSpace) else sum(space.nvec)
+    """Logits of a discrete space: every sub-action's one after the other."""
+    return sum(sub_action_sizes(space))
 
 
 def is_discrete(space: ActionSpace) -> bool:
