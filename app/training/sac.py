@@ -8,6 +8,9 @@ pre-squash Gaussian; an action is tanh(u) scaled to the box ("squashed_gaussian"
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -71,6 +74,18 @@ class SquashedGaussianActor(nn.Module):
         return action, log_prob.sum(dim=1)
 
 
+@contextlib.contextmanager
+def _frozen(*networks: nn.Module) -> Iterator[None]:
+    """Their weights take no gradients meanwhile (gradients still flow through them)."""
+    for network in networks:
+        network.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for network in networks:
+            network.requires_grad_(True)
+
+
 class SAC(nn.Module):
     """The actor, the twin Q networks and their targets, alpha, and their optimisers."""
 
@@ -115,7 +130,8 @@ class SAC(nn.Module):
         if self.updates % cfg.policy_frequency == 0:  # TD3's delayed update, compensated
             for _ in range(cfg.policy_frequency):
                 pi, log_pi = self.actor.sample(obs)
-                min_qf_pi = torch.min(self.qf1(obs, pi), self.qf2(obs, pi))
+                with _frozen(self.qf1, self.qf2):  # the actor's loss needs no gradients of Q's weights
+                    min_qf_pi = torch.min(self.qf1(obs, pi), self.qf2(obs, pi))
                 actor_loss = (alpha * log_pi - min_qf_pi).mean()
                 self.actor_optimizer.zero_grad()
                 actor_loss.backward()
