@@ -214,6 +214,13 @@ class Settings(BaseSettings):
         pattern=r"^(auto|cpu|cuda(:\d+)?|mps)$",
         description="Where the learners train: auto (CUDA when torch sees a GPU, else the CPU), cpu, cuda, cuda:1, ..."
     )
+    learner_threads: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="torch's intra-op threads for training on the CPU; 1 leaves the other cores to the event loop and the "
+        "simulators (the MLPs are small); more speeds up large networks (SAC's 256x256) when cores are free.",
+    )
     checkpoint_dir: Path = Field(
         Path("checkpoints"), description="Where the policy is saved and restored from (with --run-id: the run's)."
     )

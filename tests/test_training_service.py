@@ -359,3 +359,9 @@ async def test_a_checkpoint_restores_the_observation_and_reward_statistics(tmp_p
         assert learner.reward_scaler.scale == scale
     with pytest.raises(CheckpointMismatch, match="normalize_obs"):  # a checkpoint without them is refused
         await TrainingService(make_settings(tmp_path, ppo=PPOConfig(normalize_obs=False))).start()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+async def test_the_learner_trains_with_the_intra_op_threads_it_is_given(tmp_path, threads):
+    async with running(make_settings(tmp_path, learner_threads=threads)) as service:
+        assert await service._in_learner_thread(torch.get_num_threads) == threads

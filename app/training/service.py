@@ -92,10 +92,10 @@ class TrainingService:
         which checkpoints belong to no module. Raises CheckpointMismatch, naming every
         module refused, when checkpoints were made for other spaces or sizes.
         """
-        # One intra-op thread: the MLPs are small, so more threads only add overhead,
-        # and the second core stays free for the event loop.
-        await self._in_learner_thread(torch.set_num_threads, 1)
-        logger.info("learners train on %s", self.device)
+        # One intra-op thread by default: the MLPs are small, so more threads mostly add
+        # overhead, and the other core stays free for the event loop.
+        await self._in_learner_thread(torch.set_num_threads, self.settings.learner_threads)
+        logger.info("learners train on %s, %d intra-op thread(s)", self.device, self.settings.learner_threads)
         restored, fresh, refused = {}, [], []
         for module_id, learner in self._learners.items():
             try:
