@@ -66,7 +66,7 @@ class Gateway:
             raise StartupError(str(exc)) from None
         if self.settings.tensorboard_dir is not None:
             try:
-                self.board = TensorBoardLog(self.settings.tensorboard_dir)
+                self.board = TensorBoardLog(self.settings.tensorboard_dir, self.service.metrics.num_env_steps_trained_lifetime)
             except OSError as exc:
                 await self.service.stop()
                 raise StartupError(f"cannot write TensorBoard event files in {self.settings.tensorboard_dir}: {exc.strerror or exc}") from None

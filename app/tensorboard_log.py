@@ -2,8 +2,9 @@
 
 At every training step, one event holds a scalar per module (returns, lengths, the
 learner's losses, entropy, KL, ...) and a few of the gateway's, all at the same x: the
-env steps trained. A resumed run restarts its counters at 0, so its steps are offset by
-the largest step already in the directory: its charts go on where they stopped.
+env steps trained, counted on from the largest step already in the directory: a resumed
+run (whose counters start at 0 again), a front-end restarted on Ray (the learner's counters
+go on) and a learner restarted on Ray (they start at 0 again) all continue the charts.
 """
 
 from __future__ import annotations
@@ -32,18 +33,20 @@ MAX_QUEUE = 1000  # events waiting for the writer's thread; one per training ste
 class TensorBoardLog:
     """Scalars of /api/metrics snapshots, written to event files in `directory`."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, trained_now: int = 0) -> None:
+        """`trained_now`: the env steps trained the gateway counts at this moment."""
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        # Steps go on from the largest one already written: a resumed run continues its charts.
-        self.step_offset = max((event.step for event in _events_in(directory) if event.summary.value), default=0)
+        self.last_step = max((event.step for event in _events_in(directory) if event.summary.value), default=0)
+        self._base = (self.last_step, trained_now)  # (step, env steps trained) that later steps count from
+        self._trained = trained_now
         # A suffix that sorts, so two writers opened within one second neither share a file nor lose their order.
         self._writer = SummaryWriter(
             str(directory), max_queue=MAX_QUEUE, flush_secs=FLUSH_SECS, filename_suffix=f".{time.time_ns()}"
         )
         self._closed = False
-        if self.step_offset:
-            log.info("TensorBoard event files in %s, continuing from step %d", directory, self.step_offset)
+        if self.last_step:
+            log.info("TensorBoard event files in %s, continuing from step %d", directory, self.last_step)
         else:
             log.info("TensorBoard event files in %s", directory)
 
@@ -63,7 +66,11 @@ class TensorBoardLog:
             for name in GATEWAY_STATS
             if snapshot.get(name) is not None
         ]
-        step = self.step_offset + snapshot["num_env_steps_trained_lifetime"]
+        trained = snapshot["num_env_steps_trained_lifetime"]
+        if trained < self._trained:  # the counters started again (a learner restarted on Ray)
+            self._base = (self.last_step, 0)
+        self._trained = trained
+        step = self.last_step = self._base[0] + trained - self._base[1]
         self._writer.file_writer.add_summary(Summary(value=values), step)
 
     def close(self) -> None:

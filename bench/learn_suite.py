@@ -76,7 +76,7 @@ import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -573,6 +573,7 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  SKIPPED: {problem}", flush=True)
         return {**result, "skipped": problem}
     clients = args.clients or task.clients
+    task = replace(task, gateway_env={**task.gateway_env, "RLLINK_LEARNER_THREADS": str(args.learner_threads)})
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for seed in args.seeds:
         print(f"  seed {seed}", flush=True)
@@ -595,6 +596,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sides", nargs="+", choices=["gateway", "sb3"], default=["gateway", "sb3"])
     parser.add_argument("--eval-episodes", type=int, default=10, help="deterministic episodes of the final policy")
     parser.add_argument("--clients", type=int, help="reference clients per gateway run (default: the task's, 1)")
+    parser.add_argument("--learner-threads", type=int, default=1, help="the gateway's learner_threads (SB3's torch: all cores)")
     return parser.parse_args(argv)
 
 

@@ -98,3 +98,23 @@ def test_without_a_tensorboard_dir_no_event_file_is_written(tmp_path, monkeypatc
     monkeypatch.chdir(tmp_path)  # a relative default would land here
     train(gateway_settings(tmp_path), 1)
     assert list(tmp_path.rglob("*tfevents*")) == []
+
+
+def test_charts_go_on_when_a_front_end_or_the_learner_restarts_on_ray(tmp_path):
+    # On Ray, front-end 0 writes the event files from the learner's counters: a front-end
+    # restarted finds them far from 0, a learner restarted starts them at 0 again.
+    def snapshot(trained: int, version: int) -> dict:
+        return {"policies": {}, "num_env_steps_trained_lifetime": trained, "weights_seq_no": version}
+
+    def write(trained_now: int, points: list[tuple[int, int]]) -> None:
+        board = TensorBoardLog(tmp_path, trained_now)
+        for trained, version in points:
+            board.record(snapshot(trained, version))
+        board.close()
+
+    write(0, [(100, 1), (200, 2)])
+    write(200, [(300, 3), (400, 4)])  # front-end 0 restarted while the learner went on
+    write(400, [(500, 5), (50, 6), (150, 7)])  # the learner restarted after version 5
+    assert read_scalars(tmp_path)["gateway/weights_seq_no"] == [
+        (100, 1), (200, 2), (300, 3), (400, 4), (500, 5), (550, 6), (650, 7)
+    ]
