@@ -219,7 +219,7 @@ class Settings(BaseSettings):
         ge=1,
         le=256,
         description="torch's intra-op threads for training on the CPU; 1 leaves the other cores to the event loop and the "
-        "simulators (the MLPs are small); more speeds up large networks (SAC's 256x256) when cores are free.",
+        "simulators; more speeds up large networks (SAC's 256x256) only where cores are free.",
     )
     checkpoint_dir: Path = Field(
         Path("checkpoints"), description="Where the policy is saved and restored from (with --run-id: the run's)."

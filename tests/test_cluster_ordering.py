@@ -1,5 +1,6 @@
-"""The learner actor runs each front-end's calls in their numbered order, whatever order
-Ray starts them in (here the actor's class runs in-process, without Ray's scheduling)."""
+"""The learner actor's bookkeeping of front-ends' calls: it runs each front-end's calls in
+their numbered order, whatever order Ray starts them in, and forgets clients a front-end
+no longer has (here the actor's class runs in-process, without Ray's scheduling)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,24 @@ def test_a_wait_for_training_started_first_still_waits_for_the_experience_number
     held, version, trained = asyncio.run(scenario())
     assert held  # nothing ran before call 0
     assert (version, trained) == (1, 7)  # the wait came after the experience: it trained on it
+
+
+def test_a_client_the_front_end_no_longer_has_is_forgotten_by_the_learner(tmp_path: Path) -> None:
+    # A disconnect lost with a dead learner: the front-end's next list of its clients clears it.
+    async def scenario() -> tuple[list[int], list[int]]:
+        actor = LearnerActor(gateway_settings(tmp_path))
+        await actor.start()
+        await actor.hello(0)
+        await actor.hello(1)
+        for seq, (frontend, client_id) in enumerate([(0, 1), (0, 2)]):
+            await actor.connect(frontend, seq, ClientInfo(id=client_id, transport="tcp", peer="test", frontend=frontend))
+        await actor.connect(1, 0, ClientInfo(id=10**9 + 1, transport="tcp", peer="test", frontend=1))
+        before = sorted(client.id for client in actor.service.clients)
+        await actor.keep_only(0, 2, [2])  # front-end 0 has only client 2 now; front-end 1's are not its business
+        after = sorted(client.id for client in actor.service.clients)
+        await actor.stop()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert before == [1, 2, 10**9 + 1]
+    assert after == [2, 10**9 + 1]

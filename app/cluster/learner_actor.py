@@ -162,6 +162,18 @@ class LearnerActor:
         self._turn_done(frontend, seq)
         return (await waiting).weights_seq_no
 
+    async def keep_only(self, frontend: int, seq: int, client_ids: list[int]) -> None:
+        """The front-end's clients now: forget any other of its clients (one whose disconnect
+        was lost with a learner that died would hold the barrier for ever)."""
+        await self._turn(frontend, seq)
+        live = set(client_ids)
+        gone = [client_id for client_id, client in self._clients.items() if client.frontend == frontend and client_id not in live]
+        for client_id in gone:
+            self.service.disconnect(self._clients.pop(client_id))
+        if gone:
+            log.warning("front-end %d: forgot clients %s, gone from it without a word to the learner", frontend, gone)
+        self._turn_done(frontend, seq)
+
     async def disconnect_frontend(self, frontend: int) -> int:
         """Forget every client of a front-end that died (their pending data stays) and its
         call numbers: its next life numbers from 0 again."""

@@ -8,7 +8,8 @@ for training, the current version, metrics) so that a front-end is an ordinary g
   wait for training comes after the experience it waits for;
 - versions are followed with `next_state` (one Ray object per version, fetched once here);
 - metrics, clients and the batch's state are a status the learner sends every
-  STATUS_INTERVAL_S and after every version: REST shows the whole gateway, slightly late.
+  STATUS_INTERVAL_S and after every version: REST shows the whole gateway, slightly late;
+  each time, the front-end tells the learner which clients it has (`keep_only`).
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class RemoteTrainingService:
     async def _poll_status(self) -> None:
         while True:
             await asyncio.sleep(STATUS_INTERVAL_S)
+            self._learner.keep_only.remote(*self._call(), list(self._here))  # no ghosts after a learner restart
             try:
                 await self._refresh_status()
             except asyncio.CancelledError:
