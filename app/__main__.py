@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.cli import ConfigFileError, parse_command_line
 from app.config import Settings
 from app.gateway import StartupError
-from app.log_redaction import install_redaction
+from app.log_redaction import configure_logging
 from app.main import create_app
 
 log = logging.getLogger("app")
@@ -96,10 +96,7 @@ def main() -> None:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
         print(f"cannot start: invalid settings: {problems}", file=sys.stderr)
         sys.exit(EXIT_STARTUP_ERROR)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    install_redaction()
+    configure_logging(settings.log_level)
     if settings.ray_address is not None:
         run_on_ray(settings)
         return

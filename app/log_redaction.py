@@ -98,3 +98,10 @@ def install_redaction() -> None:
 
     logging.setLogRecordFactory(redacting_record_factory)
     _installed = True
+
+
+def configure_logging(level: str) -> None:
+    """The gateway's logging, in any process that runs part of it: one line per record
+    (time, level, logger, message) at `level`, tokens redacted."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_redaction()

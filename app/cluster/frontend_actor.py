@@ -12,7 +12,7 @@ import uvicorn
 from app.__main__ import bind_http, uvicorn_options
 from app.cluster.remote_service import RemoteTrainingService
 from app.config import Settings
-from app.log_redaction import install_redaction
+from app.log_redaction import configure_logging
 from app.main import create_app
 
 log = logging.getLogger("app.cluster")
@@ -24,8 +24,7 @@ class FrontendActor:
     """One front-end: `start` binds and starts it, `serve` runs it until the actor ends."""
 
     def __init__(self, settings: Settings, learner, index: int) -> None:
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        install_redaction()
+        configure_logging(settings.log_level)
         self.settings = settings
         self.index = index
         self.app = create_app(settings, RemoteTrainingService(settings, learner, index))

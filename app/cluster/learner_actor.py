@@ -18,6 +18,7 @@ import numpy as np
 import ray
 
 from app.config import PPOConfig, Settings
+from app.log_redaction import configure_logging
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
 from app.training.registry import ClientInfo
 from app.training.service import TrainingService
@@ -55,7 +56,7 @@ class LearnerActor:
     """
 
     def __init__(self, settings: Settings) -> None:
-        logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(settings.log_level)  # tokens redacted here too
         self.service = TrainingService(settings)
         self._clients: dict[int, ClientInfo] = {}
         self._started: asyncio.Task | None = None
