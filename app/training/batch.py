@@ -11,9 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from app.action_dists import MASK_PENALTY
 from app.schemas import EpisodeChunk
-from app.training.policy import ActorCritic
+from app.training.policy import ActorCritic, masked_logits
 
 
 @dataclass(frozen=True)
@@ -45,10 +44,7 @@ def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
     dist_inputs = chunk.action_dist_inputs
     if dist_inputs is None or dist_inputs.shape[1] != policy.num_dist_inputs:
         return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1]).to(device), mask), actions).cpu()
-    dist_inputs = torch.from_numpy(dist_inputs).to(device)
-    if mask is not None:  # as the ONNX applies it (a second time changes nothing)
-        dist_inputs = dist_inputs + (mask - 1) * MASK_PENALTY
-    return policy.log_prob(dist_inputs, actions).cpu()
+    return policy.log_prob(masked_logits(torch.from_numpy(dist_inputs).to(device), mask), actions).cpu()
 
 
 def _masks(chunks: list[EpisodeChunk], width: int) -> torch.Tensor | None:

@@ -38,6 +38,12 @@ def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int, out_std: float
     return nn.Sequential(*layers)
 
 
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The logits with the forbidden ones (mask 0) pushed to about -MASK_PENALTY, as the ONNX
+    does (applied twice, it changes nothing more: those probabilities are 0 already)."""
+    return logits if mask is None else logits + (mask - 1) * MASK_PENALTY
+
 class RunningNormalizer(nn.Module):
     """(x - mean) / std with a running mean and variance of every x seen (Welford's
     parallel update, as SB3's RunningMeanStd; no clipping, so that the ONNX export can
@@ -157,7 +163,7 @@ class ActorCritic(nn.Module):
         [batch, k] (1 allowed, 0 not) masks the logits of a discrete action space."""
         actor_out = self.actor(self._features(obs))
         if self.log_std is None:
-            return actor_out if mask is None else actor_out + (mask - 1) * MASK_PENALTY
+            return masked_logits(actor_out, mask)
         return torch.cat([actor_out, self.log_std.expand_as(actor_out)], dim=-1)
 
     def distribution(self, dist_inputs: torch.Tensor) -> Distribution | MultiCategorical:
