@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
@@ -160,11 +160,11 @@ def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
 @router.patch(
     "/config",
     response_model=GatewayConfig,
-    summary="Change PPO hyperparameters while training",
+    summary="Change PPO or SAC hyperparameters while training",
     description=(
-        "Takes effect from the next training step. `ppo` changes every trainable module; "
-        "`policies: {module_id: {ppo: ...}}` one module. Invalid values or modules are refused with 422, "
-        "and then nothing changes."
+        "Takes effect from the next training step. `ppo` changes every module that trains with PPO, `sac` every "
+        "module that trains with SAC; `policies: {module_id: {ppo: ...}}` (or `sac`) one module. Invalid values, "
+        "modules or algorithms are refused with 422, and then nothing changes."
     ),
     responses={
         400: {"description": "The body could not be read (not UTF-8 text)."},
@@ -176,17 +176,30 @@ def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) ->
     if unknown := [module_id for module_id in patch.policies if module_id not in gateway.policies.modules]:
         modules = ", ".join(gateway.policies.modules)
         raise HTTPException(status_code=404, detail=f"no module {', '.join(map(repr, unknown))}; modules: {modules}")
-    changes = [(["body", "ppo"], module.module_id, patch.ppo.changes()) for module in gateway.policies.trainable if patch.ppo]
-    changes += [(["body", "policies", m], m, p.ppo.changes()) for m, p in patch.policies.items()]
+    changes = []  # (where in the body, module, algorithm, its changes)
+    for algorithm in ("ppo", "sac"):
+        if (everyone := getattr(patch, algorithm)) is not None:
+            modules = [m.module_id for m in gateway.policies.trainable if service.algorithm_of(m.module_id) == algorithm]
+            if not modules:
+                _refuse(["body", algorithm], f"no module trains with {algorithm}")
+            changes += [(["body", algorithm], module_id, algorithm, everyone.changes()) for module_id in modules]
+        for module_id, one in patch.policies.items():
+            if (mine := getattr(one, algorithm)) is not None:
+                changes.append((["body", "policies", module_id, algorithm], module_id, algorithm, mine.changes()))
     updated = {}
-    for loc, module_id, ppo_changes in changes:  # check them all before changing any
+    for loc, module_id, algorithm, values in changes:  # check them all before changing any
         try:
-            updated[module_id] = service.checked_ppo_config(ppo_changes, updated.get(module_id), module_id)
-        except ValueError as exc:  # shaped like FastAPI's own 422, as the schema says
-            raise HTTPException(status_code=422, detail=[{"loc": loc, "msg": str(exc), "type": "value_error"}]) from None
+            updated[module_id] = service.checked_config(module_id, algorithm, values, updated.get(module_id))
+        except ValueError as exc:
+            _refuse(loc, str(exc))
     for module_id, cfg in updated.items():
-        service.set_ppo_config(cfg, module_id)
+        service.set_config(module_id, cfg)
     return current_config(gateway)
+
+
+def _refuse(loc: list[str], message: str) -> NoReturn:
+    """A 422 shaped like FastAPI's own, as the schema says."""
+    raise HTTPException(status_code=422, detail=[{"loc": loc, "msg": message, "type": "value_error"}])
 
 
 @router.get(

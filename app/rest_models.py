@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -220,12 +220,34 @@ class GatewayConfig(BaseModel):
     cors_origins: list[str]
 
 
-class PPOConfigPatch(BaseModel):
+class _HyperparameterPatch(BaseModel):
+    """Hyperparameters to change while training; omit what stays (`null` too leaves a value as
+    it is, except where it is a value: NULLABLE)."""
+
+    model_config = ConfigDict(extra="forbid")
+    NULLABLE: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_only(cls, value: object) -> object:
+        """As the schema says: pydantic alone would take `true` as 1 and `"0.1"` as 0.1
+        (and, rightly for JSON Schema, 3.0 as the integer 3)."""
+        if isinstance(value, (bool, str)):
+            raise ValueError("must be a number")
+        return value
+
+    def changes(self) -> dict[str, object]:
+        """The values to set: those given, and `null` only where it is one."""
+        given = self.model_dump(exclude_unset=True)
+        return {name: value for name, value in given.items() if value is not None or name in self.NULLABLE}
+
+
+class PPOConfigPatch(_HyperparameterPatch):
     """PPO hyperparameters that are safe to change while training; omit what stays.
     `null` leaves a value as it is too, except for `target_kl`, where it turns the early
     stop off."""
 
-    model_config = ConfigDict(extra="forbid")
+    NULLABLE: ClassVar[frozenset[str]] = frozenset({"target_kl"})
 
     learning_rate: float | None = Field(None, gt=0, le=1)
     ent_coef: float | None = Field(None, ge=0, le=1)
@@ -238,35 +260,40 @@ class PPOConfigPatch(BaseModel):
     gae_lambda: float | None = Field(None, ge=0, le=1)
     target_kl: float | None = Field(None, gt=0)
 
-    @field_validator("*", mode="before")
-    @classmethod
-    def _numbers_only(cls, value: object) -> object:
-        """As the schema says: pydantic alone would take `true` as 1 and `"0.1"` as 0.1
-        (and, rightly for JSON Schema, 3.0 as the integer 3)."""
-        if isinstance(value, (bool, str)):
-            raise ValueError("must be a number")
-        return value
 
-    def changes(self) -> dict[str, object]:
-        """The values to set: those given, and `null` only where it is one (target_kl)."""
-        given = self.model_dump(exclude_unset=True)
-        return {name: value for name, value in given.items() if value is not None or name == "target_kl"}
+class SACConfigPatch(_HyperparameterPatch):
+    """SAC hyperparameters that are safe to change while training; omit what stays (the
+    network sizes, the buffer's size, alpha and autotune are set at start-up)."""
+
+    q_lr: float | None = Field(None, gt=0, le=1)
+    policy_lr: float | None = Field(None, gt=0, le=1)
+    gamma: float | None = Field(None, gt=0, le=1)
+    tau: float | None = Field(None, gt=0, le=1)
+    batch_size: int | None = Field(None, ge=1)
+    learning_starts: int | None = Field(None, ge=1)
+    utd_ratio: float | None = Field(None, gt=0, le=64)
+    updates_per_version: int | None = Field(None, ge=1)
+    policy_frequency: int | None = Field(None, ge=1)
+    target_network_frequency: int | None = Field(None, ge=1)
 
 
 class PolicyPatch(BaseModel):
-    """One module's changes in `PATCH /api/config`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    ppo: PPOConfigPatch
-
-
-class ConfigPatch(BaseModel):
-    """Body of `PATCH /api/config`: `ppo` changes every trainable module, `policies` one by one."""
+    """One module's changes in `PATCH /api/config`: `ppo` for a PPO module, `sac` for a SAC one."""
 
     model_config = ConfigDict(extra="forbid")
 
     ppo: PPOConfigPatch | None = None
+    sac: SACConfigPatch | None = None
+
+
+class ConfigPatch(BaseModel):
+    """Body of `PATCH /api/config`: `ppo` changes every PPO module, `sac` every SAC module,
+    `policies` one by one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ppo: PPOConfigPatch | None = None
+    sac: SACConfigPatch | None = None
     policies: dict[str, PolicyPatch] = Field(default_factory=dict)
 
 

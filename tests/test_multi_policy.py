@@ -175,6 +175,19 @@ def test_patch_changes_one_module_or_all_and_refuses_without_changing_anything(t
         assert everyone["pend"]["ppo"]["learning_rate"] == 0.0005
 
 
+def test_patch_of_ppo_or_sac_changes_the_modules_that_train_with_it(tmp_path):
+    policies = {"cart": CARTPOLE, "pend": {**PENDULUM, "algorithm": "sac", "sac": {"hidden_sizes": [16]}}}
+    with running_gateway(multi_settings(tmp_path, policies=policies, mapping={"cart*": "cart", "pend*": "pend"})) as gateway:
+        url = f"{gateway.base_url}/api/config"
+        both = httpx.patch(url, json={"ppo": {"gamma": 0.9}, "sac": {"gamma": 0.95}})
+        wrong = httpx.patch(url, json={"ppo": {"gamma": 0.8}, "policies": {"pend": {"ppo": {"gamma": 0.8}}}})
+        config = httpx.get(url).json()["policies"]
+    assert both.status_code == 200, both.text
+    assert wrong.status_code == 422 and "'pend' trains with sac, not ppo" in wrong.text
+    assert (config["cart"]["ppo"]["gamma"], config["cart"]["sac"]) == (0.9, None)  # and nothing of the refused patch
+    assert config["pend"]["sac"]["gamma"] == 0.95
+
+
 def test_settings_refuse_a_mapping_onto_no_module_and_bad_module_ids(tmp_path):
     with pytest.raises(ValueError, match="maps 'x_\\*' to 'ghost', which is not a module"):
         multi_settings(tmp_path, mapping={"x_*": "ghost"})

@@ -156,18 +156,32 @@ def test_a_ppo_checkpoint_is_refused_by_a_sac_gateway_naming_the_algorithm(tmp_p
         asyncio.run(start_and_stop(pendulum_settings(tmp_path)))
 
 
-def test_sac_needs_a_bounded_box_and_patch_cannot_change_its_ppo_settings(tmp_path):
+def test_sac_needs_a_bounded_box_and_patch_changes_its_sac_settings_only(tmp_path):
     with pytest.raises(ValueError, match="sac needs a box action space with finite low and high"):
         gateway_settings(tmp_path, algorithm="sac")  # CartPole's Discrete(2)
     with pytest.raises(ValueError, match="finite low and high"):
         gateway_settings(tmp_path, algorithm="sac", observation_space=OBS_SPACE, action_space=BoxSpace(shape=(1,)))
     with running_gateway(pendulum_settings(tmp_path)) as gateway:
-        reply = httpx.patch(f"{gateway.base_url}/api/config", json={"ppo": {"learning_rate": 0.01}})
-        config = httpx.get(f"{gateway.base_url}/api/config").json()
-    assert reply.status_code == 422 and "trains with sac" in reply.text
-    assert config["algorithm"] == "sac" and config["policies"]["default_policy"]["sac"]["hidden_sizes"] == [64, 64]
+        url = f"{gateway.base_url}/api/config"
+        refused = {
+            "ppo": httpx.patch(url, json={"ppo": {"learning_rate": 0.01}}),
+            "ppo for it": httpx.patch(url, json={"policies": {"default_policy": {"ppo": {"learning_rate": 0.01}}}}),
+            "buffer": httpx.patch(url, json={"sac": {"q_lr": 0.002, "buffer_size": 10}}),
+            "invalid": httpx.patch(url, json={"sac": {"q_lr": 0.002, "tau": 2}}),
+        }
+        changed = httpx.patch(url, json={"sac": {"q_lr": 0.002, "utd_ratio": 2}, "policies": {"default_policy": {"sac": {"tau": 0.01}}}})
+        config = httpx.get(url).json()
+        learner = gateway.service._learners["default_policy"]
+    assert refused["ppo"].status_code == 422 and "no module trains with ppo" in refused["ppo"].text
+    assert refused["ppo for it"].status_code == 422 and "trains with sac, not ppo" in refused["ppo for it"].text
+    assert refused["buffer"].status_code == 422 and "buffer_size" in refused["buffer"].text  # not in the patch's schema
+    assert refused["invalid"].status_code == 422
+    assert changed.status_code == 200, changed.text
+    sac = config["policies"]["default_policy"]["sac"]
+    assert (sac["q_lr"], sac["utd_ratio"], sac["tau"], sac["policy_lr"]) == (0.002, 2, 0.01, FAST_SAC.policy_lr)
+    assert learner.cfg.q_lr == 0.002 and learner.cfg.tau == 0.01  # the learner's next step uses them
+    assert config["algorithm"] == "sac" and sac["hidden_sizes"] == [64, 64]
     assert config["force_on_policy"] is False and config["device"] == "cpu"
-    assert math.isclose(config["policies"]["default_policy"]["sac"]["tau"], 0.005)
 
 
 def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(tmp_path):

@@ -286,13 +286,16 @@ async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):
 
 async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
     async with running(make_settings(tmp_path)) as service:
-        service.update_ppo_config({"learning_rate": 0.0123, "ent_coef": 0.02})
+        service.set_config(DEFAULT_MODULE_ID, service.checked_config(DEFAULT_MODULE_ID, "ppo", {"learning_rate": 0.0123, "ent_coef": 0.02}))
         assert service.ppo_config.learning_rate == 0.0123
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
         assert service._learners[DEFAULT_MODULE_ID].optimizer.param_groups[0]["lr"] == 0.0123
-        for bad in ({"learning_rate": -1}, {"hidden_sizes": [8]}, {"no_such_thing": 1}):
-            with pytest.raises(ValueError):
-                service.update_ppo_config(bad)
+        for bad, why in (({"learning_rate": -1}, "greater than 0"), ({"hidden_sizes": [8]}, "hidden_sizes cannot change"),
+                         ({"normalize_obs": True}, "normalize_obs cannot change"), ({"no_such_thing": 1}, "unknown PPO")):
+            with pytest.raises(ValueError, match=why):
+                service.checked_config(DEFAULT_MODULE_ID, "ppo", bad)
+        with pytest.raises(ValueError, match="trains with ppo, not sac"):
+            service.checked_config(DEFAULT_MODULE_ID, "sac", {"tau": 0.01})
         assert service.ppo_config.learning_rate == 0.0123
 
 

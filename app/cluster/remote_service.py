@@ -235,9 +235,12 @@ class RemoteTrainingService:
     def module_sac_config(self, module_id: str) -> SACConfig | None:
         return self._status.sac_configs.get(module_id)
 
-    def checked_ppo_config(self, changes: dict[str, Any], base: PPOConfig | None = None, module_id: str | None = None) -> PPOConfig:
+    def algorithm_of(self, module_id: str) -> str:
+        return "sac" if self._status.sac_configs.get(module_id) is not None else "ppo"
+
+    def checked_config(self, module_id: str, algorithm: str, changes: dict[str, Any], base: Any = None) -> Any:
         raise ValueError("hyperparameters cannot be changed while running on Ray (set them at start-up)")
 
-    def set_ppo_config(self, cfg: PPOConfig, module_id: str | None = None) -> None:
+    def set_config(self, module_id: str, cfg: Any) -> None:
         raise ValueError("hyperparameters cannot be changed while running on Ray (set them at start-up)")
 

@@ -93,7 +93,7 @@ class Learner:
 
     def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Train on the chunks, export the result as version `weights_seq_no` and checkpoint it."""
-        cfg = self.cfg  # may be replaced between steps (TrainingService.update_ppo_config)
+        cfg = self.cfg  # may be replaced between steps (TrainingService.set_config)
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate
         if self.policy.obs_norm is not None:  # statistics first: the batch's values use them

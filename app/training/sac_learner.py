@@ -92,7 +92,7 @@ class SACLearner:
     def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Store the chunks, take the gradient steps they ask for once the buffer holds
         `learning_starts` transitions, export the result as version `weights_seq_no`."""
-        cfg = self.cfg  # may be replaced between steps
+        cfg = self.cfg  # may be replaced between steps (TrainingService.set_config)
         for group in self.sac.q_optimizer.param_groups + self.sac.a_optimizer.param_groups:
             group["lr"] = cfg.q_lr
         for group in self.sac.actor_optimizer.param_groups:

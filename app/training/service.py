@@ -27,23 +27,37 @@ from typing import Any
 import torch
 
 from app.config import PPOConfig, SACConfig, Settings, check_hyperparameter_names
+from app.onnx_names import OUTPUT_NAME
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.device import resolve_device
 from app.training.learner import Learner
-from app.training.sac_learner import SACLearner
 from app.training.metrics import TrainingMetrics
-from app.onnx_names import OUTPUT_NAME
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
+from app.training.sac_learner import SACLearner
 from app.training.scheduler import BatchScheduler
 from app.training.self_play import League
 
 __all__ = ["ClientInfo", "PolicySetState", "TrainingService"]
 
 logger = logging.getLogger("app.training")
+
+FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
+    "ppo": {
+        "hidden_sizes": "the weights have that shape",
+        "normalize_obs": "the checkpoint holds its statistics, or none",
+        "normalize_reward": "the checkpoint holds its statistics, or none",
+    },
+    "sac": {
+        "hidden_sizes": "the weights have that shape",
+        "buffer_size": "the replay buffer is allocated",
+        "alpha": "with autotune it is learned; set it at start-up",
+        "autotune": "set it at start-up",
+    },
+}
 
 
 class TrainingService:
@@ -270,39 +284,34 @@ class TrainingService:
         learner = self._learners[module_id]
         return learner.cfg if isinstance(learner, SACLearner) else None
 
-    def checked_ppo_config(
-        self, changes: dict[str, Any], base: PPOConfig | None = None, module_id: str | None = None
-    ) -> PPOConfig:
-        """A module's PPO hyperparameters (`base`, default its current ones) with `changes`.
-        Raises ValueError for an unknown or frozen module, unknown or invalid values, and
-        for hidden_sizes (fixed by the checkpoint)."""
-        module_id = module_id or self.policies.default_module_id
-        if module_id not in self._learners:
-            trainable = ", ".join(self._learners)
-            raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {trainable}")
-        if isinstance(self._learners[module_id], SACLearner):
-            raise ValueError(f"{module_id!r} trains with sac: its hyperparameters are set at start-up (--sac.*)")
-        current = base or self._learners[module_id].cfg
-        check_hyperparameter_names(changes, PPOConfig)
-        if "hidden_sizes" in changes and tuple(changes["hidden_sizes"]) != current.hidden_sizes:
-            raise ValueError("hidden_sizes cannot change while training (the weights have that shape)")
-        for fixed in ("normalize_obs", "normalize_reward"):
-            if fixed in changes and changes[fixed] != getattr(current, fixed):
-                raise ValueError(f"{fixed} cannot change while training (the checkpoint holds its statistics, or none)")
-        return PPOConfig.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
+    def algorithm_of(self, module_id: str) -> str:
+        """What a trainable module trains with: "ppo" or "sac"."""
+        return "sac" if isinstance(self._learners[module_id], SACLearner) else "ppo"
 
-    def set_ppo_config(self, cfg: PPOConfig, module_id: str | None = None) -> None:
-        """Use `cfg` (from checked_ppo_config) from the module's next training step on."""
-        module_id = module_id or self.policies.default_module_id
+    def checked_config(
+        self, module_id: str, algorithm: str, changes: dict[str, Any], base: PPOConfig | SACConfig | None = None
+    ) -> PPOConfig | SACConfig:
+        """A module's hyperparameters of `algorithm` (`base`, default its current ones) with
+        `changes`. Raises ValueError for an unknown or frozen module, another algorithm than
+        the module's, unknown or invalid values, and values fixed while training."""
+        if module_id not in self._learners:
+            raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {', '.join(self._learners)}")
+        if (trains := self.algorithm_of(module_id)) != algorithm:
+            raise ValueError(f"{module_id!r} trains with {trains}, not {algorithm}: change its {trains} hyperparameters")
+        model = SACConfig if algorithm == "sac" else PPOConfig
+        current = base or self._learners[module_id].cfg
+        check_hyperparameter_names(changes, model)
+        updated = model.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
+        for name, why in FIXED_WHILE_TRAINING[algorithm].items():
+            if getattr(updated, name) != getattr(current, name):
+                raise ValueError(f"{name} cannot change while training ({why})")
+        return updated
+
+    def set_config(self, module_id: str, cfg: PPOConfig | SACConfig) -> None:
+        """Use `cfg` (from checked_config) from the module's next training step on."""
         if cfg != self._learners[module_id].cfg:
             self._learners[module_id].cfg = cfg
-            logger.info("PPO hyperparameters of %s are now %s", module_id, cfg.model_dump())
-
-    def update_ppo_config(self, changes: dict[str, Any], module_id: str | None = None) -> PPOConfig:
-        """checked_ppo_config, then set_ppo_config."""
-        updated = self.checked_ppo_config(changes, module_id=module_id)
-        self.set_ppo_config(updated, module_id)
-        return updated
+            logger.info("%s hyperparameters of %s are now %s", self.algorithm_of(module_id).upper(), module_id, cfg.model_dump())
 
     # -- The training step (the scheduler calls it) ---------------------------------
 
