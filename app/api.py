@@ -30,7 +30,7 @@ from app.rest_models import (
     SelfPlayStatus,
 )
 from app.training.onnx_export import PolicyState
-from app.training.service import TrainingService
+from app.training.service import TrainingService, WrongAlgorithm
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -163,12 +163,14 @@ def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
     summary="Change PPO or SAC hyperparameters while training",
     description=(
         "Takes effect from the next training step. `ppo` changes every module that trains with PPO, `sac` every "
-        "module that trains with SAC; `policies: {module_id: {ppo: ...}}` (or `sac`) one module. Invalid values, "
-        "modules or algorithms are refused with 422, and then nothing changes."
+        "module that trains with SAC; `policies: {module_id: {ppo: ...}}` (or `sac`) one module. Hyperparameters of "
+        "an algorithm no module (or not that module) trains with are refused with 409, invalid values with 422, "
+        "and then nothing changes."
     ),
     responses={
         400: {"description": "The body could not be read (not UTF-8 text)."},
         404: {"description": "`policies` names a module the gateway does not have."},
+        409: {"description": "Hyperparameters of an algorithm that no module, or not that module, trains with."},
     },
 )
 def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
@@ -181,7 +183,7 @@ def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) ->
         if (everyone := getattr(patch, algorithm)) is not None:
             modules = [m.module_id for m in gateway.policies.trainable if service.algorithm_of(m.module_id) == algorithm]
             if not modules:
-                _refuse(["body", algorithm], f"no module trains with {algorithm}")
+                raise HTTPException(status_code=409, detail=f"no module trains with {algorithm}: there is nothing to change")
             changes += [(["body", algorithm], module_id, algorithm, everyone.changes()) for module_id in modules]
         for module_id, one in patch.policies.items():
             if (mine := getattr(one, algorithm)) is not None:
@@ -190,6 +192,8 @@ def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) ->
     for loc, module_id, algorithm, values in changes:  # check them all before changing any
         try:
             updated[module_id] = service.checked_config(module_id, algorithm, values, updated.get(module_id))
+        except WrongAlgorithm as exc:
+            raise HTTPException(status_code=409, detail=str(exc)) from None
         except ValueError as exc:
             _refuse(loc, str(exc))
     for module_id, cfg in updated.items():

@@ -183,7 +183,7 @@ def test_patch_of_ppo_or_sac_changes_the_modules_that_train_with_it(tmp_path):
         wrong = httpx.patch(url, json={"ppo": {"gamma": 0.8}, "policies": {"pend": {"ppo": {"gamma": 0.8}}}})
         config = httpx.get(url).json()["policies"]
     assert both.status_code == 200, both.text
-    assert wrong.status_code == 422 and "'pend' trains with sac, not ppo" in wrong.text
+    assert wrong.status_code == 409 and "'pend' trains with sac, not ppo" in wrong.text
     assert (config["cart"]["ppo"]["gamma"], config["cart"]["sac"]) == (0.9, None)  # and nothing of the refused patch
     assert config["pend"]["sac"]["gamma"] == 0.95
 

@@ -172,8 +172,8 @@ def test_sac_needs_a_bounded_box_and_patch_changes_its_sac_settings_only(tmp_pat
         changed = httpx.patch(url, json={"sac": {"q_lr": 0.002, "utd_ratio": 2}, "policies": {"default_policy": {"sac": {"tau": 0.01}}}})
         config = httpx.get(url).json()
         learner = gateway.service._learners["default_policy"]
-    assert refused["ppo"].status_code == 422 and "no module trains with ppo" in refused["ppo"].text
-    assert refused["ppo for it"].status_code == 422 and "trains with sac, not ppo" in refused["ppo for it"].text
+    assert refused["ppo"].status_code == 409 and "no module trains with ppo" in refused["ppo"].text
+    assert refused["ppo for it"].status_code == 409 and "trains with sac, not ppo" in refused["ppo for it"].text
     assert refused["buffer"].status_code == 422 and "buffer_size" in refused["buffer"].text  # not in the patch's schema
     assert refused["invalid"].status_code == 422
     assert changed.status_code == 200, changed.text

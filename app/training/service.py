@@ -45,6 +45,10 @@ __all__ = ["ClientInfo", "PolicySetState", "TrainingService"]
 
 logger = logging.getLogger("app.training")
 
+class WrongAlgorithm(ValueError):
+    """Hyperparameters of another algorithm than the module trains with."""
+
+
 FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
     "ppo": {
         "hidden_sizes": "the weights have that shape",
@@ -297,7 +301,7 @@ class TrainingService:
         if module_id not in self._learners:
             raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {', '.join(self._learners)}")
         if (trains := self.algorithm_of(module_id)) != algorithm:
-            raise ValueError(f"{module_id!r} trains with {trains}, not {algorithm}: change its {trains} hyperparameters")
+            raise WrongAlgorithm(f"{module_id!r} trains with {trains}, not {algorithm}: change its {trains} hyperparameters")
         model = SACConfig if algorithm == "sac" else PPOConfig
         current = base or self._learners[module_id].cfg
         check_hyperparameter_names(changes, model)
