@@ -234,6 +234,9 @@ class Connection(Generic[Tag]):
         try:
             return await self._handle(event.request)
         except ProtocolError as error:  # a request the service refuses (a thin client's unknown episode, ...)
+            episode_id = getattr(event.request, "episode_id", None)
+            if episode_id is not None and error.details is None:  # which of its episodes (LOG_* get no other reply)
+                error.details = {"episode_id": episode_id}
             log.info("%s: %s refused: %s: %s", self.name, event.request.type, error.code.value, error.message)
             self._traffic.errors[error.code.value] += 1
             return error.to_message()

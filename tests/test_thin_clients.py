@@ -156,6 +156,9 @@ BAD_REQUESTS = [
 ]
 
 
+NAMES_ITS_EPISODE = {"never started", "obs must have shape [4]", "no action yet", "integer in 0..1", "needs is_terminated", "already open"}
+
+
 @pytest.mark.parametrize(("request_", "code", "problem"), BAD_REQUESTS, ids=[p for _, _, p in BAD_REQUESTS])
 def test_bad_thin_client_input_gets_a_clear_error_and_the_connection_stays_usable(tmp_path, request_, code, problem):
     settings = gateway_settings(tmp_path, max_actions_per_message=8, max_open_episodes_per_connection=2)
@@ -169,6 +172,8 @@ def test_bad_thin_client_input_gets_a_clear_error_and_the_connection_stays_usabl
         peer.send(frame(message) + frame({"type": "PING"}))
         error, pong = peer.receive_many(2)
         assert error["type"] == "ERROR" and error["code"] == code and problem in error["message"], error
+        if problem in NAMES_ITS_EPISODE:  # refused by the serving, not by the message's schema
+            assert error["details"] == {"episode_id": message["episode_id"]}, error
         assert pong["type"] == "PONG"
         peer.send(frame({"type": "GET_ACTION", "episode_id": ids["open"], "obs": OBS}))
         assert peer.receive()["type"] == "ACTION"  # the open episode goes on
