@@ -188,6 +188,36 @@ def test_patch_of_ppo_or_sac_changes_the_modules_that_train_with_it(tmp_path):
     assert config["pend"]["sac"]["gamma"] == 0.95
 
 
+def test_a_restart_keeps_the_self_play_league_its_ratings_and_snapshots(tmp_path):
+    settings = multi_settings(tmp_path, policies={"duel": DUEL}, mapping={"duel_a": "duel", "duel_b": "duel_opponent"})
+
+    def league_now(gateway) -> tuple[dict, bytes]:
+        duel = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}["duel"]["self_play"]
+        return duel, gateway.service.current_state().modules["duel_opponent"].onnx_bytes
+
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        version = 0
+        for game in range(6):  # a training step per game; the learner (duel_a) wins all but the first
+            outcome = "loss" if game == 0 else "win"
+            game_chunks = [duel_chunk(agent_id="duel_a", episode_id=f"g{game}", weights_seq_no=version, outcome=outcome)]
+            peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": game_chunks}))
+            reply = peer.receive()
+            assert reply["type"] == "SET_STATE", reply
+            version = reply["weights_seq_no"]
+        before, opponent_before = league_now(gateway)
+    files = sorted(path.name for path in (tmp_path / "checkpoints" / "duel" / "league").iterdir())
+
+    with running_gateway(settings) as gateway:
+        after, opponent_after = league_now(gateway)
+    assert before["rated_games"] == 6 and before["elo"] > 1200, before
+    assert [s["weights_seq_no"] for s in before["snapshots"]] == [4, 5, 6]  # a snapshot per version, a window of 3
+    assert files == ["4.onnx", "5.onnx", "6.onnx", "league.json"]  # older snapshots' files are gone
+    assert {k: after[k] for k in ("elo", "rated_games", "snapshots")} == {k: before[k] for k in ("elo", "rated_games", "snapshots")}
+    # The opponent of the restarted version is one of the restored snapshots, byte for byte.
+    snapshot_bytes = {(tmp_path / "checkpoints" / "duel" / "league" / name).read_bytes() for name in files if name.endswith(".onnx")}
+    assert opponent_after in snapshot_bytes and opponent_before in snapshot_bytes
+
+
 def test_settings_refuse_a_mapping_onto_no_module_and_bad_module_ids(tmp_path):
     with pytest.raises(ValueError, match="maps 'x_\\*' to 'ghost', which is not a module"):
         multi_settings(tmp_path, mapping={"x_*": "ghost"})

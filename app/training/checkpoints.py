@@ -2,7 +2,7 @@
 
 Writes go to a temporary file that replaces the old checkpoint atomically, so a crash
 never leaves half a checkpoint (a temporary file it leaves behind is removed at the next
-load). A checkpoint made for other spaces or layer sizes is refused with an error that
+load); other files of the module's folder (its self-play league) are written the same way. A checkpoint made for other spaces or layer sizes is refused with an error that
 says what differs.
 """
 
@@ -13,12 +13,13 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import IO, Any, Protocol
 
 import torch
 
 CHECKPOINT_FILE = "policy.pt"
-TEMPORARY_FILES = CHECKPOINT_FILE + "*.tmp"  # save_checkpoint's, until it replaces the checkpoint
+TEMPORARY_FILES = "*.tmp"  # write_atomically's, until each replaces its file
 ORPHAN_AGE_S = 60.0  # a save takes milliseconds: a temporary file this old was left by a crash
 
 log = logging.getLogger("app.training.checkpoints")
@@ -39,24 +40,29 @@ class Stateful(Protocol):
 def save_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful], weights_seq_no: int) -> Path:
     """Write the checkpoint atomically; returns its path. `architecture`: what a checkpoint
     must agree on to be loaded (spaces, sizes, algorithm); `parts`: what it holds, by name."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / CHECKPOINT_FILE
     data = {
         "weights_seq_no": weights_seq_no,
         "architecture": architecture,
         **{name: part.state_dict() for name, part in parts.items()},
     }
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=CHECKPOINT_FILE, suffix=".tmp")
+    path = directory / CHECKPOINT_FILE
+    write_atomically(path, lambda f: torch.save(data, f))
+    return path
+
+
+def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """`write` into a temporary file beside `path`, synced, that then replaces `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(data, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
-    return path
 
 
 def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful]) -> int | None:

@@ -8,7 +8,9 @@ and report each game on the learner's final chunk (`outcome`); the game is rated
 against the opponent of the version that played it. Like ML-Agents, both sides' ratings
 move: R += K * (score - expected), expected = 1 / (1 + 10 ** ((R_opponent - R) / 400)).
 Games against the latest weights (the learner itself) are counted but not rated.
-No torch: the snapshots are exported policies.
+No torch: the snapshots are exported policies. `ratings`, `snapshot_files` and `restore`
+carry them over a restart (league_files.py) (the opponents of past versions are not kept: games of
+versions before the restart are not rated).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from app.config import SelfPlayConfig
-from app.training.onnx_export import PolicyState
+from app.training.onnx_export import PolicyState, set_state_payload
 
 SCORES = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 REMEMBERED_VERSIONS = 1_000  # versions whose opponent is remembered, to rate games reported late
@@ -74,6 +76,27 @@ class League:
         opponent.elo -= delta
         self.rated_games += 1
         return True
+
+    def ratings(self) -> dict:
+        """The ratings and which versions are snapshots, for the module's checkpoint folder."""
+        return {
+            "elo": self.elo,
+            "rated_games": self.rated_games,
+            "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.snapshots],
+        }
+
+    def snapshot_files(self) -> dict[int, bytes]:
+        """Each snapshot's ONNX, by version."""
+        return {s.weights_seq_no: s.state.onnx_bytes for s in self.snapshots}
+
+    def restore(self, ratings: dict, snapshot_files: dict[int, bytes]) -> None:
+        """Take back what `ratings` and `snapshot_files` gave (the last `window` snapshots)."""
+        self.elo, self.rated_games = float(ratings["elo"]), int(ratings["rated_games"])
+        self.snapshots.clear()
+        for snapshot in ratings["snapshots"]:
+            onnx_bytes = snapshot_files[snapshot["weights_seq_no"]]
+            state = PolicyState(int(snapshot["weights_seq_no"]), onnx_bytes, set_state_payload(onnx_bytes))
+            self.snapshots.append(Snapshot(state, float(snapshot["elo"])))
 
     def summary(self) -> dict:
         """The rating and the league, for /api/policies and the dashboard."""

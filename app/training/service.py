@@ -31,6 +31,7 @@ from app.onnx_names import OUTPUT_NAME
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
+from app.training.league_files import load_league, save_league
 from app.training.device import resolve_device
 from app.training.learner import Learner
 from app.training.metrics import TrainingMetrics
@@ -137,6 +138,8 @@ class TrainingService:
         if refused:
             raise CheckpointMismatch(f"checkpoints in {directory}: {summary}; refused " + "; ".join(refused))
         logger.info("checkpoints in %s: %s", directory, summary)
+        for module_id in sorted(restored.keys() & self.leagues.keys()):
+            self._restore_league(module_id, await self._in_learner_thread(load_league, self.settings.checkpoint_dir / module_id))
         for module_id, learner in self._learners.items():
             self._exports[module_id] = await self._in_learner_thread(learner.export)
         self._publish(max(restored.values(), default=0))
@@ -146,7 +149,25 @@ class TrainingService:
         await self._scheduler.stop()
         for learner in self._learners.values():
             await self._in_learner_thread(learner.save)
+        await self._save_leagues()
         self._executor.shutdown(wait=True)
+
+    def _restore_league(self, module_id: str, saved: tuple[dict, dict[int, bytes]] | None) -> None:
+        """A restored self-play module's ratings and snapshots, if they were saved."""
+        if saved is None:
+            logger.info("self-play league of %s: none saved, its snapshots start again", module_id)
+            return
+        league = self.leagues[module_id]
+        league.restore(*saved)
+        versions = [s.weights_seq_no for s in league.snapshots]
+        logger.info("self-play league of %s restored: elo %.0f after %d rated games, snapshots of versions %s",
+                    module_id, league.elo, league.rated_games, versions)
+
+    async def _save_leagues(self) -> None:
+        """Every self-play module's ratings and snapshots, beside its checkpoint (in the learner thread)."""
+        for module_id, league in self.leagues.items():  # taken here, on the event loop that changes them
+            ratings, snapshots = league.ratings(), league.snapshot_files()
+            await self._in_learner_thread(save_league, self.settings.checkpoint_dir / module_id, ratings, snapshots)
 
     async def _in_learner_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -334,6 +355,7 @@ class TrainingService:
         for module_id, (state, _) in results.items():
             self._exports[module_id] = state
         self._publish(version)
+        await self._save_leagues()  # a new snapshot, and the ratings so far
         trained = {m: (sum(c.num_steps for c in by_module[m]), stats) for m, (_, stats) in results.items()}
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         for listener in self._step_listeners:
