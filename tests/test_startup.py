@@ -60,6 +60,7 @@ def test_the_log_says_whether_training_starts_fresh_or_from_which_checkpoint(tmp
         pass
     first = (tmp_path / "first.log").read_text()
     assert "fresh" in first and str(checkpoints) in first
+    assert "event loop: uvloop.Loop" in first  # installed with the gateway (its lock), so used: faster sockets
     with gateway_process(checkpoints, tmp_path / "second.log", "--decode-workers", "0"):
         pass
     restored = [line for line in (tmp_path / "second.log").read_text().splitlines() if "restored" in line]
