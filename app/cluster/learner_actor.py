@@ -9,14 +9,18 @@ from it. The barrier is the service's own: it sees every client of every front-e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
+import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
 import ray
 
+from app.cluster.calls import Call
 from app.config import PPOConfig, Settings
 from app.log_redaction import configure_logging
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
@@ -25,7 +29,7 @@ from app.training.service import TrainingService
 
 log = logging.getLogger("app.cluster")
 
-TURN_TIMEOUT_S = 10.0  # how long a call waits for an earlier one that may have died with a learner
+TURN_TIMEOUT_S = 10.0  # how long a call waits for an earlier one that may never come
 
 
 @dataclasses.dataclass
@@ -43,6 +47,7 @@ class LearnerStatus:
     sac_configs: dict[str, Any]
     force_on_policy: bool
     device: str
+    incarnation: str  # the learner actor's life: a new one means it restarted
 
 
 class LearnerActor:
@@ -62,6 +67,8 @@ class LearnerActor:
         self._started: asyncio.Task | None = None
         self._new_version: asyncio.Event | None = None
         self._state_refs: dict[int, ray.ObjectRef] = {}
+        self.incarnation = uuid.uuid4().hex  # new when Ray restarts the actor: front-ends then say hello again
+        self._epochs: dict[int, int] = {}  # front-end -> the numbering of its calls (from its last hello)
         self._next_call: dict[int, int] = {}  # front-end -> the number of its next call to run
         self._turns: dict[tuple[int, int], asyncio.Event] = {}  # (front-end, number) -> its go-ahead
 
@@ -103,88 +110,98 @@ class LearnerActor:
     #
     # Ray may start an async actor's calls out of order (a large ingest waits for its
     # arguments to arrive; a retried call comes late), so each front-end numbers its calls
-    # 0, 1, 2, ... (`seq`), from its `hello`, and each runs only after the one before it. A
-    # learner restarted meanwhile starts at the first number it sees of each front-end.
+    # 0, 1, 2, ... after each `hello` (a numbering, `epoch`, per hello), and each call of
+    # the current numbering runs only after the one before it. Calls of another numbering
+    # (sent before a restart of the learner or of the front-end: which of them ran is not
+    # known) run at once; a front-end says hello again when it sees the learner restarted.
 
-    async def hello(self, frontend: int) -> None:
-        """A front-end starting (or starting again): its calls number from 0."""
+    async def hello(self, frontend: int, epoch: int) -> str:
+        """A front-end (re)starting its numbering `epoch` at 0; this learner's incarnation."""
         await self._ready()
+        self._release(frontend)
+        self._epochs[frontend] = epoch
         self._next_call[frontend] = 0
+        return self.incarnation
 
-    async def _turn(self, frontend: int, seq: int) -> None:
+    def _release(self, frontend: int) -> None:
+        """Let every call of the front-end that waits for its turn go ahead (its numbering is over)."""
+        for key in [key for key in self._turns if key[0] == frontend]:
+            self._turns.pop(key).set()
+
+    @contextlib.asynccontextmanager
+    async def _in_order(self, call: Call) -> AsyncIterator[None]:
+        """Run the body after the front-end's calls numbered before `call` (if it is of the
+        current numbering), then let the next one go."""
         await self._ready()
-        expected = self._next_call.setdefault(frontend, seq)
-        if seq > expected:
-            event = self._turns[(frontend, seq)] = asyncio.Event()
+        ordered = self._epochs.get(call.frontend) == call.epoch
+        if ordered and call.seq > self._next_call[call.frontend]:
+            event = self._turns[(call.frontend, call.seq)] = asyncio.Event()
             try:
                 await asyncio.wait_for(event.wait(), TURN_TIMEOUT_S)
-            except asyncio.TimeoutError:  # the calls before it were lost (sent to a learner that died)
-                self._turns.pop((frontend, seq), None)
-                log.warning("front-end %d: call %d ran without calls %d..%d (lost with a learner)", frontend, seq, self._next_call.get(frontend, 0), seq - 1)
+            except asyncio.TimeoutError:  # a call before it never came: go on without it
+                self._turns.pop((call.frontend, call.seq), None)
+                log.warning("front-end %d: call %d ran without calls %d..%d, which never came",
+                            call.frontend, call.seq, self._next_call.get(call.frontend, 0), call.seq - 1)
+            ordered = self._epochs.get(call.frontend) == call.epoch  # a hello meanwhile ends the numbering
+        try:
+            yield
+        finally:
+            if ordered:
+                following = self._next_call[call.frontend] = max(self._next_call[call.frontend], call.seq + 1)
+                if (event := self._turns.pop((call.frontend, following), None)) is not None:
+                    event.set()
 
-    def _turn_done(self, frontend: int, seq: int) -> None:
-        following = self._next_call[frontend] = max(self._next_call.get(frontend, 0), seq + 1)
-        if (event := self._turns.pop((frontend, following), None)) is not None:
-            event.set()
+    async def connect(self, call: Call, client: ClientInfo) -> None:
+        async with self._in_order(call):
+            self._client(client)
 
-    async def connect(self, frontend: int, seq: int, client: ClientInfo) -> None:
-        await self._turn(frontend, seq)
-        self._client(client)
-        self._turn_done(frontend, seq)
+    async def disconnect(self, call: Call, client_id: int) -> None:
+        async with self._in_order(call):
+            client = self._clients.pop(client_id, None)
+            if client is not None:
+                self.service.disconnect(client)
 
-    async def disconnect(self, frontend: int, seq: int, client_id: int) -> None:
-        await self._turn(frontend, seq)
-        client = self._clients.pop(client_id, None)
-        if client is not None:
-            self.service.disconnect(client)
-        self._turn_done(frontend, seq)
+    async def start_sampling(self, call: Call, client: ClientInfo) -> None:
+        async with self._in_order(call):
+            self.service.start_sampling(self._client(client))
 
-    async def start_sampling(self, frontend: int, seq: int, client: ClientInfo) -> None:
-        await self._turn(frontend, seq)
-        self.service.start_sampling(self._client(client))
-        self._turn_done(frontend, seq)
-
-    async def ingest(self, frontend: int, seq: int, batch: list[tuple[ClientInfo, list[EpisodeChunk], bool]]) -> None:
+    async def ingest(self, call: Call, batch: list[tuple[ClientInfo, list[EpisodeChunk], bool]]) -> None:
         """Experience from one front-end: (client, chunks, sampling) in arrival order."""
-        await self._turn(frontend, seq)
-        for client, chunks, sampling in batch:
-            self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
-        self._turn_done(frontend, seq)
+        async with self._in_order(call):
+            for client, chunks, sampling in batch:
+                self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
 
-    async def note_state_sent(self, frontend: int, seq: int, client: ClientInfo, weights_seq_no: int) -> None:
-        await self._turn(frontend, seq)
-        self._client(client).last_weights_seq_no_sent = weights_seq_no
-        self._turn_done(frontend, seq)
+    async def note_state_sent(self, call: Call, client: ClientInfo, weights_seq_no: int) -> None:
+        async with self._in_order(call):
+            self._client(client).last_weights_seq_no_sent = weights_seq_no
 
-    async def wait_for_training(self, frontend: int, seq: int, client: ClientInfo) -> int:
+    async def wait_for_training(self, call: Call, client: ClientInfo) -> int:
         """Wait until the client's data so far (every call before this one) is trained; the version that holds it."""
-        await self._turn(frontend, seq)
-        waiting = asyncio.ensure_future(self.service.wait_for_training(self._client(client)))
-        self._turn_done(frontend, seq)
+        async with self._in_order(call):
+            waiting = asyncio.ensure_future(self.service.wait_for_training(self._client(client)))
         return (await waiting).weights_seq_no
 
-    async def keep_only(self, frontend: int, seq: int, client_ids: list[int]) -> None:
+    async def keep_only(self, call: Call, client_ids: list[int]) -> None:
         """The front-end's clients now: forget any other of its clients (one whose disconnect
         was lost with a learner that died would hold the barrier for ever)."""
-        await self._turn(frontend, seq)
-        live = set(client_ids)
-        gone = [client_id for client_id, client in self._clients.items() if client.frontend == frontend and client_id not in live]
-        for client_id in gone:
-            self.service.disconnect(self._clients.pop(client_id))
-        if gone:
-            log.warning("front-end %d: forgot clients %s, gone from it without a word to the learner", frontend, gone)
-        self._turn_done(frontend, seq)
+        async with self._in_order(call):
+            live = set(client_ids)
+            gone = [cid for cid, client in self._clients.items() if client.frontend == call.frontend and cid not in live]
+            for client_id in gone:
+                self.service.disconnect(self._clients.pop(client_id))
+            if gone:
+                log.warning("front-end %d: forgot clients %s, gone from it without a word to the learner", call.frontend, gone)
 
     async def disconnect_frontend(self, frontend: int) -> int:
         """Forget every client of a front-end that died (their pending data stays) and its
-        call numbers: its next life numbers from 0 again."""
+        numbering: calls of its past life run at once, its next life says hello."""
         await self._ready()
         gone = [client_id for client_id, client in self._clients.items() if client.frontend == frontend]
         for client_id in gone:
             self.service.disconnect(self._clients.pop(client_id))
+        self._epochs.pop(frontend, None)
         self._next_call.pop(frontend, None)
-        for key in [key for key in self._turns if key[0] == frontend]:
-            self._turns.pop(key).set()  # calls of the dead life still waiting: let them through
+        self._release(frontend)
         return len(gone)
 
     # -- Versions and status -------------------------------------------------------------
@@ -224,6 +241,7 @@ class LearnerActor:
             sac_configs={m.module_id: service.module_sac_config(m.module_id) for m in modules},
             force_on_policy=service.force_on_policy,
             device=str(service.device),
+            incarnation=self.incarnation,
         )
 
 

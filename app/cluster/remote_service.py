@@ -23,11 +23,12 @@ from typing import Any
 
 import ray
 
+from app.cluster.calls import Call
 from app.config import PPOConfig, SACConfig, Settings
+from app.onnx_names import OUTPUT_NAME
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.metrics import TrainingMetrics
-from app.onnx_names import OUTPUT_NAME
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
 from app.training.registry import ClientInfo
 
@@ -48,7 +49,9 @@ class RemoteTrainingService:
         self._learner = learner
         self._ids = itertools.count(frontend * CLIENT_IDS_PER_FRONTEND + 1)
         self._here: dict[int, ClientInfo] = {}
+        self._epoch = 0  # the numbering of this front-end's calls (a new one per hello)
         self._calls = itertools.count()
+        self._incarnation: str | None = None  # the learner's life this front-end said hello to
         self._outbox: list[tuple[ClientInfo, list[EpisodeChunk], bool]] = []
         self._flush_scheduled = False
         self._states: OrderedDict[int, PolicySetState] = OrderedDict()
@@ -64,7 +67,7 @@ class RemoteTrainingService:
     async def start(self) -> None:
         """Say hello (this front-end's calls number from 0), fetch the current version and
         status, then follow both."""
-        await self._learner.hello.remote(self.frontend)
+        await self._say_hello()
         await self._fetch_state(-1)
         await self._refresh_status()
         loop = asyncio.get_running_loop()
@@ -102,7 +105,7 @@ class RemoteTrainingService:
     async def _poll_status(self) -> None:
         while True:
             await asyncio.sleep(STATUS_INTERVAL_S)
-            self._learner.keep_only.remote(*self._call(), list(self._here))  # no ghosts after a learner restart
+            self._learner.keep_only.remote(self._call(), list(self._here))  # no ghosts after a learner restart
             try:
                 await self._refresh_status()
             except asyncio.CancelledError:
@@ -110,10 +113,19 @@ class RemoteTrainingService:
             except Exception as exc:
                 log.warning("front-end %d: no status from the learner (%s)", self.frontend, type(exc).__name__)
 
+    async def _say_hello(self) -> None:
+        """Number this front-end's calls from 0 in a new numbering, with the learner's consent."""
+        self._epoch += 1
+        self._calls = itertools.count()
+        self._incarnation = await self._learner.hello.remote(self.frontend, self._epoch)
+
     async def _refresh_status(self) -> None:
         self._status = await self._learner.status.remote()
         self.metrics = self._status.metrics
         self.leagues = self._status.leagues
+        if self._status.incarnation != self._incarnation:  # the learner restarted: which calls ran is unknown
+            log.warning("front-end %d: the learner restarted; numbering calls afresh", self.frontend)
+            await self._say_hello()
 
     def add_step_listener(self, listener: Callable[[], None]) -> None:
         """Called on this front-end's event loop when a new version has arrived."""
@@ -121,25 +133,25 @@ class RemoteTrainingService:
 
     # -- Clients and experience ----------------------------------------------------------
 
-    def _call(self) -> tuple[int, int]:
-        """This front-end and the number of its next call: the learner runs them in this order."""
-        return self.frontend, next(self._calls)
+    def _call(self) -> Call:
+        """This front-end's next call: the learner runs them in this order."""
+        return Call(self.frontend, self._epoch, next(self._calls))
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
         client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, frontend=self.frontend)
         self._here[client.id] = client
-        self._learner.connect.remote(*self._call(), client)
+        self._learner.connect.remote(self._call(), client)
         return client
 
     def disconnect(self, client: ClientInfo) -> None:
         self._here.pop(client.id, None)
         self._send_outbox()  # its last chunks first
-        self._learner.disconnect.remote(*self._call(), client.id)
+        self._learner.disconnect.remote(self._call(), client.id)
 
     def start_sampling(self, client: ClientInfo) -> None:
         client.sampling = True
         self._send_outbox()
-        self._learner.start_sampling.remote(*self._call(), client)
+        self._learner.start_sampling.remote(self._call(), client)
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
@@ -154,7 +166,7 @@ class RemoteTrainingService:
         self._flush_scheduled = False
         if self._outbox:
             batch, self._outbox = self._outbox, []
-            self._learner.ingest.remote(*self._call(), batch)
+            self._learner.ingest.remote(self._call(), batch)
 
     def must_wait(self) -> bool:
         return self._status is None or self._status.must_wait
@@ -166,7 +178,7 @@ class RemoteTrainingService:
         self._send_outbox()
         while True:
             try:
-                version = await self._learner.wait_for_training.remote(*self._call(), client)
+                version = await self._learner.wait_for_training.remote(self._call(), client)
                 break
             except ray.exceptions.RayActorError:
                 log.warning("front-end %d: the learner died while client #%d waited; waiting for it", self.frontend, client.id)
@@ -180,7 +192,7 @@ class RemoteTrainingService:
 
     def note_state_sent(self, client: ClientInfo, state: PolicySetState) -> None:
         client.last_weights_seq_no_sent = state.weights_seq_no
-        self._learner.note_state_sent.remote(*self._call(), client, state.weights_seq_no)
+        self._learner.note_state_sent.remote(self._call(), client, state.weights_seq_no)
 
     def kept_state(self, weights_seq_no: int) -> PolicySetState | None:
         return self._states.get(weights_seq_no)
