@@ -188,24 +188,36 @@ def test_patch_of_ppo_or_sac_changes_the_modules_that_train_with_it(tmp_path):
     assert config["pend"]["sac"]["gamma"] == 0.95
 
 
-def test_a_restart_keeps_the_self_play_league_its_ratings_and_snapshots(tmp_path):
-    settings = multi_settings(tmp_path, policies={"duel": DUEL}, mapping={"duel_a": "duel", "duel_b": "duel_opponent"})
+DUEL_ONLY = {"policies": {"duel": DUEL}, "mapping": {"duel_a": "duel", "duel_b": "duel_opponent"}}
 
-    def league_now(gateway) -> tuple[dict, bytes]:
-        duel = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}["duel"]["self_play"]
-        return duel, gateway.service.current_state().modules["duel_opponent"].onnx_bytes
 
-    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
-        version = 0
-        for game in range(6):  # a training step per game; the learner (duel_a) wins all but the first
+def play_duel_games(gateway, games: int) -> None:
+    """A training step per game; the learner (duel_a) loses the first and wins the rest."""
+    with TcpPeer.connect(gateway) as peer:
+        peer.send(frame({"type": "GET_STATE"}))
+        version = peer.receive()["weights_seq_no"]
+        for game in range(games):
             outcome = "loss" if game == 0 else "win"
             game_chunks = [duel_chunk(agent_id="duel_a", episode_id=f"g{game}", weights_seq_no=version, outcome=outcome)]
             peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": game_chunks}))
             reply = peer.receive()
             assert reply["type"] == "SET_STATE", reply
             version = reply["weights_seq_no"]
+
+
+def league_now(gateway) -> tuple[dict, bytes]:
+    """/api/policies' self_play of the duel module, and the ONNX its opponent plays now."""
+    duel = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}["duel"]["self_play"]
+    return duel, gateway.service.current_state().modules["duel_opponent"].onnx_bytes
+
+
+def test_a_restart_keeps_the_self_play_league_its_ratings_and_snapshots(tmp_path):
+    settings = multi_settings(tmp_path, **DUEL_ONLY)
+    with running_gateway(settings) as gateway:
+        play_duel_games(gateway, 6)
         before, opponent_before = league_now(gateway)
-    files = sorted(path.name for path in (tmp_path / "checkpoints" / "duel" / "league").iterdir())
+    league_dir = tmp_path / "checkpoints" / "duel" / "league"
+    files = sorted(path.name for path in league_dir.iterdir())
 
     with running_gateway(settings) as gateway:
         after, opponent_after = league_now(gateway)
@@ -214,8 +226,35 @@ def test_a_restart_keeps_the_self_play_league_its_ratings_and_snapshots(tmp_path
     assert files == ["4.onnx", "5.onnx", "6.onnx", "league.json"]  # older snapshots' files are gone
     assert {k: after[k] for k in ("elo", "rated_games", "snapshots")} == {k: before[k] for k in ("elo", "rated_games", "snapshots")}
     # The opponent of the restarted version is one of the restored snapshots, byte for byte.
-    snapshot_bytes = {(tmp_path / "checkpoints" / "duel" / "league" / name).read_bytes() for name in files if name.endswith(".onnx")}
+    snapshot_bytes = {(league_dir / name).read_bytes() for name in files if name.endswith(".onnx")}
     assert opponent_after in snapshot_bytes and opponent_before in snapshot_bytes
+
+
+@pytest.mark.parametrize("change", ["another input name", "a damaged league", "the policy started afresh"])
+def test_a_league_that_no_longer_fits_starts_again_without_its_old_files(tmp_path, change, caplog):
+    with running_gateway(multi_settings(tmp_path, **DUEL_ONLY)) as gateway:
+        play_duel_games(gateway, 3)
+    module_dir = tmp_path / "checkpoints" / "duel"
+    overrides = {}
+    if change == "another input name":
+        overrides["onnx_input_name"] = "observations"
+    elif change == "a damaged league":
+        (module_dir / "league" / "3.onnx").write_bytes(b"cut sho")
+    else:
+        (module_dir / "policy.pt").unlink()  # as the gateway advises to start afresh
+        overrides["seed"] = 1  # other weights: the old run's snapshot files of the same versions differ
+    with caplog.at_level(logging.INFO, logger="app.training"), running_gateway(multi_settings(tmp_path, **DUEL_ONLY, **overrides)) as gateway:
+        league, opponent = league_now(gateway)
+        play_duel_games(gateway, 1)
+        files = sorted(path.name for path in (module_dir / "league").iterdir())
+        latest = gateway.service.current_state().modules["duel"].onnx_bytes
+    assert (league["elo"], league["rated_games"]) == (1200.0, 0), league
+    version = 0 if change == "the policy started afresh" else 3  # a restored learner keeps its version
+    assert [s["weights_seq_no"] for s in league["snapshots"]] == [version]
+    assert files == [f"{version}.onnx", f"{version + 1}.onnx", "league.json"]
+    assert (module_dir / "league" / f"{version + 1}.onnx").read_bytes() == latest  # this run's, not an old file of that name
+    if change != "the policy started afresh":
+        assert "not restored, it starts again" in caplog.text
 
 
 def test_settings_refuse_a_mapping_onto_no_module_and_bad_module_ids(tmp_path):

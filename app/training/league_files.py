@@ -1,17 +1,26 @@
 """A self-play module's league on disk, beside its checkpoint: `league/league.json` (the
 ratings, and which versions are snapshots) and one `league/<weights_seq_no>.onnx` per
-snapshot, written once; files of snapshots that left the window are removed."""
+snapshot, written once; files of snapshots that left the window are removed. A league
+made for another model interface (spaces, input names: `--action-masking` changed, say)
+or damaged is not restored: the league starts again, with its folder emptied."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import onnx
 import orjson
 
 from app.training.checkpoints import remove_orphaned_temporaries, write_atomically
 
 LEAGUE_DIR = "league"
 RATINGS_FILE = "league.json"
+INTERFACE_PROPS = ("observation_space", "action_space", "input_names", "output_names")
+
+
+class LeagueUnusable(Exception):
+    """The saved league cannot be restored (the message says why)."""
 
 
 def save_league(module_dir: Path, ratings: dict, snapshots: dict[int, bytes]) -> None:
@@ -27,12 +36,35 @@ def save_league(module_dir: Path, ratings: dict, snapshots: dict[int, bytes]) ->
             path.unlink(missing_ok=True)
 
 
-def load_league(module_dir: Path) -> tuple[dict, dict[int, bytes]] | None:
-    """The ratings and the snapshots' ONNX by version, or None if no league was saved."""
+def load_league(module_dir: Path, current_model: bytes) -> tuple[dict, dict[int, bytes]] | None:
+    """The ratings and the snapshots' ONNX by version, or None if no league was saved.
+    Raises LeagueUnusable if it is damaged or its snapshots' interface is not `current_model`'s."""
     directory = module_dir / LEAGUE_DIR
     if not (directory / RATINGS_FILE).exists():
         return None
     remove_orphaned_temporaries(directory)
-    ratings = orjson.loads((directory / RATINGS_FILE).read_bytes())
-    versions = [snapshot["weights_seq_no"] for snapshot in ratings["snapshots"]]
-    return ratings, {version: (directory / f"{version}.onnx").read_bytes() for version in versions}
+    expected = interface(current_model)
+    try:
+        ratings = orjson.loads((directory / RATINGS_FILE).read_bytes())
+        versions = [int(snapshot["weights_seq_no"]) for snapshot in ratings["snapshots"]]
+        snapshots = {version: (directory / f"{version}.onnx").read_bytes() for version in versions}
+        for version, onnx_bytes in snapshots.items():
+            if (found := interface(onnx_bytes)) != expected:
+                differ = ", ".join(k for k in INTERFACE_PROPS if found.get(k) != expected.get(k))
+                raise LeagueUnusable(f"snapshot {version} was made with another {differ}")
+    except LeagueUnusable:
+        raise
+    except Exception as exc:  # a missing or cut file, bad JSON, an ONNX that does not parse
+        raise LeagueUnusable(f"{directory} is damaged ({type(exc).__name__}: {exc})") from None
+    return ratings, snapshots
+
+
+def clear_league(module_dir: Path) -> None:
+    """Empty the module's league folder (a fresh league must not pick up old snapshot files)."""
+    shutil.rmtree(module_dir / LEAGUE_DIR, ignore_errors=True)
+
+
+def interface(onnx_bytes: bytes) -> dict[str, str]:
+    """What a client feeding the model relies on: spaces and input and output names."""
+    props = {prop.key: prop.value for prop in onnx.load_from_string(onnx_bytes).metadata_props}
+    return {key: props.get(key, "") for key in INTERFACE_PROPS}

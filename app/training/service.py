@@ -31,7 +31,7 @@ from app.onnx_names import OUTPUT_NAME
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
-from app.training.league_files import load_league, save_league
+from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.device import resolve_device
 from app.training.learner import Learner
 from app.training.metrics import TrainingMetrics
@@ -138,10 +138,10 @@ class TrainingService:
         if refused:
             raise CheckpointMismatch(f"checkpoints in {directory}: {summary}; refused " + "; ".join(refused))
         logger.info("checkpoints in %s: %s", directory, summary)
-        for module_id in sorted(restored.keys() & self.leagues.keys()):
-            self._restore_league(module_id, await self._in_learner_thread(load_league, self.settings.checkpoint_dir / module_id))
         for module_id, learner in self._learners.items():
             self._exports[module_id] = await self._in_learner_thread(learner.export)
+        for module_id in self.leagues:
+            await self._restore_league(module_id, restored=module_id in restored)
         self._publish(max(restored.values(), default=0))
 
     async def stop(self) -> None:
@@ -152,10 +152,18 @@ class TrainingService:
         await self._save_leagues()
         self._executor.shutdown(wait=True)
 
-    def _restore_league(self, module_id: str, saved: tuple[dict, dict[int, bytes]] | None) -> None:
-        """A restored self-play module's ratings and snapshots, if they were saved."""
+    async def _restore_league(self, module_id: str, restored: bool) -> None:
+        """A restored self-play module's ratings and snapshots, if they were saved and fit its
+        model; else its league starts again (its folder emptied)."""
+        module_dir = self.settings.checkpoint_dir / module_id
+        saved = None
+        if restored:
+            try:
+                saved = await self._in_learner_thread(load_league, module_dir, self._exports[module_id].onnx_bytes)
+            except LeagueUnusable as exc:
+                logger.warning("self-play league of %s not restored, it starts again: %s", module_id, exc)
         if saved is None:
-            logger.info("self-play league of %s: none saved, its snapshots start again", module_id)
+            await self._in_learner_thread(clear_league, module_dir)
             return
         league = self.leagues[module_id]
         league.restore(*saved)
@@ -164,10 +172,14 @@ class TrainingService:
                     module_id, league.elo, league.rated_games, versions)
 
     async def _save_leagues(self) -> None:
-        """Every self-play module's ratings and snapshots, beside its checkpoint (in the learner thread)."""
+        """Every self-play module's ratings and snapshots, beside its checkpoint (in the learner
+        thread); a failure is logged, and the next training step tries again."""
         for module_id, league in self.leagues.items():  # taken here, on the event loop that changes them
             ratings, snapshots = league.ratings(), league.snapshot_files()
-            await self._in_learner_thread(save_league, self.settings.checkpoint_dir / module_id, ratings, snapshots)
+            try:
+                await self._in_learner_thread(save_league, self.settings.checkpoint_dir / module_id, ratings, snapshots)
+            except OSError as exc:
+                logger.warning("self-play league of %s not saved: %s", module_id, exc)
 
     async def _in_learner_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -355,7 +367,6 @@ class TrainingService:
         for module_id, (state, _) in results.items():
             self._exports[module_id] = state
         self._publish(version)
-        await self._save_leagues()  # a new snapshot, and the ratings so far
         trained = {m: (sum(c.num_steps for c in by_module[m]), stats) for m, (_, stats) in results.items()}
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         for listener in self._step_listeners:
@@ -378,6 +389,7 @@ class TrainingService:
                 rating,
                 " ".join(f"{name} {value:.4g}" for name, value in stats.items()),
             )
+        await self._save_leagues()  # a new snapshot, and the ratings so far (after clients heard of the version)
 
     def _train_modules(
         self, by_module: dict[str, list[EpisodeChunk]], version: int
