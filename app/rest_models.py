@@ -255,7 +255,7 @@ class PPOConfigPatch(_HyperparameterPatch):
     vf_coef: float | None = Field(None, ge=0, le=10)
     max_grad_norm: float | None = Field(None, gt=0)
     update_epochs: int | None = Field(None, ge=1, le=100)
-    minibatch_size: int | None = Field(None, ge=1)
+    minibatch_size: int | None = Field(None, ge=1, le=1_000_000)
     gamma: float | None = Field(None, gt=0, le=1)
     gae_lambda: float | None = Field(None, ge=0, le=1)
     target_kl: float | None = Field(None, gt=0)
@@ -263,18 +263,19 @@ class PPOConfigPatch(_HyperparameterPatch):
 
 class SACConfigPatch(_HyperparameterPatch):
     """SAC hyperparameters that are safe to change while training; omit what stays (the
-    network sizes, the buffer's size, alpha and autotune are set at start-up)."""
+    network sizes, the buffer's size, alpha and autotune are set at start-up). Bounded so a
+    typo cannot make one gradient step allocate gigabytes or one version take hours."""
 
     q_lr: float | None = Field(None, gt=0, le=1)
     policy_lr: float | None = Field(None, gt=0, le=1)
     gamma: float | None = Field(None, gt=0, le=1)
     tau: float | None = Field(None, gt=0, le=1)
-    batch_size: int | None = Field(None, ge=1)
-    learning_starts: int | None = Field(None, ge=1)
+    batch_size: int | None = Field(None, ge=1, le=65_536)
+    learning_starts: int | None = Field(None, ge=1, le=100_000_000)
     utd_ratio: float | None = Field(None, gt=0, le=64)
-    updates_per_version: int | None = Field(None, ge=1)
-    policy_frequency: int | None = Field(None, ge=1)
-    target_network_frequency: int | None = Field(None, ge=1)
+    updates_per_version: int | None = Field(None, ge=1, le=100_000)
+    policy_frequency: int | None = Field(None, ge=1, le=1_000)
+    target_network_frequency: int | None = Field(None, ge=1, le=1_000_000)
 
 
 class PolicyPatch(BaseModel):

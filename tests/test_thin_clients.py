@@ -146,6 +146,8 @@ BAD_REQUESTS = [
     ({"type": "LOG_RETURNS", "episode_id": "{fresh}", "reward": 1.0}, "invalid_message", "no action yet"),
     ({"type": "LOG_RETURNS", "episode_id": "{open}", "reward": "much"}, "invalid_message", "reward must be a number"),
     ({"type": "GET_ACTION", "batch": [{"episode_id": "{open}", "obs": OBS}] * 2}, "invalid_message", "more than once"),
+    ({"type": "GET_ACTION", "batch": [{"episode_id": "{open}", "obs": OBS}, {"episode_id": "{fresh}", "obs": [1.0]}]},
+     "invalid_message", "batch[1].obs must have shape [4]"),
     ({"type": "GET_ACTION", "batch": [{"episode_id": "{open}", "obs": OBS}] * 9}, "invalid_message", "the limit is 8"),
     ({"type": "GET_ACTION", "episode_id": "{open}"}, "invalid_message", "give episode_id and obs"),
     ({"type": "LOG_ACTION", "episode_id": "{open}", "obs": OBS, "action": 5}, "invalid_message", "integer in 0..1"),
@@ -168,7 +170,7 @@ def test_bad_thin_client_input_gets_a_clear_error_and_the_connection_stays_usabl
         assert peer.receive()["type"] == "ACTION"
         message = {key: (value.format(**ids) if isinstance(value, str) else value) for key, value in request_.items()}
         if "batch" in message:
-            message["batch"] = [{**item, "episode_id": ids["open"]} for item in message["batch"]]
+            message["batch"] = [{**item, "episode_id": item["episode_id"].format(**ids)} for item in message["batch"]]
         peer.send(frame(message) + frame({"type": "PING"}))
         error, pong = peer.receive_many(2)
         assert error["type"] == "ERROR" and error["code"] == code and problem in error["message"], error

@@ -125,8 +125,9 @@ class ServingService:
         if len({item.episode_id for item in items}) < len(items):
             raise _refuse("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
         for i, (item, episode) in enumerate(zip(items, episodes)):
-            self._check_obs(episode, item.obs)
-            self._check_mask(episode.module, item.action_mask, "action_mask" if request.batch is None else f"batch[{i}].action_mask")
+            field = "" if request.batch is None else f"batch[{i}]."
+            self._check_obs(episode, item.obs, f"{field}obs")
+            self._check_mask(episode.module, item.action_mask, f"{field}action_mask")
         # One batcher request per module in the message (a batch may mix modules).
         by_module: dict[str, list[int]] = {}
         for i, episode in enumerate(episodes):
@@ -214,14 +215,14 @@ class ServingService:
         return episode
 
     @staticmethod
-    def _check_obs(episode: ServedEpisode, obs: np.ndarray) -> None:
+    def _check_obs(episode: ServedEpisode, obs: np.ndarray, what: str = "obs") -> None:
         space = episode.module.observation_space
         if obs.shape != space.shape:
             raise _refuse(
-                f"obs must have shape {list(space.shape)} for module {episode.module.module_id!r}, got {list(obs.shape)}"
+                f"{what} must have shape {list(space.shape)} for module {episode.module.module_id!r}, got {list(obs.shape)}"
             )
         try:
-            check_image_values(obs[None], space, "obs", f" (module {episode.module.module_id!r})")
+            check_image_values(obs[None], space, what, f" (module {episode.module.module_id!r})")
         except ValueError as exc:
             raise _refuse(str(exc)) from None
 
