@@ -1,9 +1,9 @@
 """Multi-agent: ingest of multi-agent messages vs single-agent ones, and learning with 1, 8, 64 agents.
 
-    python bench/multi_agent.py [--seconds 3] [--seeds 0 1 2] [--scenes 1 8 64] [--quick] [--profile]
+    python bench/multi_agent.py [--seconds 3] [--seeds 0 1 2] [--scenes 1 8 64] [--defaults] [--quick] [--profile]
 
 Every gateway runs with two flags only the multi-agent path needs (the rest is its
-embedded defaults): one module, `cart` (CartPole's spaces), which every agent `cart_*`
+embedded defaults, but for the learning runs' settings below): one module, `cart` (CartPole's spaces), which every agent `cart_*`
 plays (parameter sharing):
 
     --policies '{"cart": {"observation_space": {"type": "box", "shape": [4]},
@@ -36,7 +36,10 @@ plays (parameter sharing):
    module, with scenes cartpole:1, cartpole:8 and cartpole:64 (agents cart_0..cart_N-1,
    each on its own CartPole-v1, app.clients.multi_agent.make_scene), the reference
    multi-agent client (`run_scene`) over TCP in this process, a fresh gateway
-   (`--seed N`) per run. Seconds from the client's GET_CONFIG to the reply that completes
+   (`--seed N`) per run, with the README's settings for many agents sharing a policy
+   (`scene_flags`: about 64 steps per agent per request, minibatches of 1,024 from 4,096
+   steps; `--defaults` runs every scene on the embedded defaults instead). Seconds from
+   the client's GET_CONFIG to the reply that completes
    the run (gateway start excluded), agent steps, scene steps, training steps; the median
    over the seeds (a seed that misses counts as its whole budget).
 
@@ -265,11 +268,22 @@ def _ratio(a: float, b: float) -> float:
 # -- Learning ---------------------------------------------------------------------------
 
 
+def scene_flags(agents: int) -> tuple[str, ...]:
+    """The README's settings for `agents` sharing a policy in one scene: a request of about
+    64 steps per agent (the barrier trains on every request of a lone client), and larger
+    minibatches once that is 4,096 steps or more; one agent: the defaults."""
+    steps = 64 * agents
+    if steps <= ENV_STEPS_PER_SAMPLE:
+        return ()
+    return ("--env-steps-per-sample", str(steps), *(("--ppo.minibatch-size", "1024") if steps >= 4096 else ()))
+
+
 def learn_once(agents: int, seed: int, args) -> dict:
     from app.clients.multi_agent import make_scene, run_scene
     from app.clients.rllink_client import RLlinkClient
 
-    with running_gateway(*POLICY_FLAGS, "--seed", str(seed)) as gateway:
+    flags = () if args.defaults else scene_flags(agents)
+    with running_gateway(*POLICY_FLAGS, "--seed", str(seed), *flags) as gateway:
         with RLlinkClient("tcp", HOST, gateway.tcp_port, timeout=120) as client:
             result = run_scene(
                 client, make_scene(f"cartpole:{agents}"), target_return=args.target_return,
@@ -279,6 +293,7 @@ def learn_once(agents: int, seed: int, args) -> dict:
     return {
         "agents": agents,
         "seed": seed,
+        "flags": list(flags),
         "reached": result.reached_target,
         "seconds": round(result.seconds, 2),
         "agent_steps": result.agent_steps,
@@ -353,6 +368,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--scenes", type=int, nargs="+", default=[1, 8, 64], help="agents per learning run")
     parser.add_argument("--target-return", type=float, default=450.0)
+    parser.add_argument("--defaults", action="store_true", help="learning: every scene on the embedded defaults")
     parser.add_argument("--max-agent-steps", type=int, default=400_000, help="learning: give up on a run after this many")
     parser.add_argument("--max-seconds", type=float, default=300.0, help="learning: give up on a run after this long")
     parser.add_argument("--parts", nargs="+", choices=["ingest", "learn"], default=["ingest", "learn"])
