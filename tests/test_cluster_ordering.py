@@ -97,3 +97,16 @@ def test_a_client_the_front_end_no_longer_has_is_forgotten_by_the_learner(tmp_pa
     before, after = asyncio.run(scenario())
     assert before == [1, 2, 10**9 + 1]
     assert after == [2, 10**9 + 1]
+
+
+def test_each_life_of_a_front_end_gets_its_own_number_for_its_client_ids(tmp_path: Path) -> None:
+    async def scenario() -> list[int]:
+        actor = LearnerActor(gateway_settings(tmp_path))
+        lives = []
+        for frontend, epoch in ((0, 1), (0, 2), (1, 1), (0, 1)):  # front-end 0: a new numbering, then a new actor
+            _, life = await actor.hello(frontend, epoch)
+            lives.append(life)
+        await actor.stop()
+        return lives
+
+    assert asyncio.run(scenario()) == [1, 1, 1, 2]

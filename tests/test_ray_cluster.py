@@ -137,6 +137,13 @@ def test_a_front_end_that_dies_is_restarted_and_costs_the_other_front_ends_clien
     old_port = cluster.addresses[1]["tcp_port"]
     ray.kill(cluster.frontends[1], no_restart=False)
     wait_until(lambda: cluster.addresses[1]["tcp_port"] != old_port, 120, "front-end 1 to serve again")
+    # Its second life numbers its clients in a block of its own (a dead life's ids are never reused).
+    second_life = range(10**9 + 10**6 + 1, 10**9 + 2 * 10**6)
+    wait_until(
+        lambda: any(c["frontend"] == 1 and c["id"] in second_life for c in httpx.get(
+            f"http://127.0.0.1:{cluster.addresses[0]['http_port']}/api/clients", timeout=10).json()),
+        60, "the reconnected client, numbered by front-end 1's second life",
+    )
     for thread in threads:
         thread.join(timeout=280)
     for index in (0, 1):

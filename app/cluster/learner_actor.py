@@ -69,6 +69,7 @@ class LearnerActor:
         self._state_refs: dict[int, ray.ObjectRef] = {}
         self.incarnation = uuid.uuid4().hex  # new when Ray restarts the actor: front-ends then say hello again
         self._epochs: dict[int, int] = {}  # front-end -> the numbering of its calls (from its last hello)
+        self._lives: dict[int, int] = {}  # front-end -> its lives (actors) this learner has seen
         self._next_call: dict[int, int] = {}  # front-end -> the number of its next call to run
         self._turns: dict[tuple[int, int], asyncio.Event] = {}  # (front-end, number) -> its go-ahead
 
@@ -115,13 +116,17 @@ class LearnerActor:
     # (sent before a restart of the learner or of the front-end: which of them ran is not
     # known) run at once; a front-end says hello again when it sees the learner restarted.
 
-    async def hello(self, frontend: int, epoch: int) -> str:
-        """A front-end (re)starting its numbering `epoch` at 0; this learner's incarnation."""
+    async def hello(self, frontend: int, epoch: int) -> tuple[str, int]:
+        """A front-end (re)starting its numbering `epoch` at 0. Returns this learner's
+        incarnation and the front-end's life (counted at each epoch 1: a new actor), from
+        which it numbers its clients, so that a new life's ids are not a dead life's."""
         await self._ready()
         self._release(frontend)
         self._epochs[frontend] = epoch
         self._next_call[frontend] = 0
-        return self.incarnation
+        if epoch == 1:
+            self._lives[frontend] = self._lives.get(frontend, 0) + 1
+        return self.incarnation, self._lives.get(frontend, 1)
 
     def _release(self, frontend: int) -> None:
         """Let every call of the front-end that waits for its turn go ahead (its numbering is over)."""

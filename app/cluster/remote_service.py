@@ -2,7 +2,8 @@
 
 It answers what the transports and the REST API ask the service (connect, ingest, wait
 for training, the current version, metrics) so that a front-end is an ordinary gateway:
-- clients are numbered here (front-end i numbers from i * 10**9 + 1) and announced;
+- clients are numbered here (front-end i in life l, as the learner counts its lives, from
+  i * 10**9 + (l - 1) % 1000 * 10**6 + 1) and announced;
 - experience is queued and sent in one call per turn of the event loop (several clients'
   chunks together); every call is numbered, and the learner runs them in that order, so a
   wait for training comes after the experience it waits for;
@@ -18,7 +19,7 @@ import asyncio
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ray
@@ -37,6 +38,7 @@ log = logging.getLogger("app.cluster")
 STATUS_INTERVAL_S = 0.5
 LEARNER_RETRY_S = 0.5  # between tries to reach a learner that is restarting
 CLIENT_IDS_PER_FRONTEND = 10**9
+CLIENT_IDS_PER_LIFE = 10**6  # a front-end's lives number their clients in blocks of their own
 
 
 class RemoteTrainingService:
@@ -47,7 +49,7 @@ class RemoteTrainingService:
         self.policies = PolicySet.from_settings(settings)
         self.frontend = frontend
         self._learner = learner
-        self._ids = itertools.count(frontend * CLIENT_IDS_PER_FRONTEND + 1)
+        self._ids: Iterator[int] | None = None  # from the life the learner gives at the first hello
         self._here: dict[int, ClientInfo] = {}
         self._epoch = 0  # the numbering of this front-end's calls (a new one per hello)
         self._calls = itertools.count()
@@ -117,7 +119,10 @@ class RemoteTrainingService:
         """Number this front-end's calls from 0 in a new numbering, with the learner's consent."""
         self._epoch += 1
         self._calls = itertools.count()
-        self._incarnation = await self._learner.hello.remote(self.frontend, self._epoch)
+        self._incarnation, life = await self._learner.hello.remote(self.frontend, self._epoch)
+        if self._ids is None:
+            first = self.frontend * CLIENT_IDS_PER_FRONTEND + (life - 1) % (CLIENT_IDS_PER_FRONTEND // CLIENT_IDS_PER_LIFE) * CLIENT_IDS_PER_LIFE
+            self._ids = itertools.count(first + 1)
 
     async def _refresh_status(self) -> None:
         self._status = await self._learner.status.remote()
