@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 from app.action_dists import actions_logp, sample_actions
 from app.policies import Module
-from app.spaces import ActionSpace, BoxSpace, MultiDiscreteSpace, num_logits
+from app.spaces import ActionSpace, BoxSpace, MultiDiscreteSpace
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState
 
@@ -87,19 +87,12 @@ class ActionBatcher:
     async def act(self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None) -> Actions:
         """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
         model: sampled, or the most likely one (the mean) where `explore` [n] is False;
-        never one `mask` [n, k] forbids (a module with action_masking: all allowed if None)."""
-        return await self._queue(module, obs, explore, self._mask(module, mask, len(obs)), None)
+        never one `mask` [n, k] forbids (given for a module with action_masking, else None)."""
+        return await self._queue(module, obs, explore, mask, None)
 
     async def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None) -> Actions:
         """The log-probs of actions the client chose itself, under the current model."""
-        return await self._queue(module, obs, np.zeros(len(obs), bool), self._mask(module, mask, len(obs)), actions)
-
-    @staticmethod
-    def _mask(module: Module, mask: np.ndarray | None, rows: int) -> np.ndarray | None:
-        """The masks the module's model takes: as given, or all allowed; None if it takes none."""
-        if not module.action_masking:
-            return None
-        return np.ones((rows, num_logits(module.action_space)), np.float32) if mask is None else mask
+        return await self._queue(module, obs, np.zeros(len(obs), bool), mask, actions)
 
     async def _queue(
         self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None

@@ -38,11 +38,11 @@ def mlp(in_dim: int, hidden_sizes: tuple[int, ...], out_dim: int, out_std: float
     return nn.Sequential(*layers)
 
 
-
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """The logits with the forbidden ones (mask 0) pushed to about -MASK_PENALTY, as the ONNX
     does (applied twice, it changes nothing more: those probabilities are 0 already)."""
     return logits if mask is None else logits + (mask - 1) * MASK_PENALTY
+
 
 class RunningNormalizer(nn.Module):
     """(x - mean) / std with a running mean and variance of every x seen (Welford's

@@ -85,6 +85,7 @@ class TrainingService:
             if module.self_play is not None
         }
         self._exports: dict[str, PolicyState] = {}  # each learner's latest export
+        self._saved_ratings: dict[str, dict] = {}  # each league's ratings as last written (League.ratings)
         self._step_listeners: list[Callable[[], None]] = []
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
         self._registry = ClientRegistry()
@@ -176,10 +177,14 @@ class TrainingService:
         thread); a failure is logged, and the next training step tries again."""
         for module_id, league in self.leagues.items():  # taken here, on the event loop that changes them
             ratings, snapshots = league.ratings(), league.snapshot_files()
+            if ratings == self._saved_ratings.get(module_id):  # no new game, no new snapshot: on disk already
+                continue
             try:
                 await self._in_learner_thread(save_league, self.settings.checkpoint_dir / module_id, ratings, snapshots)
             except OSError as exc:
                 logger.warning("self-play league of %s not saved: %s", module_id, exc)
+            else:
+                self._saved_ratings[module_id] = ratings
 
     async def _in_learner_thread(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
