@@ -37,8 +37,8 @@ plays (parameter sharing):
    each on its own CartPole-v1, app.clients.multi_agent.make_scene), the reference
    multi-agent client (`run_scene`) over TCP in this process, a fresh gateway
    (`--seed N`) per run, with the README's settings for many agents sharing a policy
-   (`scene_flags`: about 64 steps per agent per request, minibatches of 1,024 from 4,096
-   steps; `--defaults` runs every scene on the embedded defaults instead). Seconds from
+   (`scene_flags`: about 48 steps per agent per request; from 2,048 steps a request, 4
+   epochs of minibatches of 512 at a learning rate of 5e-3; `--defaults` runs every scene on the embedded defaults instead). Seconds from
    the client's GET_CONFIG to the reply that completes
    the run (gateway start excluded), agent steps, scene steps, training steps; the median
    over the seeds (a seed that misses counts as its whole budget).
@@ -88,6 +88,7 @@ CARTPOLE_SPACES = {"observation_space": {"type": "box", "shape": [4]}, "action_s
 POLICY_FLAGS = ("--policies", json.dumps({MODULE_ID: CARTPOLE_SPACES}), "--policy-mapping", json.dumps({"cart_*": MODULE_ID}))
 PAUSED_FLAGS = ("--train-batch-size", str(10**12), "--barrier-timeout-s", str(10**9))
 ENV_STEPS_PER_SAMPLE = 500  # the gateway's default, what the client sends per message
+STEPS_PER_AGENT = 48  # per request, in the README's settings for many agents sharing a policy
 DISTINCT_MESSAGES = 8
 STEPS_PER_BATCH = 8_000  # agent steps per PING: bench/ingest.py's 16 x 500
 TARGET_INGEST_RATIO = 1.5
@@ -270,12 +271,14 @@ def _ratio(a: float, b: float) -> float:
 
 def scene_flags(agents: int) -> tuple[str, ...]:
     """The README's settings for `agents` sharing a policy in one scene: a request of about
-    64 steps per agent (the barrier trains on every request of a lone client), and larger
-    minibatches once that is 4,096 steps or more; one agent: the defaults."""
-    steps = 64 * agents
+    48 steps per agent (the barrier trains on every request of a lone client) and, from
+    2,048 steps a request on, fewer passes over larger minibatches at a higher learning
+    rate; one agent: the defaults."""
+    steps = STEPS_PER_AGENT * agents
     if steps <= ENV_STEPS_PER_SAMPLE:
         return ()
-    return ("--env-steps-per-sample", str(steps), *(("--ppo.minibatch-size", "1024") if steps >= 4096 else ()))
+    large = ("--ppo.update-epochs", "4", "--ppo.minibatch-size", "512", "--ppo.learning-rate", "0.005")
+    return ("--env-steps-per-sample", str(steps), *(large if steps >= 2048 else ()))
 
 
 def learn_once(agents: int, seed: int, args) -> dict:
