@@ -45,11 +45,13 @@ class Module:
                 f"module {self.module_id!r}: action_masking needs a discrete or multi_discrete action space, "
                 f"got {self.action_space.model_dump_json()}"
             )
-        if self.algorithm == "sac" and not _bounded_box(self.action_space):
+        if self.algorithm == "sac" and not (_bounded_box(self.action_space) or isinstance(self.action_space, DiscreteSpace)):
             raise ValueError(
-                f"module {self.module_id!r}: sac needs a box action space with finite low and high "
+                f"module {self.module_id!r}: sac needs a discrete action space or a box with finite low and high "
                 f"(its squashed Gaussian is scaled to them), got {self.action_space.model_dump_json()}"
             )
+        if self.algorithm == "sac" and self.action_masking:
+            raise ValueError(f"module {self.module_id!r}: action_masking trains with ppo only; set algorithm ppo or drop the masks")
         if self.algorithm == "sac" and has_images(self.observation_space):
             raise ValueError(f"module {self.module_id!r}: sac takes vector observations only; train image observations with ppo")
 

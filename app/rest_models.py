@@ -276,6 +276,7 @@ class SACConfigPatch(_HyperparameterPatch):
     updates_per_version: int | None = Field(None, ge=1, le=100_000)
     policy_frequency: int | None = Field(None, ge=1, le=1_000)
     target_network_frequency: int | None = Field(None, ge=1, le=1_000_000)
+    target_entropy_scale: float | None = Field(None, gt=0, lt=1)
 
 
 class PolicyPatch(BaseModel):

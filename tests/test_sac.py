@@ -1,4 +1,4 @@
-"""SAC (algorithm: sac) for Box actions: it learns Pendulum over real sockets without making
+"""SAC (algorithm: sac) for Box actions (test_sac_discrete.py: for Discrete ones): it learns Pendulum over real sockets without making
 clients wait for each version, its ONNX actor computes what torch computes, the squashed
 Gaussian's log-probs agree between numpy (clients, serving) and torch (the learner), its
 checkpoint restores every part exactly, and misuse is refused with a clear message."""
@@ -20,7 +20,7 @@ from app.clients.gym_client import OnnxPolicy, run
 from app.clients.thin_client import run_thin
 from app.config import SACConfig, Settings
 from app.schemas import EpisodeChunk
-from app.spaces import BoxSpace
+from app.spaces import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import export_onnx
 from app.training.sac import SquashedGaussianActor
@@ -105,13 +105,14 @@ def test_squashed_gaussian_sampling_and_log_probs_agree_with_the_learners():
     np.testing.assert_allclose(deterministic, 2 * np.tanh(dist_inputs[:, :2]))
 
 
-def random_chunks(count: int, steps: int, seed: int) -> list[EpisodeChunk]:
+def random_chunks(count: int, steps: int, seed: int, discrete: bool = False) -> list[EpisodeChunk]:
+    """Chunks of random Pendulum-like steps (CartPole-like with `discrete`: 4 numbers, actions 0 or 1)."""
     rng = np.random.default_rng(seed)
     return [
         EpisodeChunk.model_validate(
             {
-                "obs": rng.normal(size=(steps + 1, 3)).tolist(),
-                "actions": rng.uniform(-2, 2, (steps, 1)).tolist(),
+                "obs": rng.normal(size=(steps + 1, 4 if discrete else 3)).tolist(),
+                "actions": rng.integers(0, 2, steps).tolist() if discrete else rng.uniform(-2, 2, (steps, 1)).tolist(),
                 "rewards": rng.normal(size=steps).tolist(),
                 "is_terminated": bool(i % 2),
                 "is_truncated": False,
@@ -121,11 +122,13 @@ def random_chunks(count: int, steps: int, seed: int) -> list[EpisodeChunk]:
     ]
 
 
-def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path):
+@pytest.mark.parametrize("discrete", [False, True], ids=["box", "discrete"])
+def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, discrete):
     cfg = SACConfig(hidden_sizes=(32, 32), learning_starts=50, batch_size=32)
-    make = lambda seed: SACLearner(cfg, OBS_SPACE, ACTION_SPACE, seed=seed, checkpoint_dir=tmp_path, onnx_input_name="obs")  # noqa: E731
+    spaces = (BoxSpace(shape=(4,)), DiscreteSpace(n=2)) if discrete else (OBS_SPACE, ACTION_SPACE)
+    make = lambda seed: SACLearner(cfg, *spaces, seed=seed, checkpoint_dir=tmp_path, onnx_input_name="obs")  # noqa: E731
     trained = make(0)
-    _, stats = trained.train(random_chunks(4, 50, seed=0), weights_seq_no=3)
+    _, stats = trained.train(random_chunks(4, 50, seed=0, discrete=discrete), weights_seq_no=3)
     assert stats["gradient_steps"] == 200 and stats["alpha"] != cfg.alpha  # it trained, alpha moved
 
     restored = make(1)  # other initial weights
@@ -156,11 +159,14 @@ def test_a_ppo_checkpoint_is_refused_by_a_sac_gateway_naming_the_algorithm(tmp_p
         asyncio.run(start_and_stop(pendulum_settings(tmp_path)))
 
 
-def test_sac_needs_a_bounded_box_and_patch_changes_its_sac_settings_only(tmp_path):
-    with pytest.raises(ValueError, match="sac needs a box action space with finite low and high"):
-        gateway_settings(tmp_path, algorithm="sac")  # CartPole's Discrete(2)
+def test_sac_needs_a_discrete_space_or_a_bounded_box_and_patch_changes_its_sac_settings_only(tmp_path):
+    multi_discrete = MultiDiscreteSpace(nvec=[2, 3])
+    with pytest.raises(ValueError, match="sac needs a discrete action space or a box with finite low and high"):
+        gateway_settings(tmp_path, algorithm="sac", action_space=multi_discrete)
     with pytest.raises(ValueError, match="finite low and high"):
         gateway_settings(tmp_path, algorithm="sac", observation_space=OBS_SPACE, action_space=BoxSpace(shape=(1,)))
+    with pytest.raises(ValueError, match="action_masking trains with ppo only"):
+        gateway_settings(tmp_path, algorithm="sac", action_masking=True)  # CartPole's Discrete(2)
     with running_gateway(pendulum_settings(tmp_path)) as gateway:
         url = f"{gateway.base_url}/api/config"
         refused = {

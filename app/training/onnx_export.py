@@ -1,7 +1,7 @@
 """Build the actor's ONNX model directly from its weights, and pack it for SET_STATE.
 
 The graph is Gemm and Tanh nodes for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat
-for SAC's actor (plus Flatten for multi-dimensional observations; Slice, Reshape, Mul,
+for SAC's actor (Gemm and Relu for discrete SAC's) (plus Flatten for multi-dimensional observations; Slice, Reshape, Mul,
 Conv, Relu, Flatten, Gemm and Concat for camera images; Sub, Mul and Add for an action
 mask, the optional second input `action_mask`), opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
 it. Building it by hand is exact, takes about a millisecond and needs no exporter.
@@ -25,6 +25,7 @@ from app.spaces import IMAGE_MAX, MultiDiscreteSpace
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
 from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
+from app.training.sac_discrete import CategoricalActor
 
 OPSET = 13
 IR_VERSION = 7
@@ -32,7 +33,7 @@ BATCH_AXIS = "batch"
 GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
 
 
-Actor = ActorCritic | SquashedGaussianActor  # PPO's policy, or SAC's actor
+Actor = ActorCritic | SquashedGaussianActor | CategoricalActor  # PPO's policy, or SAC's actor
 
 
 def output_layout(policy: Actor) -> str:
@@ -43,8 +44,8 @@ def output_layout(policy: Actor) -> str:
             f"[batch, {policy.num_dist_inputs}]: the logits of each sub-action of MultiDiscrete({nvec}) one after the "
             "other (multi_categorical); sample each from the softmax of its own logits"
         )
-    if isinstance(policy, ActorCritic) and policy.is_discrete:
-        return f"[batch, {policy.num_dist_inputs}]: logits of a Categorical; sample from softmax(logits)"
+    if isinstance(policy, CategoricalActor) or (isinstance(policy, ActorCritic) and policy.is_discrete):
+        return f"[batch, {_width(policy)}]: logits of a Categorical; sample from softmax(logits)"
     k = 2 * policy.action_space.flat_dim
     half = k // 2
     columns = f"[batch, {k}]: columns 0..{half - 1} the mean, columns {half}..{k - 1} the log std of a diagonal Gaussian"
@@ -146,10 +147,25 @@ def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic, masked: bool) -> None
     graph.node("Add", [logits, penalty], OUTPUT_NAME)
 
 
+def _width(policy: Actor) -> int:
+    """Columns of `action_dist_inputs`."""
+    if isinstance(policy, ActorCritic):
+        return policy.num_dist_inputs
+    if isinstance(policy, CategoricalActor):
+        return policy.action_space.n
+    return 2 * policy.action_space.flat_dim
+
+
+def _relu_layers(graph: _Graph, x: str, body: nn.Sequential) -> str:
+    """The Gemm-Relu layers of a SAC actor's body; returns the last one's output."""
+    for i, layer in enumerate(m for m in body if isinstance(m, nn.Linear)):
+        x = graph.node("Relu", [graph.gemm(x, *_weights(layer), f"gemm{i}")], f"relu{i}")
+    return x
+
+
 def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor) -> None:
     """Gemm-Relu layers, a mean head, and a log std head squashed into [LOG_STD_MIN, LOG_STD_MAX]."""
-    for i, layer in enumerate(m for m in actor.body if isinstance(m, nn.Linear)):
-        x = graph.node("Relu", [graph.gemm(x, *_weights(layer), f"gemm{i}")], f"relu{i}")
+    x = _relu_layers(graph, x, actor.body)
     mean = graph.gemm(x, *_weights(actor.fc_mean), "mean")
     squashed = graph.node("Tanh", [graph.gemm(x, *_weights(actor.fc_logstd), "log_std_raw")], "log_std_tanh")
     half_range = graph.constant(np.array(0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_half_range")
@@ -162,7 +178,7 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", act
     """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32 (and, with
     `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32."""
     obs_shape = list(policy.observation_space.shape)
-    width = policy.num_dist_inputs if isinstance(policy, ActorCritic) else 2 * policy.action_space.flat_dim
+    width = _width(policy)
     graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])]
     if action_masking:
         graph_inputs.append(helper.make_tensor_value_info(ACTION_MASK_INPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
@@ -176,6 +192,8 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", act
         x = _encoder(graph, x, policy.encoder)
     if isinstance(policy, SquashedGaussianActor):
         _sac_actor(graph, x, policy)
+    elif isinstance(policy, CategoricalActor):
+        graph.gemm(_relu_layers(graph, x, policy.body), *_weights(policy.fc_logits), OUTPUT_NAME)
     else:
         _ppo_actor(graph, x, policy, action_masking)
 

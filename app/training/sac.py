@@ -9,7 +9,7 @@ pre-squash Gaussian; an action is tanh(u) scaled to the box ("squashed_gaussian"
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -86,6 +86,14 @@ def _frozen(*networks: nn.Module) -> Iterator[None]:
             network.requires_grad_(True)
 
 
+@torch.no_grad()
+def update_targets(pairs: Iterable[tuple[nn.Module, nn.Module]], tau: float) -> None:
+    """Polyak averaging: each target's weights move a share `tau` towards its network's."""
+    for net, target in pairs:
+        for param, target_param in zip(net.parameters(), target.parameters()):
+            target_param.lerp_(param, tau)  # tau * param + (1 - tau) * target_param
+
+
 class SAC(nn.Module):
     """The actor, the twin Q networks and their targets, alpha, and their optimisers."""
 
@@ -145,9 +153,6 @@ class SAC(nn.Module):
             stats.update(actor_loss=actor_loss.item(), entropy=-log_pi.mean().item())
 
         if self.updates % cfg.target_network_frequency == 0:
-            with torch.no_grad():
-                for net, target in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
-                    for param, target_param in zip(net.parameters(), target.parameters()):
-                        target_param.lerp_(param, cfg.tau)  # tau * param + (1 - tau) * target_param
+            update_targets(((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)), cfg.tau)
         stats["alpha"] = float(alpha)
         return stats

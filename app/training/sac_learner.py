@@ -1,4 +1,5 @@
-"""The SAC learner: SAC's networks and optimisers, a replay buffer, and one training step
+"""The SAC learner: SAC's networks and optimisers (sac.py for a Box, sac_discrete.py for
+Discrete actions), a replay buffer, and one training step
 (store the chunks, the gradient steps owed, at most `updates_per_version`, new version,
 ONNX export, checkpoint). The same methods as the PPO Learner; it runs in the learner thread.
 Every env step received owes `utd_ratio` gradient steps once the buffer holds
@@ -19,11 +20,12 @@ import torch
 
 from app.config import SACConfig
 from app.schemas import EpisodeChunk
-from app.spaces import BoxSpace, DictSpace, architecture_json
+from app.spaces import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
 from app.training.checkpoints import load_checkpoint, save_checkpoint
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.replay import ReplayBuffer
 from app.training.sac import SAC
+from app.training.sac_discrete import DiscreteSAC
 
 
 class SACLearner:
@@ -43,7 +45,7 @@ class SACLearner:
         self,
         cfg: SACConfig,
         observation_space: BoxSpace | DictSpace,
-        action_space: BoxSpace,
+        action_space: ActionSpace,
         *,
         seed: int,
         checkpoint_dir: Path,
@@ -55,8 +57,10 @@ class SACLearner:
         self.onnx_input_name = onnx_input_name
         self.device = device
         torch.manual_seed(seed)
-        self.sac = SAC(observation_space, action_space, cfg).to(device)
-        self.buffer = ReplayBuffer(cfg.buffer_size, observation_space.flat_dim, action_space.flat_dim)
+        algorithm = DiscreteSAC if isinstance(action_space, DiscreteSpace) else SAC
+        self.sac = algorithm(observation_space, action_space, cfg).to(device)
+        action_dim = 1 if isinstance(action_space, DiscreteSpace) else action_space.flat_dim  # an action's index
+        self.buffer = ReplayBuffer(cfg.buffer_size, observation_space.flat_dim, action_dim)
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0
         self.owed_updates = 0.0  # gradient steps the data received so far asks for, not yet done
