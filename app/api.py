@@ -30,7 +30,7 @@ from app.rest_models import (
     SelfPlayStatus,
 )
 from app.training.onnx_export import PolicyState
-from app.training.service import TrainingService, WrongAlgorithm
+from app.training.service import ConfigRefused, LearnerUnreachable, TrainingService
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -171,6 +171,7 @@ def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
         400: {"description": "The body could not be read (not UTF-8 text)."},
         404: {"description": "`policies` names a module the gateway does not have."},
         409: {"description": "Hyperparameters of an algorithm that no module, or not that module, trains with."},
+        503: {"description": "On Ray: the learner did not answer in time (it may be restarting); GET /api/config shows whether the change was made."},
     },
 )
 def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
@@ -188,16 +189,14 @@ def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) ->
         for module_id, one in patch.policies.items():
             if (mine := getattr(one, algorithm)) is not None:
                 changes.append((["body", "policies", module_id, algorithm], module_id, algorithm, mine.changes()))
-    updated = {}
-    for loc, module_id, algorithm, values in changes:  # check them all before changing any
-        try:
-            updated[module_id] = service.checked_config(module_id, algorithm, values, updated.get(module_id))
-        except WrongAlgorithm as exc:
-            raise HTTPException(status_code=409, detail=str(exc)) from None
-        except ValueError as exc:
-            _refuse(loc, str(exc))
-    for module_id, cfg in updated.items():
-        service.set_config(module_id, cfg)
+    try:  # all checked before any is made
+        service.change_config([(module_id, algorithm, values) for _, module_id, algorithm, values in changes])
+    except ConfigRefused as exc:
+        if exc.wrong_algorithm:
+            raise HTTPException(status_code=409, detail=exc.message) from None
+        _refuse(changes[exc.index][0], exc.message)
+    except LearnerUnreachable as exc:
+        raise HTTPException(status_code=503, detail=str(exc)) from None
     return current_config(gateway)
 
 

@@ -98,6 +98,27 @@ def test_two_front_ends_train_one_policy_to_450_and_each_reports_the_whole_gatew
         assert metrics["env_steps_per_s"] > 0  # the learner's rate, measured there (clocks do not travel)
 
 
+def test_patch_on_one_front_end_changes_the_learners_hyperparameters_for_all(gateway_on_ray: Cluster) -> None:
+    """PATCH /api/config on front-end 1 is made by the learner: its answer and, soon, front-end
+    0's config show it; bad changes are refused as on a single gateway, and change nothing."""
+    one, zero = (f"http://127.0.0.1:{a['http_port']}/api/config" for a in reversed(gateway_on_ray.addresses))
+    changed = httpx.patch(one, json={"ppo": {"learning_rate": 0.0011, "ent_coef": 0.01}}, timeout=60)
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["ppo"]["learning_rate"] == 0.0011
+    seen = wait_until(
+        lambda: (c := httpx.get(zero, timeout=10).json())["ppo"]["learning_rate"] == 0.0011 and c, 30,
+        "front-end 0 to show the learner's new learning rate",
+    )
+    assert seen["ppo"]["ent_coef"] == 0.01
+    # The learner refuses the second change (its module trains with PPO): the first is not made either.
+    refused = httpx.patch(
+        one, json={"ppo": {"learning_rate": 0.5}, "policies": {"default_policy": {"sac": {"tau": 0.01}}}}, timeout=60
+    )
+    assert refused.status_code == 409 and "'default_policy' trains with ppo, not sac" in refused.text
+    for url in (one, zero):
+        assert httpx.get(url, timeout=10).json()["ppo"]["learning_rate"] == 0.0011
+
+
 def metrics_of(address: dict) -> dict:
     return httpx.get(f"http://127.0.0.1:{address['http_port']}/api/metrics").json()
 

@@ -25,7 +25,7 @@ from app.config import PPOConfig, Settings
 from app.log_redaction import configure_logging
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
 from app.training.registry import ClientInfo
-from app.training.service import TrainingService
+from app.training.service import ConfigRefused, TrainingService
 
 log = logging.getLogger("app.cluster")
 
@@ -226,6 +226,23 @@ class LearnerActor:
                 del self._state_refs[old]
         return state.weights_seq_no, [ref]
 
+    async def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict, dict] | Exception:
+        """PATCH /api/config on a front-end: the changes made as a single gateway makes them;
+        the modules' hyperparameters now (PPO's, SAC's), or the ConfigRefused to raise."""
+        await self._ready()
+        try:
+            self.service.change_config(changes)
+        except ConfigRefused as exc:
+            return exc
+        return self._configs()
+
+    def _configs(self) -> tuple[dict[str, PPOConfig], dict[str, Any]]:
+        modules = self.service.policies.trainable
+        return (
+            {m.module_id: self.service.module_ppo_config(m.module_id) for m in modules},
+            {m.module_id: self.service.module_sac_config(m.module_id) for m in modules},
+        )
+
     def pid(self) -> int:
         """The actor's process id (benchmarks read its CPU time from /proc)."""
         return os.getpid()
@@ -233,7 +250,7 @@ class LearnerActor:
     async def status(self) -> LearnerStatus:
         await self._ready()
         service = self.service
-        modules = service.policies.trainable
+        ppo_configs, sac_configs = self._configs()
         return LearnerStatus(
             metrics=service.metrics,
             leagues=service.leagues,
@@ -242,8 +259,8 @@ class LearnerActor:
             training_env_steps=service.training_env_steps,
             training_in_progress=service.training_in_progress,
             must_wait=service.must_wait(),
-            ppo_configs={m.module_id: service.module_ppo_config(m.module_id) for m in modules},
-            sac_configs={m.module_id: service.module_sac_config(m.module_id) for m in modules},
+            ppo_configs=ppo_configs,
+            sac_configs=sac_configs,
             force_on_policy=service.force_on_policy,
             device=str(service.device),
             incarnation=self.incarnation,

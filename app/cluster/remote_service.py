@@ -16,6 +16,7 @@ for training, the current version, metrics) so that a front-end is an ordinary g
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections import OrderedDict
@@ -32,11 +33,13 @@ from app.schemas import EpisodeChunk
 from app.training.metrics import TrainingMetrics
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
 from app.training.registry import ClientInfo
+from app.training.service import LearnerUnreachable
 
 log = logging.getLogger("app.cluster")
 
 STATUS_INTERVAL_S = 0.5
 LEARNER_RETRY_S = 0.5  # between tries to reach a learner that is restarting
+CONFIG_CHANGE_TIMEOUT_S = 30.0  # PATCH /api/config waits this long for the learner
 CLIENT_IDS_PER_FRONTEND = 10**9
 CLIENT_IDS_PER_LIFE = 10**6  # a front-end's lives number their clients in blocks of their own
 
@@ -255,9 +258,16 @@ class RemoteTrainingService:
     def algorithm_of(self, module_id: str) -> str:
         return "sac" if self._status.sac_configs.get(module_id) is not None else "ppo"
 
-    def checked_config(self, module_id: str, algorithm: str, changes: dict[str, Any], base: Any = None) -> Any:
-        raise ValueError("hyperparameters cannot be changed while running on Ray (set them at start-up)")
-
-    def set_config(self, module_id: str, cfg: Any) -> None:
-        raise ValueError("hyperparameters cannot be changed while running on Ray (set them at start-up)")
+    def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Made by the learner, which checks them as a single gateway does (ConfigRefused);
+        this front-end's status shows them at once, the others' within STATUS_INTERVAL_S.
+        Blocking: PATCH /api/config runs in a worker thread."""
+        try:
+            result = ray.get(self._learner.change_config.remote(changes), timeout=CONFIG_CHANGE_TIMEOUT_S)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError) as exc:
+            raise LearnerUnreachable(f"the learner did not answer ({type(exc).__name__}); try again") from None
+        if isinstance(result, Exception):
+            raise result
+        ppo_configs, sac_configs = result
+        self._status = dataclasses.replace(self._status, ppo_configs=ppo_configs, sac_configs=sac_configs)
 

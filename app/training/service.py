@@ -50,6 +50,22 @@ class WrongAlgorithm(ValueError):
     """Hyperparameters of another algorithm than the module trains with."""
 
 
+class ConfigRefused(ValueError):
+    """One change of `change_config` refused (nothing changed): the `index` of the change,
+    and whether it names the wrong algorithm (else a value is invalid or fixed)."""
+
+    def __init__(self, index: int, message: str, wrong_algorithm: bool) -> None:
+        super().__init__(message)
+        self.index, self.message, self.wrong_algorithm = index, message, wrong_algorithm
+
+    def __reduce__(self):  # pickled whole (a Ray learner returns it to the front-end)
+        return ConfigRefused, (self.index, self.message, self.wrong_algorithm)
+
+
+class LearnerUnreachable(RuntimeError):
+    """The learner (on Ray: another process) did not answer in time; nothing was changed there."""
+
+
 FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
     "ppo": {
         "hidden_sizes": "the weights have that shape",
@@ -348,6 +364,21 @@ class TrainingService:
             if getattr(updated, name) != getattr(current, name):
                 raise ValueError(f"{name} cannot change while training ({why})")
         return updated
+
+    def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> None:
+        """Check every change (module_id, algorithm, values), then make them all: a module's
+        later changes build on its earlier ones. Raises ConfigRefused for the first bad
+        one, and then nothing changes."""
+        updated: dict[str, PPOConfig | SACConfig] = {}
+        for index, (module_id, algorithm, values) in enumerate(changes):
+            try:
+                updated[module_id] = self.checked_config(module_id, algorithm, values, updated.get(module_id))
+            except WrongAlgorithm as exc:
+                raise ConfigRefused(index, str(exc), wrong_algorithm=True) from None
+            except ValueError as exc:
+                raise ConfigRefused(index, str(exc), wrong_algorithm=False) from None
+        for module_id, cfg in updated.items():
+            self.set_config(module_id, cfg)
 
     def set_config(self, module_id: str, cfg: PPOConfig | SACConfig) -> None:
         """Use `cfg` (from checked_config) from the module's next training step on."""
