@@ -28,6 +28,7 @@ from app.protocol import (
     carries_episodes,
     encode_message,
 )
+from app.read_deadline import ReadDeadline
 from app.schemas import (
     Action,
     EndEpisode,
@@ -101,7 +102,7 @@ class Connection(Generic[Tag]):
         self.client = self._service.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
         self._traffic.connections_total[transport] += 1
-        self.read_deadline: asyncio.Timeout | None = None  # of the read under way, set by serve()
+        self.read_deadline = ReadDeadline()  # of the read under way (serve's)
         self.responder = asyncio.create_task(self._answer_requests(), name=f"responder {self.name}")
         self.responder.add_done_callback(self._stop_reading)
         log.info("%s connected", self.name)
@@ -113,8 +114,7 @@ class Connection(Generic[Tag]):
 
     def _stop_reading(self, _responder: asyncio.Task) -> None:
         """The responder ended (after a fatal error): end the read under way now."""
-        if self.read_deadline is not None and not self.read_deadline.expired():
-            self.read_deadline.reschedule(asyncio.get_running_loop().time())
+        self.read_deadline.expire_now()
 
     @property
     def idle(self) -> bool:
@@ -174,6 +174,7 @@ class Connection(Generic[Tag]):
         received is lost); a pending `SET_STATE` wait is cancelled, which the training
         service treats as the client leaving.
         """
+        self.read_deadline.close()
         self.responder.cancel()
         await asyncio.wait([self.responder])
         if not self.responder.cancelled() and (exc := self.responder.exception()) is not None:
@@ -389,13 +390,15 @@ async def _receive_within_limits(
     while True:
         mid_frame = connection.mid_frame
         timeout = settings.frame_timeout_s if mid_frame else settings.idle_timeout_s
+        deadline = connection.read_deadline
+        deadline.start(timeout)
         try:
-            async with asyncio.timeout(timeout) as connection.read_deadline:
-                return await receive()
-        except TimeoutError:
-            pass
+            return await receive()
+        except asyncio.CancelledError:
+            if not deadline.expired or asyncio.current_task().uncancel() > 0:
+                raise  # (also) cancelled from outside: the gateway is stopping
         finally:
-            connection.read_deadline = None
+            deadline.finish()
         if connection.closing:  # the responder sent a fatal error (e.g. unauthorized)
             return None
         if mid_frame:
