@@ -203,7 +203,7 @@ class Settings(BaseSettings):
     seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
     algorithm: Algorithm = Field(
         "ppo",
-        description="ppo (on-policy; clients wait for each version) or sac (off-policy, Box actions with bounds; "
+        description="ppo (on-policy; clients wait for each version) or sac (off-policy, Box actions with bounds or Discrete ones; "
         "clients never wait, every step received goes to a replay buffer).",
     )
     ppo: PPOConfig = Field(

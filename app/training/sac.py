@@ -1,6 +1,6 @@
 """Soft Actor-Critic (Haarnoja et al. 2018) for Box actions, written after CleanRL's
 sac_continuous_action.py: a squashed Gaussian actor, twin Q networks with target copies,
-delayed actor updates and automatic entropy tuning.
+delayed actor updates and automatic entropy tuning (sac_discrete.py: for Discrete actions).
 
 The actor's output is the policy's `action_dist_inputs`, [mean, log_std] of the
 pre-squash Gaussian; an action is tanh(u) scaled to the box ("squashed_gaussian").
