@@ -74,10 +74,16 @@ class SACConfig(BaseModel):
     target_network_frequency: int = Field(1, ge=1, description="Q updates between two target network updates.")
     alpha: float = Field(0.2, gt=0, description="Entropy coefficient, or its start value with autotune.")
     autotune: bool = Field(
-        True, description="Tune alpha towards the target entropy: -dim(A) for a Box, target_entropy_scale * log(n) for Discrete(n)."
+        True,
+        description="Tune alpha towards the target entropy: -dim(A) for a Box, target_entropy_scale * log(n) "
+        "for Discrete(n).",
     )
     target_entropy_scale: float = Field(
-        0.5, gt=0, lt=1, description="Discrete actions: the target entropy's share of the largest, log(n) (CleanRL's sac_atari: 0.89, which made alpha and Q diverge on CartPole)."
+        0.5,
+        gt=0,
+        lt=1,
+        description="Discrete actions: the target entropy's share of the largest, log(n) (CleanRL's sac_atari: "
+        "0.89, which made alpha and Q diverge on CartPole).",
     )
     hidden_sizes: tuple[int, ...] = Field((256, 256), min_length=1, description="MLP layer widths (actor and Q).")
 
