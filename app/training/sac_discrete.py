@@ -17,7 +17,7 @@ from torch import nn
 
 from app.config import SACConfig
 from app.spaces import BoxSpace, DiscreteSpace
-from app.training.sac import relu_mlp, update_targets
+from app.training.sac import SoftActorCritic, relu_mlp
 
 
 class DiscreteSoftQNetwork(nn.Module):
@@ -52,28 +52,15 @@ class CategoricalActor(nn.Module):
         return log_probs.exp(), log_probs
 
 
-class DiscreteSAC(nn.Module):
-    """The actor, the twin Q networks and their targets, alpha, and their optimisers."""
+class DiscreteSAC(SoftActorCritic):
+    """SAC for Discrete(n): a categorical actor, Q(s, .) networks."""
 
     def __init__(self, observation_space: BoxSpace, action_space: DiscreteSpace, cfg: SACConfig) -> None:
-        super().__init__()
         obs_dim, n = observation_space.flat_dim, action_space.n
-        self.actor = CategoricalActor(observation_space, action_space, cfg.hidden_sizes)
-        self.qf1 = DiscreteSoftQNetwork(obs_dim, n, cfg.hidden_sizes)
-        self.qf2 = DiscreteSoftQNetwork(obs_dim, n, cfg.hidden_sizes)
-        self.qf1_target = DiscreteSoftQNetwork(obs_dim, n, cfg.hidden_sizes)
-        self.qf2_target = DiscreteSoftQNetwork(obs_dim, n, cfg.hidden_sizes)
-        self.qf1_target.load_state_dict(self.qf1.state_dict())
-        self.qf2_target.load_state_dict(self.qf2.state_dict())
+        actor = CategoricalActor(observation_space, action_space, cfg.hidden_sizes)
+        # Adam's eps as CleanRL's sac_atari.py.
+        super().__init__(actor, lambda: DiscreteSoftQNetwork(obs_dim, n, cfg.hidden_sizes), cfg, adam_eps=1e-4)
         self.max_entropy = math.log(n)  # a uniform policy's; the target is cfg.target_entropy_scale of it
-        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.alpha)).log())
-        self.q_optimizer = torch.optim.Adam([*self.qf1.parameters(), *self.qf2.parameters()], lr=cfg.q_lr, eps=1e-4)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr, eps=1e-4)
-        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr, eps=1e-4)
-        self.updates = 0  # gradient steps of the Q networks so far
-
-    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"q_optimizer": self.q_optimizer, "actor_optimizer": self.actor_optimizer, "a_optimizer": self.a_optimizer}
 
     def update(self, cfg: SACConfig, batch: tuple[torch.Tensor, ...]) -> dict[str, float]:
         """One gradient step of the Q networks, and of the actor and alpha every
@@ -87,14 +74,8 @@ class DiscreteSAC(nn.Module):
             next_q_value = rewards + (1 - dones) * cfg.gamma * next_v
 
         taken = actions.long().view(-1, 1)  # the buffer keeps each action index as a float
-        qf1_a_values = self.qf1(obs).gather(1, taken).squeeze(1)
-        qf2_a_values = self.qf2(obs).gather(1, taken).squeeze(1)
-        qf_loss = F.mse_loss(qf1_a_values, next_q_value) + F.mse_loss(qf2_a_values, next_q_value)
-        self.q_optimizer.zero_grad()
-        qf_loss.backward()
-        self.q_optimizer.step()
-        self.updates += 1
-        stats = {"qf_loss": qf_loss.item() / 2, "qf1_values": qf1_a_values.mean().item()}
+        qf1_a_values, qf2_a_values = self.qf1(obs).gather(1, taken).squeeze(1), self.qf2(obs).gather(1, taken).squeeze(1)
+        stats = self._q_step(qf1_a_values, qf2_a_values, next_q_value)
 
         if self.updates % cfg.policy_frequency == 0:  # TD3's delayed update, compensated
             with torch.no_grad():
@@ -102,20 +83,12 @@ class DiscreteSAC(nn.Module):
             for _ in range(cfg.policy_frequency):
                 probs, log_probs = self.actor.probs_and_log_probs(obs)
                 actor_loss = (probs * (alpha * log_probs - min_qf)).sum(dim=1).mean()
-                self.actor_optimizer.zero_grad()
-                actor_loss.backward()
-                self.actor_optimizer.step()
+                self._actor_step(actor_loss)
                 entropy = -(probs.detach() * log_probs.detach()).sum(dim=1)
                 if cfg.autotune:
-                    target_entropy = cfg.target_entropy_scale * self.max_entropy
-                    alpha_loss = (self.log_alpha.exp() * (entropy - target_entropy)).mean()
-                    self.a_optimizer.zero_grad()
-                    alpha_loss.backward()
-                    self.a_optimizer.step()
-                    alpha = self.log_alpha.exp().detach()
+                    alpha = self._alpha_step(entropy - cfg.target_entropy_scale * self.max_entropy)
             stats.update(actor_loss=actor_loss.item(), entropy=entropy.mean().item())
 
-        if self.updates % cfg.target_network_frequency == 0:
-            update_targets(((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)), cfg.tau)
+        self._update_targets(cfg)
         stats["alpha"] = float(alpha)
         return stats

@@ -57,9 +57,9 @@ class SACLearner:
         self.onnx_input_name = onnx_input_name
         self.device = device
         torch.manual_seed(seed)
-        algorithm = DiscreteSAC if isinstance(action_space, DiscreteSpace) else SAC
-        self.sac = algorithm(observation_space, action_space, cfg).to(device)
-        action_dim = 1 if isinstance(action_space, DiscreteSpace) else action_space.flat_dim  # an action's index
+        discrete = isinstance(action_space, DiscreteSpace)
+        self.sac = (DiscreteSAC if discrete else SAC)(observation_space, action_space, cfg).to(device)
+        action_dim = 1 if discrete else action_space.flat_dim  # Discrete: the action's index
         self.buffer = ReplayBuffer(cfg.buffer_size, observation_space.flat_dim, action_dim)
         self.rng = np.random.default_rng(seed)
         self.weights_seq_no = 0

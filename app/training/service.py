@@ -63,7 +63,7 @@ class ConfigRefused(ValueError):
 
 
 class LearnerUnreachable(RuntimeError):
-    """The learner (on Ray: another process) did not answer in time; nothing was changed there."""
+    """The learner (on Ray: another process) did not answer in time; it may still make the change."""
 
 
 FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
