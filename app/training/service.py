@@ -89,6 +89,10 @@ class TrainingService:
         self.policies = policies or PolicySet.from_settings(settings)
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.device = resolve_device(settings.device)
+        # Torch work on this thread (building the networks) stays on it: an OpenMP team of
+        # its own would make libgomp count more threads than cores and stop spinning, so the
+        # learner thread's `learner_threads` would wait on futexes at every operation.
+        torch.set_num_threads(1)
         self._learners: dict[str, Learner | SACLearner] = {
             module.module_id: self._learner(module, settings.seed + i) for i, module in enumerate(self.policies.trainable)
         }
