@@ -37,6 +37,8 @@ Per task and seed, one side after the other:
   excluded, as bench/learn.py), plus, for an off-policy learner, the wait until the
   gateway has done every gradient step its data asks for (so the final policy has had
   them all, as SB3's has). The final policy: GET /api/model.onnx, run in onnxruntime here.
+  The learner trains on as many threads as SB3's torch does, one per core
+  (`learner_threads`; `--learner-threads 1` for the gateway's default).
 - **SB3**: in this process, rl-zoo's tuned hyperparameters for the task (written out
   below), `make_vec_env(n_envs)` (DummyVecEnv + Monitor, as rl-zoo), `learn(budget)`.
   Wall time: building the envs and the model, and `learn`.
@@ -597,7 +599,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sides", nargs="+", choices=["gateway", "sb3"], default=["gateway", "sb3"])
     parser.add_argument("--eval-episodes", type=int, default=10, help="deterministic episodes of the final policy")
     parser.add_argument("--clients", type=int, help="reference clients per gateway run (default: the task's, 1)")
-    parser.add_argument("--learner-threads", type=int, default=1, help="the gateway's learner_threads (SB3's torch: all cores)")
+    parser.add_argument(
+        "--learner-threads", type=int, default=os.cpu_count(),
+        help="the gateway's learner_threads (default: the cores, as SB3's torch uses; the gateway's own default is 1)",
+    )
     return parser.parse_args(argv)
 
 
