@@ -138,9 +138,10 @@ def _sac_env(obs_shape: int, action_shape: int, low: float, high: float, lr: flo
     rl-zoo's learning rate and learning_starts: one learning rate for actor, critics and
     alpha, batch 256, tau 0.005, gamma 0.99, 1M buffer, one gradient step per env step, the
     actor and the targets updated every step (SB3 has no delayed actor), autotuned alpha,
-    256x256 networks. 50 env steps per client request: the client acts with a policy at
-    most 50 steps old, where SB3's is never older than one (at 200, Pendulum's mean over
-    seeds 0-4 was -175.6; at 50, -153.2)."""
+    256x256 networks. 50 env steps per client request, so that the client fetches new
+    versions often (SB3 acts with a policy never older than one step; the gateway's client
+    may run up to `max_training_backlog` env steps ahead of training). At 200, Pendulum's
+    mean over seeds 0-4 was -175.6; at 50, -153.2."""
     return {
         "RLLINK_ALGORITHM": "sac",
         "RLLINK_OBSERVATION_SPACE": space_json({"type": "box", "shape": [obs_shape]}),
