@@ -6,6 +6,10 @@ under uvloop). Here starting a read only notes when it must end; one timer per c
 fires at the earliest such moment or later, and then either finds the deadline moved (and
 waits again until then) or cancels the reading task, which `expired` tells apart from any
 other cancellation.
+
+The reading task is the one that makes the deadline (the connection's), noted once:
+`asyncio.current_task()` and `get_running_loop()` each cost a getpid() system call in
+CPython 3.11, 6% of a thin client's GET_ACTION when they ran per read.
 """
 
 from __future__ import annotations
@@ -14,18 +18,18 @@ import asyncio
 
 
 class ReadDeadline:
-    """The deadline of the read under way on one connection (reads follow one another)."""
+    """The deadline of the read under way on one connection (reads follow one another,
+    all in the task that made it)."""
 
     def __init__(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._reader: asyncio.Task | None = None
+        self._reader = asyncio.current_task()
         self._when: float | None = None  # loop time the read under way must end by; None: no read
         self._timer: asyncio.TimerHandle | None = None
         self.expired = False  # the last read was cancelled for its deadline
 
     def start(self, timeout: float) -> None:
-        """The current task starts a read that must end within `timeout` seconds."""
-        self._reader = asyncio.current_task()
+        """The reading task starts a read that must end within `timeout` seconds."""
         self._when = self._loop.time() + timeout
         self.expired = False
         if self._timer is None:

@@ -50,6 +50,7 @@ from app.protocol import encode_frame  # noqa: E402
 
 OBS = [0.01, -0.02, 0.03, 0.04]
 PAUSED = ("--train-batch-size", "1000000000", "--barrier-timeout-s", "1000000")
+LINGER_S = 1.0  # connections stay open this long after the measurement ends, so none closes during another's
 
 
 def frame(message: dict) -> bytes:
@@ -92,6 +93,10 @@ async def _connection(port: int, episodes: int, start_at: float, stop_at: float,
             raise RuntimeError(f"the gateway answered {reply}")
         samples.append((sent, time.time() - sent))
         actions += episodes
+    # Closing is not measured, and must not be measured for others: a thousand connections
+    # closing at once cost the gateway tens of ms (each one's episode goes to training),
+    # which the requests still in flight would wait for. Each closes once all have stopped.
+    await asyncio.sleep(max(0.0, stop_at + LINGER_S - time.time()))
     writer.close()
     return actions, samples
 

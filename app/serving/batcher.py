@@ -83,6 +83,7 @@ class ActionBatcher:
         self._pending_rows = 0
         self._flush: asyncio.Handle | None = None
         self._runners: dict[str, _Runner] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # the gateway's, from the first request
 
     async def act(self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None) -> Actions:
         """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
@@ -97,13 +98,15 @@ class ActionBatcher:
     async def _queue(
         self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None
     ) -> Actions:
-        future = asyncio.get_running_loop().create_future()
+        if self._loop is None:  # noted once: get_running_loop() costs a getpid() system call per call
+            self._loop = asyncio.get_running_loop()
+        future = self._loop.create_future()
         self._pending.append(_Pending(module, obs, explore, mask, given, future, time.perf_counter()))
         self._pending_rows += len(obs)
         if self._pending_rows >= self.max_batch:
             self._run_pending()
         elif self._flush is None:
-            loop = asyncio.get_running_loop()
+            loop = self._loop
             self._flush = loop.call_soon(self._run_pending) if self.max_wait_s == 0 else loop.call_later(
                 self.max_wait_s, self._run_pending
             )
@@ -120,7 +123,7 @@ class ActionBatcher:
             taken.append(self._pending.popleft())
         self._pending_rows -= rows
         if self._pending:
-            self._flush = asyncio.get_running_loop().call_soon(self._run_pending)
+            self._flush = self._loop.call_soon(self._run_pending)
         published = self._current_state()
         by_module: dict[str, list[_Pending]] = {}
         for request in taken:
