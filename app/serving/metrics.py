@@ -6,7 +6,7 @@ import time
 from collections import Counter, deque
 from typing import Any
 
-RATE_WINDOW_S = 10.0  # actions_per_s averages over this many recent seconds
+RATE_WINDOW_S = 10  # actions_per_s averages over this many recent seconds
 LATENCY_WINDOW = 10_000  # latencies kept for the percentiles (the most recent)
 BATCH_WINDOW = 1_000  # forward passes kept for the mean batch size
 
@@ -28,7 +28,9 @@ class ServingMetrics:
         self.episodes_ended: Counter[str] = Counter()  # by how: terminated, truncated, timeout, disconnect
         self.open_episodes = 0
         self._created = time.monotonic()
-        self._served: deque[tuple[float, int]] = deque()  # (monotonic time, actions) in the rate window
+        # Actions per whole monotonic second, the last RATE_WINDOW_S of them: bounded, and one
+        # addition per request (a record per request grew by ~100 bytes each until read).
+        self._served: deque[list[int]] = deque()  # [second, actions]
         self._latencies_s: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._batch_sizes: deque[int] = deque(maxlen=BATCH_WINDOW)
 
@@ -39,15 +41,25 @@ class ServingMetrics:
     def record_served(self, actions: int, latency_s: float) -> None:
         """A GET_ACTION answered: its actions, and the time from reading it to its reply."""
         self.actions_served_total += actions
-        self._served.append((time.monotonic(), actions))
+        second = int(time.monotonic())
+        if self._served and self._served[-1][0] == second:
+            self._served[-1][1] += actions
+        else:
+            self._served.append([second, actions])
+            self._forget_before(second)
         self._latencies_s.append(latency_s)
 
     def actions_per_s(self) -> float:
         now = time.monotonic()
-        while self._served and self._served[0][0] < now - RATE_WINDOW_S:
-            self._served.popleft()
-        seconds = max(min(RATE_WINDOW_S, now - self._created), 1e-3)
+        self._forget_before(int(now))
+        window_start = int(now) - RATE_WINDOW_S + 1  # the oldest second kept
+        seconds = max(now - max(window_start, self._created), 1e-3)
         return sum(actions for _, actions in self._served) / seconds
+
+    def _forget_before(self, second: int) -> None:
+        """Drop the seconds that have left the rate window (the current one stays)."""
+        while self._served and self._served[0][0] <= second - RATE_WINDOW_S:
+            self._served.popleft()
 
     def snapshot(self) -> dict[str, Any]:
         latencies = sorted(self._latencies_s)
