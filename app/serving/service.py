@@ -122,7 +122,7 @@ class ServingService:
     async def get_action(self, client: ClientInfo, request: GetAction, received_at: float) -> Action:
         items = request.requests
         episodes = [self._episode(client, item.episode_id) for item in items]
-        if len({item.episode_id for item in items}) < len(items):
+        if len(items) > 1 and len({item.episode_id for item in items}) < len(items):
             raise _refuse("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
         for i, (item, episode) in enumerate(zip(items, episodes)):
             field = "" if request.batch is None else f"batch[{i}]."
@@ -138,7 +138,8 @@ class ServingService:
             module = episodes[indices[0]].module
             explore = np.array([items[i].explore for i in indices])
             masks = self._masks(module, [items[i].action_mask for i in indices])
-            chosen = await self.batcher.act(module, np.stack([items[i].obs for i in indices]), explore, masks)
+            obs = items[indices[0]].obs[None] if len(indices) == 1 else np.stack([items[i].obs for i in indices])
+            chosen = await self.batcher.act(module, obs, explore, masks)
             version = chosen.weights_seq_no
             for row, i in enumerate(indices):
                 sampled = chosen.actions[row]
