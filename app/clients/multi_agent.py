@@ -304,6 +304,7 @@ class SceneCollector:
         for trajectory in trajectories:
             chunk = trajectory.take_chunk()
             if chunk is not None and self.sends(trajectory.agent_id):
+                chunk["obs"] = chunk["obs"].tolist()  # as the wire carries them
                 chunks.append(chunk)
         self.finished, self.ready_steps = [], 0
         return chunks
