@@ -67,8 +67,7 @@ SERVING_SCALARS = [
     ("action_latency_p50_ms", "gauge", "GET_ACTION handling to reply, median (recent)."),
     ("action_latency_p99_ms", "gauge", "GET_ACTION handling to reply, 99th percentile (recent)."),
     ("open_episodes", "gauge", "Thin-client episodes open."),
-    ("open_episode_steps", "gauge",
-     "Complete thin-client steps not yet sent to training (in open episodes, or cut into a chunk still to be ingested)."),
+    ("open_episode_steps", "gauge", "Complete steps in open thin-client episodes, not yet sent to training."),
     ("episodes_started_total", "counter", "Thin-client episodes started."),
 ]
 

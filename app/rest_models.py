@@ -80,9 +80,7 @@ class Serving(BaseModel):
     action_latency_p50_ms: float | None = Field(description="GET_ACTION handling to reply, recent requests.")
     action_latency_p99_ms: float | None
     open_episodes: int
-    open_episode_steps: int = Field(
-        description="Complete steps not yet sent to training: in open episodes, or cut into a chunk still to be ingested."
-    )
+    open_episode_steps: int = Field(description="Complete steps in open episodes, not yet sent to training.")
     episodes_started_total: int
     episodes_ended: dict[str, int] = Field(description="By how: terminated, truncated, timeout, disconnect, shutdown.")
 

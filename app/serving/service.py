@@ -22,7 +22,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,15 +41,6 @@ from app.training.registry import ClientInfo
 from app.training.service import TrainingService
 
 log = logging.getLogger("app.serving")
-
-# Chunks cut from episodes are validated and ingested at most this long per turn of the
-# event loop, the rest in the next turns: 1,024 episodes reaching env_steps_per_sample
-# together (16 connections of 64) otherwise held every other client for 78 ms.
-# Past INGEST_BACKLOG chunks waiting, a turn goes on until it is back to that many:
-# chunks cut faster than the budget allows (env_steps_per_sample 1 under 1,000 clients)
-# must not pile up.
-INGEST_BUDGET_S = 0.001
-INGEST_BACKLOG = 256
 
 
 @dataclass
@@ -86,11 +76,6 @@ class ServingService:
         self._episodes: dict[int, dict[str, ServedEpisode]] = {}  # client id -> episode id -> episode
         self._clients: dict[int, ClientInfo] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._cut: deque[tuple[ClientInfo, dict]] = deque()  # chunks cut, not yet ingested, oldest first
-        self._cut_steps = 0
-        self._ingest_soon: asyncio.Handle | None = None
-        self.ingest_budget_s = INGEST_BUDGET_S
-        self.ingest_backlog = INGEST_BACKLOG
 
     # -- Lifecycle ----------------------------------------------------------------
 
@@ -103,7 +88,6 @@ class ServingService:
             self._sweeper.cancel()
         for client_id in list(self._episodes):
             self.disconnect(self._clients[client_id], reason="shutdown")
-        self._ingest_cut(all_of_them=True)
 
     # -- Requests -------------------------------------------------------------------
 
@@ -202,19 +186,16 @@ class ServingService:
                   "terminated" if request.is_terminated else "truncated")
 
     def disconnect(self, client: ClientInfo, reason: str = "disconnect") -> None:
-        """The client left: its episodes end as truncated, their complete steps trained on
-        (ingested now, before the training service forgets the client)."""
+        """The client left: its episodes end as truncated, their complete steps trained on."""
         for episode_id in list(self._episodes.get(client.id, {})):
             self._end(client, episode_id, False, True, reason)
         self._episodes.pop(client.id, None)
         self._clients.pop(client.id, None)
-        self._ingest_cut(all_of_them=True)
 
     @property
     def open_episode_steps(self) -> int:
-        """Complete steps not yet sent to training: recorded in open episodes, or cut into
-        a chunk that is ingested within a few turns of the event loop."""
-        return self._cut_steps + sum(
+        """Complete steps recorded in open episodes, not yet sent to training."""
+        return sum(
             episode.trajectory.complete_steps
             for episodes in self._episodes.values()
             for episode in episodes.values()
@@ -284,43 +265,15 @@ class ServingService:
         self.metrics.episodes_ended[how] += 1
 
     def _send(self, client: ClientInfo, episode: ServedEpisode) -> None:
-        """The episode's complete steps, cut now as a chunk, to training (if it trains).
-
-        Cutting is cheap; validating and ingesting the chunk (~50 us for 500 CartPole
-        steps) happens in `_ingest_cut`, soon and a little at a time, in the order cut.
-        """
+        """The episode's complete steps, as a chunk, to training (if it trains)."""
         data = episode.trajectory.take_chunk()
         if data is None or not episode.training_enabled:
             return
         data["module_id"] = episode.module.module_id
         if episode.agent_id is None:
             del data["agent_id"]
-        self._cut.append((client, data))
-        self._cut_steps += len(data["actions"])
-        if self._ingest_soon is None:
-            self._ingest_soon = asyncio.get_running_loop().call_soon(self._ingest_cut)
-
-    def _ingest_cut(self, all_of_them: bool = False) -> None:
-        """Ingest the chunks cut, oldest first, for up to `ingest_budget_s` (or all of
-        them), and at least until `ingest_backlog` are left; what is left goes on in the
-        next turn of the event loop, after other clients."""
-        if self._ingest_soon is not None:
-            self._ingest_soon.cancel()
-            self._ingest_soon = None
-        deadline = None if all_of_them else time.perf_counter() + self.ingest_budget_s
-        while self._cut:  # at least one chunk a turn, then more while within the budget
-            client, data = self._cut.popleft()
-            self._cut_steps -= len(data["actions"])
-            try:
-                chunk = EpisodeChunk.model_validate(data, context={"policies": self.policies})
-            except Exception:  # a bug of ours: those steps are lost, said loudly; the rest go on
-                log.exception("a chunk cut from thin-client episode %r failed validation", data["episode_id"])
-            else:
-                self.training.ingest(client, [chunk], sampling=False)
-            if deadline is not None and time.perf_counter() >= deadline and len(self._cut) <= self.ingest_backlog:
-                break
-        if self._cut:
-            self._ingest_soon = asyncio.get_running_loop().call_soon(self._ingest_cut)
+        chunk = EpisodeChunk.model_validate(data, context={"policies": self.policies})
+        self.training.ingest(client, [chunk], sampling=False)
 
     # -- Actions --------------------------------------------------------------------
 
