@@ -8,8 +8,9 @@ waits again until then) or cancels the reading task, which `expired` tells apart
 other cancellation.
 
 The reading task is the one that makes the deadline (the connection's), noted once:
-`asyncio.current_task()` and `get_running_loop()` each cost a getpid() system call in
-CPython 3.11, 6% of a thin client's GET_ACTION when they ran per read.
+`asyncio.current_task()` and `get_running_loop()` each make a getpid() system call in
+CPython 3.11 (5.7% of a profile of 1,000 thin clients; the throughput gain was within
+the machine's noise).
 """
 
 from __future__ import annotations

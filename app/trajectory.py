@@ -33,7 +33,7 @@ class AgentTrajectory:
 
     Observations are rows of one float32 array, grown by doubling: a chunk's are then one
     slice, which the gateway validates several times faster than lists (a 500-step
-    CartPole chunk: 22 vs 85 us), and no list per step lingers for the collector.
+    CartPole chunk: 23 vs 85 us), and no list per step lingers for the collector.
     """
 
     def __init__(self, episode_id: str, agent_id: str, obs: Any) -> None:
@@ -113,9 +113,8 @@ class AgentTrajectory:
             chunk["outcome"] = self.outcome
         if all(mask is not None for mask in self.masks[:steps]):
             chunk["action_mask"] = self.masks[:steps]
-        kept = self._num_obs - steps
-        self._obs[:kept] = self._obs[steps : self._num_obs]
-        self._num_obs = kept
+        self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
+        self._num_obs = 1
         del self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps]
         del self.masks[:steps]
         return chunk

@@ -98,7 +98,7 @@ class ActionBatcher:
     async def _queue(
         self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None
     ) -> Actions:
-        if self._loop is None:  # noted once: get_running_loop() costs a getpid() system call per call
+        if self._loop is None:  # noted once: get_running_loop() makes a getpid() system call each time
             self._loop = asyncio.get_running_loop()
         future = self._loop.create_future()
         self._pending.append(_Pending(module, obs, explore, mask, given, future, time.perf_counter()))
