@@ -42,11 +42,8 @@ class AgentTrajectory:
         self._obs = np.empty((INITIAL_ROWS, *first.shape), np.float32)
         self._obs[0] = first
         self._num_obs = 1
-        self.actions: list[Any] = []
-        self.rewards: list[float] = []
-        self.logps: list[float] = []
-        self.versions: list[int] = []
-        self.masks: list[Any] = []  # per action: its action mask, or None
+        self._played: list[PlayedAction] = []  # the actions not sent yet, in order
+        self.rewards: list[float] = []  # each one's reward so far
         self.terminated = self.truncated = False
         self.outcome: str | None = None
         self.episode_return = 0.0
@@ -58,20 +55,22 @@ class AgentTrajectory:
 
     @property
     def in_flight(self) -> bool:
-        return len(self.actions) == self._num_obs
+        return len(self._played) == self._num_obs
 
     @property
     def complete_steps(self) -> int:
         return self._num_obs - 1
 
+    @property
+    def oldest_version(self) -> int | None:
+        """The version that chose the oldest action not sent yet (None: there is none)."""
+        return self._played[0].weights_seq_no if self._played else None
+
     def act(self, played: PlayedAction) -> None:
-        if self.done or self.in_flight:
+        if self.terminated or self.truncated or len(self._played) == self._num_obs:  # done, or in flight
             raise RuntimeError(f"agent {self.agent_id!r} acts without a new observation")
-        self.actions.append(played.chunk_action)
+        self._played.append(played)
         self.rewards.append(0.0)
-        self.logps.append(played.logp)
-        self.versions.append(played.weights_seq_no)
-        self.masks.append(played.action_mask)
         self.num_steps += 1
 
     def reward(self, reward: float) -> None:
@@ -81,7 +80,7 @@ class AgentTrajectory:
 
     def observe(self, obs: Any) -> None:
         """The observation after the last action: that step is complete."""
-        if self.done or not self.in_flight:
+        if self.terminated or self.truncated or len(self._played) != self._num_obs:  # done, or not in flight
             raise RuntimeError(f"agent {self.agent_id!r} observes twice without acting")
         if self._num_obs == len(self._obs):
             self._obs = np.concatenate([self._obs, np.empty_like(self._obs)])
@@ -97,24 +96,24 @@ class AgentTrajectory:
         steps = self.complete_steps
         if steps == 0:
             return None
+        _, actions, logps, versions, masks = map(list, zip(*self._played[:steps]))
         chunk = {
             "obs": self._obs[: steps + 1].copy(),  # float32 [steps + 1, *obs_shape]
-            "actions": self.actions[:steps],
+            "actions": actions,
             "rewards": self.rewards[:steps],
-            "action_logp": self.logps[:steps],
+            "action_logp": logps,
             "is_terminated": self.terminated,
             "is_truncated": self.truncated,
             "episode_id": self.episode_id,
             "agent_id": self.agent_id,
             # An action in flight at the last send was chosen by the version before: name the oldest.
-            "weights_seq_no": min(self.versions[:steps]),
+            "weights_seq_no": min(versions),
         }
         if self.done and self.outcome is not None:
             chunk["outcome"] = self.outcome
-        if all(mask is not None for mask in self.masks[:steps]):
-            chunk["action_mask"] = self.masks[:steps]
+        if all(mask is not None for mask in masks):
+            chunk["action_mask"] = masks
         self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
         self._num_obs = 1
-        del self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps]
-        del self.masks[:steps]
+        del self._played[:steps], self.rewards[:steps]
         return chunk

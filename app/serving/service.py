@@ -30,7 +30,7 @@ from app.config import Settings
 from app.policies import Module, PolicySet, UnknownModule
 from app.protocol import ErrorCode, ProtocolError
 from app.schemas import (
-    Action, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode, check_action_mask,
+    Action, ActionRequests, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode, check_action_mask,
     check_image_values, mask_allows,
 )
 from app.serving.batcher import ActionBatcher
@@ -120,43 +120,41 @@ class ServingService:
         return EpisodeStarted(episode_id=episode_id)
 
     async def get_action(self, client: ClientInfo, request: GetAction, received_at: float) -> Action:
-        items = request.requests
-        episodes = [self._episode(client, item.episode_id) for item in items]
-        if len(items) > 1 and len({item.episode_id for item in items}) < len(items):
+        requests = request.requests
+        ids = requests.episode_ids
+        episodes = self._open_episodes(client, ids)
+        if len(ids) > 1 and len(set(ids)) < len(ids):
             raise _refuse("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
-        for i, (item, episode) in enumerate(zip(items, episodes)):
-            field = "" if request.batch is None else f"batch[{i}]."
-            self._check_obs(episode, item.obs, f"{field}obs")
-            self._check_mask(episode.module, item.action_mask, f"{field}action_mask")
-        # One batcher request per module in the message (a batch may mix modules).
-        by_module: dict[str, list[int]] = {}
-        for i, episode in enumerate(episodes):
-            by_module.setdefault(episode.module.module_id, []).append(i)
-        actions: list = [None] * len(items)
-        version = 0
-        for indices in by_module.values():
+        # One batcher request per module in the message (a batch may mix modules); every
+        # group is checked before any acts, so a bad item costs no episode a step.
+        explore = np.array(requests.explore)
+        groups = []
+        for indices in _by_module(episodes):
             module = episodes[indices[0]].module
-            explore = np.array([items[i].explore for i in indices])
-            masks = self._masks(module, [items[i].action_mask for i in indices])
-            obs = items[indices[0]].obs[None] if len(indices) == 1 else np.stack([items[i].obs for i in indices])
-            chosen = await self.batcher.act(module, obs, explore, masks)
+            obs = self._group_obs(module, requests, indices, request.batch is not None)
+            masks = self._group_masks(module, requests, indices, request.batch is not None)
+            groups.append((module, indices, obs, explore if len(indices) == len(ids) else explore[indices], masks))
+        actions: list = [None] * len(ids)
+        version = 0
+        for module, indices, obs, group_explore, masks in groups:
+            chosen = await self.batcher.act(module, obs, group_explore, masks)
             version = chosen.weights_seq_no
+            env_actions = self._env_actions(module, chosen.actions)
+            chunk_actions = chosen.actions.tolist()  # as sampled, unclipped
+            logps = chosen.logp.tolist()
+            mask_rows = [None] * len(indices) if masks is None else masks.tolist()
             for row, i in enumerate(indices):
-                sampled = chosen.actions[row]
-                mask = None if masks is None else masks[row].tolist()
-                played = PlayedAction(
-                    self._env_action(module, sampled), _chunk_action(sampled), float(chosen.logp[row]), version, mask
-                )
-                self._record(client, items[i].episode_id, episodes[i], items[i].obs, played)
-                actions[i] = played.env_action
-        self.metrics.record_served(len(items), time.perf_counter() - received_at)
+                played = PlayedAction(env_actions[row], chunk_actions[row], logps[row], version, mask_rows[row])
+                self._record(client, ids[i], episodes[i], obs[row], played)
+                actions[i] = env_actions[row]
+        self.metrics.record_served(len(ids), time.perf_counter() - received_at)
         if request.batch is not None:
             return Action(actions=actions, weights_seq_no=version)
-        return Action(episode_id=items[0].episode_id, action=actions[0], weights_seq_no=version)
+        return Action(episode_id=ids[0], action=actions[0], weights_seq_no=version)
 
     async def log_action(self, client: ClientInfo, request: LogAction) -> None:
         episode = self._episode(client, request.episode_id)
-        self._check_obs(episode, request.obs)
+        self._check_obs(episode.module, request.obs)
         self._check_mask(episode.module, request.action_mask, "action_mask")
         action = self._logged_action(episode.module, request.action)
         masks = self._masks(episode.module, [request.action_mask])
@@ -170,7 +168,7 @@ class ServingService:
 
     def log_returns(self, client: ClientInfo, request: LogReturns) -> None:
         episode = self._episode(client, request.episode_id)
-        if episode.trajectory is None or not episode.trajectory.actions:
+        if episode.trajectory is None or not episode.trajectory.rewards:  # no action to reward yet
             raise _refuse(f"LOG_RETURNS for episode {request.episode_id!r}, which has no action yet to reward")
         episode.trajectory.reward(request.reward)
 
@@ -178,7 +176,7 @@ class ServingService:
         episode = self._episode(client, request.episode_id)
         if not (request.is_terminated or request.is_truncated):
             raise _refuse("END_EPISODE needs is_terminated or is_truncated true (an episode that goes on is not ended)")
-        self._check_obs(episode, request.obs)
+        self._check_obs(episode.module, request.obs)
         trajectory = episode.trajectory
         if trajectory is not None and trajectory.in_flight:
             trajectory.observe(request.obs)
@@ -204,6 +202,20 @@ class ServingService:
 
     # -- Steps and chunks -----------------------------------------------------------
 
+    def _open_episodes(self, client: ClientInfo, episode_ids: list[str]) -> list[ServedEpisode]:
+        """The episodes a GET_ACTION names, seen now (an error names the first not open)."""
+        open_episodes = self._episodes.get(client.id, {})
+        try:
+            episodes = [open_episodes[episode_id] for episode_id in episode_ids]
+        except KeyError:
+            for episode_id in episode_ids:
+                self._episode(client, episode_id)  # raises for the first not open
+            raise
+        now = time.monotonic()
+        for episode in episodes:
+            episode.last_seen = now
+        return episodes
+
     def _episode(self, client: ClientInfo, episode_id: str) -> ServedEpisode:
         episode = self._episodes.get(client.id, {}).get(episode_id)
         if episode is None:
@@ -216,16 +228,41 @@ class ServingService:
         return episode
 
     @staticmethod
-    def _check_obs(episode: ServedEpisode, obs: np.ndarray, what: str = "obs") -> None:
-        space = episode.module.observation_space
+    def _check_obs(module: Module, obs: np.ndarray, what: str = "obs") -> None:
+        space = module.observation_space
         if obs.shape != space.shape:
             raise _refuse(
-                f"{what} must have shape {list(space.shape)} for module {episode.module.module_id!r}, got {list(obs.shape)}"
+                f"{what} must have shape {list(space.shape)} for module {module.module_id!r}, got {list(obs.shape)}"
             )
         try:
-            check_image_values(obs[None], space, what, f" (module {episode.module.module_id!r})")
+            check_image_values(obs[None], space, what, f" (module {module.module_id!r})")
         except ValueError as exc:
             raise _refuse(str(exc)) from None
+
+    @classmethod
+    def _group_obs(cls, module: Module, requests: ActionRequests, indices: list[int], batch: bool) -> np.ndarray:
+        """The observations of one module's requests [n, *shape], checked against its space;
+        an error names the first bad request."""
+        obs = requests.obs
+        if isinstance(obs, np.ndarray) and obs.shape[1:] == module.observation_space.shape:
+            group = obs if len(indices) == len(obs) else obs[indices]
+            try:
+                check_image_values(group, module.observation_space, "obs")
+                return group
+            except ValueError:
+                pass  # named below
+        for i in indices:
+            cls._check_obs(module, obs[i], f"batch[{i}].obs" if batch else "obs")
+        return np.stack([obs[i] for i in indices])
+
+    @classmethod
+    def _group_masks(cls, module: Module, requests: ActionRequests, indices: list[int], batch: bool) -> np.ndarray | None:
+        """The action masks of one module's requests [n, k], checked; None for a module without masking."""
+        masks = [requests.action_masks[i] for i in indices]
+        if any(mask is not None for mask in masks):
+            for i, mask in zip(indices, masks):
+                cls._check_mask(module, mask, f"batch[{i}].action_mask" if batch else "action_mask")
+        return cls._masks(module, masks)
 
     @staticmethod
     def _check_mask(module: Module, mask: np.ndarray | None, what: str) -> None:
@@ -250,8 +287,9 @@ class ServingService:
             trajectory = episode.trajectory = AgentTrajectory(episode_id, episode.agent_id or "", obs)
         else:
             trajectory.observe(obs)
+            oldest = trajectory.oldest_version
             if trajectory.complete_steps >= self.settings.env_steps_per_sample or (
-                trajectory.versions and trajectory.versions[0] < played.weights_seq_no
+                oldest is not None and oldest < played.weights_seq_no
             ):
                 self._send(client, episode)
         trajectory.act(played)
@@ -278,16 +316,14 @@ class ServingService:
     # -- Actions --------------------------------------------------------------------
 
     @staticmethod
-    def _env_action(module: Module, action: np.ndarray):
-        """What the client applies: the index, or the sample clipped to the box's bounds."""
+    def _env_actions(module: Module, actions: np.ndarray) -> list:
+        """What the clients apply, one per row: the index, or the sample clipped to the box's bounds."""
         space = module.action_space
-        if isinstance(space, DiscreteSpace):
-            return int(action)
-        if isinstance(space, MultiDiscreteSpace):
-            return action.tolist()
+        if isinstance(space, (DiscreteSpace, MultiDiscreteSpace)):
+            return actions.tolist()
         low = -np.inf if space.low is None else space.low
         high = np.inf if space.high is None else space.high
-        return np.clip(action, low, high).tolist()
+        return np.clip(actions, low, high).tolist()
 
     @staticmethod
     def _logged_action(module: Module, action) -> np.ndarray:
@@ -329,6 +365,14 @@ class ServingService:
                     if episode.last_seen < deadline:
                         log.info("thin-client episode %r of client #%d idle for %gs: ended as truncated", episode_id, client_id, timeout)
                         self._end(self._clients[client_id], episode_id, False, True, "timeout")
+
+
+def _by_module(episodes: list[ServedEpisode]) -> list[list[int]]:
+    """The episodes' indices grouped by module, in order of first appearance."""
+    groups: dict[str, list[int]] = {}
+    for i, episode in enumerate(episodes):
+        groups.setdefault(episode.module.module_id, []).append(i)
+    return list(groups.values())
 
 
 def _chunk_action(action: np.ndarray):
