@@ -9,7 +9,7 @@ import torch
 from app.policies import PolicySet
 from app.schemas import EpisodeChunk
 from app.spaces import BoxSpace, DiscreteSpace
-from app.training.batch import build_batch
+from app.training.batch import build_batch, gae_advantages
 from app.training.policy import ActorCritic
 
 from . import helpers
@@ -68,6 +68,21 @@ def test_lambda_zero_gives_one_step_td_errors(policy):
     next_v = np.append(v[1:-1], 0.0)  # terminal: no value after the last step
     np.testing.assert_allclose(batch.advantages.numpy(), c.rewards + GAMMA * next_v - v[:-1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(batch.values.numpy(), v[:-1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("gamma_lambda", [0.0, 0.5, 0.9405, 1.0])
+def test_gae_over_many_chunks_matches_the_step_by_step_recurrence(gamma_lambda):
+    rng = np.random.default_rng(3)
+    lengths = np.concatenate([rng.integers(1, 9, 200), [1_500], rng.integers(1, 300, 20), [1]])
+    last_steps = np.cumsum(lengths) - 1
+    deltas = rng.normal(0, 1, int(lengths.sum())).astype(np.float32)
+    expected, following, ends = np.zeros(len(deltas)), 0.0, set(last_steps.tolist())
+    for t in reversed(range(len(deltas))):
+        following = float(deltas[t]) + (0.0 if t in ends else gamma_lambda * following)
+        expected[t] = following
+    advantages = gae_advantages(deltas, last_steps, gamma_lambda)
+    assert advantages.dtype == np.float32
+    np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_chunks_do_not_leak_advantages_into_each_other(policy):
