@@ -42,7 +42,12 @@ class AgentTrajectory:
         self._obs = np.empty((INITIAL_ROWS, *first.shape), np.float32)
         self._obs[0] = first
         self._num_obs = 1
-        self._played: list[PlayedAction] = []  # the actions not sent yet, in order
+        # The actions not sent yet, a list per field: per-step tuples would be as many
+        # objects for the collector to walk while they wait.
+        self._actions: list[Any] = []
+        self._logps: list[float] = []
+        self._versions: list[int] = []
+        self._masks: list[Any] = []  # per action: its action mask, or None
         self.rewards: list[float] = []  # each one's reward so far
         self.terminated = self.truncated = False
         self.outcome: str | None = None
@@ -55,7 +60,7 @@ class AgentTrajectory:
 
     @property
     def in_flight(self) -> bool:
-        return len(self._played) == self._num_obs
+        return len(self._actions) == self._num_obs
 
     @property
     def complete_steps(self) -> int:
@@ -64,12 +69,15 @@ class AgentTrajectory:
     @property
     def oldest_version(self) -> int | None:
         """The version that chose the oldest action not sent yet (None: there is none)."""
-        return self._played[0].weights_seq_no if self._played else None
+        return self._versions[0] if self._versions else None
 
     def act(self, played: PlayedAction) -> None:
-        if self.terminated or self.truncated or len(self._played) == self._num_obs:  # done, or in flight
+        if self.terminated or self.truncated or len(self._actions) == self._num_obs:  # done, or in flight
             raise RuntimeError(f"agent {self.agent_id!r} acts without a new observation")
-        self._played.append(played)
+        self._actions.append(played.chunk_action)
+        self._logps.append(played.logp)
+        self._versions.append(played.weights_seq_no)
+        self._masks.append(played.action_mask)
         self.rewards.append(0.0)
         self.num_steps += 1
 
@@ -80,7 +88,7 @@ class AgentTrajectory:
 
     def observe(self, obs: Any) -> None:
         """The observation after the last action: that step is complete."""
-        if self.terminated or self.truncated or len(self._played) != self._num_obs:  # done, or not in flight
+        if self.terminated or self.truncated or len(self._actions) != self._num_obs:  # done, or not in flight
             raise RuntimeError(f"agent {self.agent_id!r} observes twice without acting")
         if self._num_obs == len(self._obs):
             self._obs = np.concatenate([self._obs, np.empty_like(self._obs)])
@@ -96,18 +104,18 @@ class AgentTrajectory:
         steps = self.complete_steps
         if steps == 0:
             return None
-        _, actions, logps, versions, masks = map(list, zip(*self._played[:steps]))
+        masks = self._masks[:steps]
         chunk = {
             "obs": self._obs[: steps + 1].copy(),  # float32 [steps + 1, *obs_shape]
-            "actions": actions,
+            "actions": self._actions[:steps],
             "rewards": self.rewards[:steps],
-            "action_logp": logps,
+            "action_logp": self._logps[:steps],
             "is_terminated": self.terminated,
             "is_truncated": self.truncated,
             "episode_id": self.episode_id,
             "agent_id": self.agent_id,
             # An action in flight at the last send was chosen by the version before: name the oldest.
-            "weights_seq_no": min(versions),
+            "weights_seq_no": min(self._versions[:steps]),
         }
         if self.done and self.outcome is not None:
             chunk["outcome"] = self.outcome
@@ -115,5 +123,5 @@ class AgentTrajectory:
             chunk["action_mask"] = masks
         self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
         self._num_obs = 1
-        del self._played[:steps], self.rewards[:steps]
+        del self._actions[:steps], self._logps[:steps], self._versions[:steps], self._masks[:steps], self.rewards[:steps]
         return chunk
