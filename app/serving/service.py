@@ -133,7 +133,7 @@ class ServingService:
             module = episodes[indices[0]].module
             obs = self._group_obs(module, requests, indices, request.batch is not None)
             masks = self._group_masks(module, requests, indices, request.batch is not None)
-            groups.append((module, indices, obs, explore if len(indices) == len(ids) else explore[indices], masks))
+            groups.append((module, indices, obs, explore[indices], masks))
         actions: list = [None] * len(ids)
         version = 0
         for module, indices, obs, group_explore, masks in groups:
@@ -168,7 +168,7 @@ class ServingService:
 
     def log_returns(self, client: ClientInfo, request: LogReturns) -> None:
         episode = self._episode(client, request.episode_id)
-        if episode.trajectory is None or not episode.trajectory.rewards:  # no action to reward yet
+        if episode.trajectory is None or not episode.trajectory.actions:
             raise _refuse(f"LOG_RETURNS for episode {request.episode_id!r}, which has no action yet to reward")
         episode.trajectory.reward(request.reward)
 
@@ -259,9 +259,8 @@ class ServingService:
     def _group_masks(cls, module: Module, requests: ActionRequests, indices: list[int], batch: bool) -> np.ndarray | None:
         """The action masks of one module's requests [n, k], checked; None for a module without masking."""
         masks = [requests.action_masks[i] for i in indices]
-        if any(mask is not None for mask in masks):
-            for i, mask in zip(indices, masks):
-                cls._check_mask(module, mask, f"batch[{i}].action_mask" if batch else "action_mask")
+        for i, mask in zip(indices, masks):
+            cls._check_mask(module, mask, f"batch[{i}].action_mask" if batch else "action_mask")
         return cls._masks(module, masks)
 
     @staticmethod
@@ -287,9 +286,8 @@ class ServingService:
             trajectory = episode.trajectory = AgentTrajectory(episode_id, episode.agent_id or "", obs)
         else:
             trajectory.observe(obs)
-            oldest = trajectory.oldest_version
             if trajectory.complete_steps >= self.settings.env_steps_per_sample or (
-                oldest is not None and oldest < played.weights_seq_no
+                trajectory.versions and trajectory.versions[0] < played.weights_seq_no
             ):
                 self._send(client, episode)
         trajectory.act(played)
