@@ -232,6 +232,12 @@ class Settings(BaseSettings):
         description="torch's intra-op threads for training on the CPU; 1 leaves the other cores to the event loop and the "
         "simulators; more speeds up large networks (SAC's 256x256) only where cores are free.",
     )
+    learner_process: bool = Field(
+        False,
+        description="Train in a child process instead of a thread of the gateway's: the event loop and the learner "
+        "no longer share one interpreter (no stalls of either under heavy traffic), for a second copy of torch in RAM "
+        "and a pipe hop per training step. A child that dies is restarted from the checkpoints.",
+    )
     checkpoint_dir: Path = Field(
         Path("checkpoints"), description="Where the policy is saved and restored from (with --run-id: the run's)."
     )

@@ -179,6 +179,12 @@ def frame(message: dict[str, Any]) -> bytes:
     return encode_frame(json.dumps(message).encode())
 
 
+def learner_of(service: TrainingService, module_id: str = "default_policy") -> Any:
+    """A module's learner object, for tests that look at its weights or optimiser (the
+    default learner host keeps it in this process, on the learner thread)."""
+    return service._learners.learners.by_module[module_id]
+
+
 # -- Waiting ------------------------------------------------------------------------------
 
 

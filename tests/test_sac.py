@@ -27,7 +27,7 @@ from app.training.sac import SquashedGaussianActor
 from app.training.sac_learner import SACLearner
 from app.training.service import TrainingService
 
-from .helpers import gateway_settings, running_gateway, wait_until
+from .helpers import gateway_settings, learner_of, running_gateway, wait_until
 
 OBS_SPACE = BoxSpace(shape=(3,))
 ACTION_SPACE = BoxSpace(shape=(1,), low=-2.0, high=2.0)
@@ -177,7 +177,7 @@ def test_sac_needs_a_discrete_space_or_a_bounded_box_and_patch_changes_its_sac_s
         }
         changed = httpx.patch(url, json={"sac": {"q_lr": 0.002, "utd_ratio": 2}, "policies": {"default_policy": {"sac": {"tau": 0.01}}}})
         config = httpx.get(url).json()
-        learner = gateway.service._learners["default_policy"]
+        learner = learner_of(gateway.service)
     assert refused["ppo"].status_code == 409 and "no module trains with ppo" in refused["ppo"].text
     assert refused["ppo for it"].status_code == 409 and "trains with sac, not ppo" in refused["ppo for it"].text
     assert refused["buffer"].status_code == 422 and "buffer_size" in refused["buffer"].text  # not in the patch's schema
@@ -202,7 +202,7 @@ def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(
         service.ingest(client, random_chunks(10, 100, seed=3))
         for _ in range(600):  # wait until nothing is owed (bounded: 60 s)
             await asyncio.sleep(0.1)
-            learner = service._learners["default_policy"]
+            learner = learner_of(service)
             if not learner.owes_updates and not service.training_in_progress:
                 break
         version = service.current_state().weights_seq_no
@@ -234,7 +234,7 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
                 chunk["actions"].append(action), chunk["rewards"].append(float(reward)), chunk["obs"].append(obs.tolist())
             client.send({"type": "EPISODES", "episodes": [chunk]})
             policy = policy_of(client.request({"type": "GET_STATE"}))  # the latest version, never waited for
-        learner = gateway.service._learners["default_policy"]
+        learner = learner_of(gateway.service)
         wait_until(lambda: not learner.owes_updates and not gateway.service.training_in_progress, 300, "the owed gradient steps")
         final = policy_of(client.request({"type": "GET_STATE"}))
         trained = gateway.service.metrics.num_env_steps_trained_lifetime

@@ -290,7 +290,7 @@ async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
         service.set_config(DEFAULT_MODULE_ID, service.checked_config(DEFAULT_MODULE_ID, "ppo", {"learning_rate": 0.0123, "ent_coef": 0.02}))
         assert service.ppo_config.learning_rate == 0.0123
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
-        assert service._learners[DEFAULT_MODULE_ID].optimizer.param_groups[0]["lr"] == 0.0123
+        assert helpers.learner_of(service).optimizer.param_groups[0]["lr"] == 0.0123
         for bad, why in (({"learning_rate": -1}, "greater than 0"), ({"hidden_sizes": [8]}, "hidden_sizes cannot change"),
                          ({"normalize_obs": True}, "normalize_obs cannot change"), ({"no_such_thing": 1}, "unknown PPO")):
             with pytest.raises(ValueError, match=why):
@@ -351,13 +351,13 @@ async def test_a_checkpoint_restores_the_observation_and_reward_statistics(tmp_p
         client = service.connect("tcp", "a")
         for steps in (20, 30):
             await send_and_wait(service, client, [chunk(steps, reward=5.0)])
-        learner = service._learners[DEFAULT_MODULE_ID]
+        learner = helpers.learner_of(service)
         saved = {name: tensor.clone() for name, tensor in learner.policy.obs_norm.state_dict().items()}
         scale = learner.reward_scaler.scale
     assert saved["count"] > 50 and scale != 1.0  # they learned from the data
 
     async with running(settings) as restored:
-        learner = restored._learners[DEFAULT_MODULE_ID]
+        learner = helpers.learner_of(restored)
         for name, tensor in learner.policy.obs_norm.state_dict().items():
             assert torch.equal(tensor, saved[name]), name
         assert learner.reward_scaler.scale == scale
@@ -368,7 +368,7 @@ async def test_a_checkpoint_restores_the_observation_and_reward_statistics(tmp_p
 @pytest.mark.parametrize("threads", [1, 2])
 async def test_the_learner_trains_with_the_intra_op_threads_it_is_given(tmp_path, threads):
     async with running(make_settings(tmp_path, learner_threads=threads)) as service:
-        assert await service._in_learner_thread(torch.get_num_threads) == threads
+        assert await service._learners.call("num_threads") == threads
 
 
 def test_the_thread_that_builds_the_service_runs_torch_on_one_thread(tmp_path):

@@ -4,27 +4,27 @@ A composition of parts, each with one job:
 - `ClientRegistry` (registry.py): who is connected, who samples, who waits;
 - `BatchScheduler` (scheduler.py): the pending batch and when it trains (no torch);
 - a learner per trainable module (learner.py for PPO, sac_learner.py for SAC): its
-  weights and one training step;
+  weights and one training step; all of them in one `Learners` (learners.py), hosted in
+  a thread or a child process (learner_host.py);
 - a `League` per self-play module (self_play.py): snapshots, opponents, the rating;
 - `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
 Here they are wired together: a training step trains every module that has data in
-the batch, in the one learner thread so the event loop keeps serving; then all
-modules are published as one new version (one gateway-wide weights_seq_no) and logged.
+the batch, in the learners' thread or process (learner_host.py) so the event loop keeps
+serving; then all modules are published as one new version (one gateway-wide
+weights_seq_no) and logged. The service keeps each module's hyperparameters and SAC's
+owed gradient steps itself, so that it never has to ask the learners.
 
 All methods are called from the asyncio event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
-
-import torch
 
 from app.config import PPOConfig, SACConfig, Settings, check_hyperparameter_names
 from app.onnx_names import OUTPUT_NAME
@@ -33,12 +33,11 @@ from app.schemas import EpisodeChunk
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.device import resolve_device
-from app.training.learner import Learner
+from app.training.learner_host import learner_host
 from app.training.metrics import TrainingMetrics
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
-from app.training.sac_learner import SACLearner
 from app.training.scheduler import BatchScheduler
 from app.training.self_play import League
 
@@ -89,16 +88,13 @@ class TrainingService:
         self.policies = policies or PolicySet.from_settings(settings)
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.device = resolve_device(settings.device)
-        # Torch work on this thread (building the networks) stays on it: an OpenMP team of
-        # its own would make libgomp count more threads than cores and stop spinning, so the
-        # learner thread's `learner_threads` would wait on futexes at every operation.
-        torch.set_num_threads(1)
-        self._learners: dict[str, Learner | SACLearner] = {
-            module.module_id: self._learner(module, settings.seed + i) for i, module in enumerate(self.policies.trainable)
-        }
-        off_policy = {m.module_id for m in self.policies.trainable if m.off_policy}
+        trainable = self.policies.trainable
+        self._configs: dict[str, PPOConfig | SACConfig] = {m.module_id: m.sac if m.off_policy else m.ppo for m in trainable}
+        off_policy = {m.module_id for m in trainable if m.off_policy}
+        self._owed_updates = dict.fromkeys(off_policy, 0.0)  # SAC's gradient steps owed, as its last step left them
+        self._learners = learner_host(settings, self.policies)
         # Clients wait for each version only while some module learns on-policy.
-        self.force_on_policy = settings.force_on_policy and len(off_policy) < len(self._learners)
+        self.force_on_policy = settings.force_on_policy and len(off_policy) < len(self._configs)
         self.leagues = {
             module.module_id: League(module.self_play, seed=settings.seed)
             for module in self.policies.trainable
@@ -107,7 +103,6 @@ class TrainingService:
         self._exports: dict[str, PolicyState] = {}  # each learner's latest export
         self._saved_ratings: dict[str, dict] = {}  # each league's ratings as last written (League.ratings)
         self._step_listeners: list[Callable[[], None]] = []
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
         self._registry = ClientRegistry()
         self._store = PolicyStore()
         self._scheduler = BatchScheduler(
@@ -119,8 +114,8 @@ class TrainingService:
             barrier_timeout_s=settings.barrier_timeout_s,
             max_policy_lag=settings.max_policy_lag,
             never_stale=lambda chunk: (chunk.module_id or self.policies.default_module_id) in off_policy,
-            train_on_arrival=len(off_policy) == len(self._learners),
-            more_work=lambda: any(learner.owes_updates for learner in self._learners.values()),
+            train_on_arrival=len(off_policy) == len(self._configs),
+            more_work=lambda: any(owed >= 1 for owed in self._owed_updates.values()),
         )
 
     # -- Lifecycle ----------------------------------------------------------------
@@ -134,19 +129,22 @@ class TrainingService:
         """
         # One intra-op thread by default: the other cores stay free for the event loop and
         # the simulators; more trains SAC's 256x256 networks faster where cores are free.
-        await self._in_learner_thread(torch.set_num_threads, self.settings.learner_threads)
-        logger.info("learners train on %s, %d intra-op thread(s)", self.device, self.settings.learner_threads)
+        await self._learners.start()
+        await self._learners.call("set_num_threads", self.settings.learner_threads)
+        where = "in a process of their own" if self.settings.learner_process else "in a thread of the gateway"
+        logger.info("learners train on %s, %d intra-op thread(s), %s", self.device, self.settings.learner_threads, where)
         restored, fresh, refused = {}, [], []
-        for module_id, learner in self._learners.items():
+        for module_id in self._configs:
             try:
-                if await self._in_learner_thread(learner.restore):
-                    restored[module_id] = learner.weights_seq_no
+                version = await self._learners.call("restore", module_id)
+                if version is not None:
+                    restored[module_id] = version
                 else:
                     fresh.append(module_id)
             except CheckpointMismatch as exc:
                 refused.append(f"{module_id}: {exc}")
         directory = self.settings.checkpoint_dir.resolve()
-        others = sorted(path.parent.name for path in directory.glob(f"*/{CHECKPOINT_FILE}") if path.parent.name not in self._learners)
+        others = sorted(path.parent.name for path in directory.glob(f"*/{CHECKPOINT_FILE}") if path.parent.name not in self._configs)
         summary = "; ".join(
             part
             for part in (
@@ -159,8 +157,8 @@ class TrainingService:
         if refused:
             raise CheckpointMismatch(f"checkpoints in {directory}: {summary}; refused " + "; ".join(refused))
         logger.info("checkpoints in %s: %s", directory, summary)
-        for module_id, learner in self._learners.items():
-            self._exports[module_id] = await self._in_learner_thread(learner.export)
+        for module_id in self._configs:
+            self._exports[module_id] = await self._learners.call("export", module_id)
         for module_id in self.leagues:
             await self._restore_league(module_id, restored=module_id in restored)
         self._publish(max(restored.values(), default=0))
@@ -168,10 +166,9 @@ class TrainingService:
     async def stop(self) -> None:
         """Let a running training step finish, drop what is pending, save every checkpoint."""
         await self._scheduler.stop()
-        for learner in self._learners.values():
-            await self._in_learner_thread(learner.save)
+        await self._learners.call("save_all")
         await self._save_leagues()
-        self._executor.shutdown(wait=True)
+        await self._learners.stop()
 
     async def _restore_league(self, module_id: str, restored: bool) -> None:
         """A restored self-play module's ratings and snapshots, if they were saved and fit its
@@ -180,11 +177,11 @@ class TrainingService:
         saved = None
         if restored:
             try:
-                saved = await self._in_learner_thread(load_league, module_dir, self._exports[module_id].onnx_bytes)
+                saved = await self._learners.run(load_league, module_dir, self._exports[module_id].onnx_bytes)
             except LeagueUnusable as exc:
                 logger.warning("self-play league of %s not restored, it starts again: %s", module_id, exc)
         if saved is None:
-            await self._in_learner_thread(clear_league, module_dir)
+            await self._learners.run(clear_league, module_dir)
             return
         league = self.leagues[module_id]
         league.restore(*saved)
@@ -200,14 +197,11 @@ class TrainingService:
             if ratings == self._saved_ratings.get(module_id):  # no new game, no new snapshot: on disk already
                 continue
             try:
-                await self._in_learner_thread(save_league, self.settings.checkpoint_dir / module_id, ratings, snapshots)
+                await self._learners.run(save_league, self.settings.checkpoint_dir / module_id, ratings, snapshots)
             except OSError as exc:
                 logger.warning("self-play league of %s not saved: %s", module_id, exc)
             else:
                 self._saved_ratings[module_id] = ratings
-
-    async def _in_learner_thread(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     def _publish(self, weights_seq_no: int) -> None:
         """Publish every module's latest export as one version; self-play draws its opponents."""
@@ -220,18 +214,6 @@ class TrainingService:
                 states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
         self._store.publish(PolicySetState(weights_seq_no, states, self.policies.default_module_id))
         self.metrics.weights_seq_no = weights_seq_no
-
-    def _learner(self, module: Module, seed: int) -> Learner | SACLearner:
-        """A module's learner: SAC's for an off-policy module, else PPO's."""
-        common = {
-            "seed": seed,
-            "checkpoint_dir": self.settings.checkpoint_dir / module.module_id,
-            "onnx_input_name": self.settings.onnx_input_name,
-            "device": self.device,
-        }
-        if module.off_policy:
-            return SACLearner(module.sac, module.observation_space, module.action_space, **common)
-        return Learner(module.ppo, module.observation_space, module.action_space, action_masking=module.action_masking, **common)
 
     # -- Clients ------------------------------------------------------------------
 
@@ -286,7 +268,7 @@ class TrainingService:
     def must_wait(self) -> bool:
         """Whether EPISODES_AND_GET_STATE waits for training: always while learning on-policy,
         else only while the learner is more than max_training_backlog env steps behind."""
-        owed = sum(learner.owed_env_steps for learner in self._learners.values())
+        owed = sum(updates / self._configs[m].utd_ratio for m, updates in self._owed_updates.items())
         backlog = self._scheduler.pending_env_steps + self._scheduler.training_env_steps + owed
         return self.force_on_policy or backlog > self.settings.max_training_backlog
 
@@ -338,17 +320,17 @@ class TrainingService:
         return self.module_ppo_config(self.policies.default_module_id)
 
     def module_ppo_config(self, module_id: str) -> PPOConfig:
-        learner = self._learners[module_id]
-        return learner.cfg if isinstance(learner, Learner) else self.policies.modules[module_id].ppo
+        cfg = self._configs[module_id]
+        return cfg if isinstance(cfg, PPOConfig) else self.policies.modules[module_id].ppo
 
     def module_sac_config(self, module_id: str) -> SACConfig | None:
         """A SAC module's hyperparameters; None for a PPO module."""
-        learner = self._learners[module_id]
-        return learner.cfg if isinstance(learner, SACLearner) else None
+        cfg = self._configs[module_id]
+        return cfg if isinstance(cfg, SACConfig) else None
 
     def algorithm_of(self, module_id: str) -> str:
         """What a trainable module trains with: "ppo" or "sac"."""
-        return "sac" if isinstance(self._learners[module_id], SACLearner) else "ppo"
+        return "sac" if isinstance(self._configs[module_id], SACConfig) else "ppo"
 
     def checked_config(
         self, module_id: str, algorithm: str, changes: dict[str, Any], base: PPOConfig | SACConfig | None = None
@@ -356,12 +338,12 @@ class TrainingService:
         """A module's hyperparameters of `algorithm` (`base`, default its current ones) with
         `changes`. Raises ValueError for an unknown or frozen module, another algorithm than
         the module's, unknown or invalid values, and values fixed while training."""
-        if module_id not in self._learners:
-            raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {', '.join(self._learners)}")
+        if module_id not in self._configs:
+            raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {', '.join(self._configs)}")
         if (trains := self.algorithm_of(module_id)) != algorithm:
             raise WrongAlgorithm(f"{module_id!r} trains with {trains}, not {algorithm}: change its {trains} hyperparameters")
         model = SACConfig if algorithm == "sac" else PPOConfig
-        current = base or self._learners[module_id].cfg
+        current = base or self._configs[module_id]
         check_hyperparameter_names(changes, model)
         updated = model.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
         for name, why in FIXED_WHILE_TRAINING[algorithm].items():
@@ -386,26 +368,30 @@ class TrainingService:
 
     def set_config(self, module_id: str, cfg: PPOConfig | SACConfig) -> None:
         """Use `cfg` (from checked_config) from the module's next training step on."""
-        if cfg != self._learners[module_id].cfg:
-            self._learners[module_id].cfg = cfg
+        if cfg != self._configs[module_id]:
+            self._configs[module_id] = cfg
+            self._learners.submit("set_config", module_id, cfg).add_done_callback(_log_failure)
             logger.info("%s hyperparameters of %s are now %s", self.algorithm_of(module_id).upper(), module_id, cfg.model_dump())
 
     # -- The training step (the scheduler calls it) ---------------------------------
 
     async def _train(self, chunks: list[EpisodeChunk], reason: str, stale_steps: int) -> None:
-        """Train every module that has data in the learner thread, publish the new version, count and log it."""
+        """Train every module that has data in the learners' thread or process, publish the new
+        version, count and log it."""
         by_module: dict[str, list[EpisodeChunk]] = defaultdict(list)
-        for module_id, learner in self._learners.items():
-            if learner.owes_updates:  # an off-policy learner with gradient steps to do
+        for module_id, owed in self._owed_updates.items():
+            if owed >= 1:  # an off-policy learner with gradient steps to do
                 by_module[module_id] = []
         for chunk in chunks:
             by_module[chunk.module_id or self.policies.default_module_id].append(chunk)
         version = self._store.current.weights_seq_no + 1
         started = time.perf_counter()
-        results = await self._in_learner_thread(self._train_modules, by_module, version)
+        results = await self._learners.call("train", dict(by_module), version)
         seconds = time.perf_counter() - started
-        for module_id, (state, _) in results.items():
+        for module_id, (state, stats) in results.items():
             self._exports[module_id] = state
+            if module_id in self._owed_updates:
+                self._owed_updates[module_id] = stats["owed_updates"]
         self._publish(version)
         trained = {m: (sum(c.num_steps for c in by_module[m]), stats) for m, (_, stats) in results.items()}
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
@@ -431,8 +417,7 @@ class TrainingService:
             )
         await self._save_leagues()  # a new snapshot, and the ratings so far (after clients heard of the version)
 
-    def _train_modules(
-        self, by_module: dict[str, list[EpisodeChunk]], version: int
-    ) -> dict[str, tuple[PolicyState, dict[str, float]]]:
-        """In the learner thread: one training step per module that has data."""
-        return {module_id: self._learners[module_id].train(chunks, version) for module_id, chunks in by_module.items()}
+
+def _log_failure(call: Future) -> None:
+    if not call.cancelled() and (exc := call.exception()) is not None:
+        logger.error("the learners could not take new hyperparameters: %r", exc)

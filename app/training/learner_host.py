@@ -1,0 +1,220 @@
+"""Where the learners run: a thread of the gateway's process, or a process of their own.
+
+`LearnerThread` (the default) runs `Learners`' calls on one thread beside the event loop.
+Torch releases the GIL inside its kernels, but a training step is also thousands of Python
+operations between them, and those hold it: under heavy traffic the event loop and the
+learner wait on each other. `LearnerProcess` (setting `learner_process`) runs the same
+calls in a child process, so neither ever waits for the other's interpreter; the cost is
+a second interpreter with torch (RAM) and pickling each batch across a pipe.
+
+Both run calls one at a time, in the order they were made, on one thread of this process
+(for the process: the thread that writes the call and waits for the answer), so a call
+made after another sees its effects. A child that dies (killed, out of memory) fails the
+call it was running; the next call starts a new one, which restores every module from its
+last checkpoint (SAC's replay buffer refills) and gets the hyperparameters changed since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from app.config import Settings
+from app.log_redaction import configure_logging
+from app.policies import PolicySet
+from app.training.learners import Learners
+
+log = logging.getLogger("app.training")
+
+_STOP_TIMEOUT_S = 30.0  # for the child to save and exit once told to
+
+
+class LearnerProcessLost(RuntimeError):
+    """The learner process exited while it ran a call (or before it could start)."""
+
+
+class LearnerThread:
+    """The learners in this process; their calls run on one thread beside the event loop."""
+
+    def __init__(self, settings: Settings, policies: PolicySet) -> None:
+        self.learners = Learners(settings, policies)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
+
+    async def start(self) -> None:
+        pass
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """Run `Learners.<method>(*args)` in the learner thread; its result."""
+        return await asyncio.wrap_future(self.submit(method, *args))
+
+    def submit(self, method: str, *args: Any) -> Future:
+        """The same, without waiting (still in order with every other call)."""
+        return self._executor.submit(self.learners.call, method, args)
+
+    async def run(self, fn: Callable, *args: Any) -> Any:
+        """Run a function of this process in the learner thread (file work kept in order with the calls)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def stop(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class LearnerProcess:
+    """The learners in a child process; calls go to it over a pipe, one at a time."""
+
+    def __init__(self, settings: Settings, policies: PolicySet) -> None:
+        self._settings = settings
+        self._policies = policies
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-pipe")
+        self._context = multiprocessing.get_context("spawn")  # fork would copy the event loop's threads' locks
+        self._process: Any = None
+        self._pipe: Any = None
+        self._replayed: dict[tuple, tuple[str, tuple]] = {}  # what a new child must be told again
+        self._restores: dict[str, None] = {}  # modules a new child restores from their checkpoints
+        self.starts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._spawn)
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """Run `Learners.<method>(*args)` in the learner process; its result (or its exception)."""
+        return await asyncio.wrap_future(self.submit(method, *args))
+
+    def submit(self, method: str, *args: Any) -> Future:
+        return self._executor.submit(self._call, method, args)
+
+    async def run(self, fn: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def stop(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._stop)
+        self._executor.shutdown(wait=True)
+
+    # -- On the pipe's thread ------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        """Start a child and wait until it has built the learners (its exception if it could not)."""
+        self.starts += 1
+        parent_end, child_end = self._context.Pipe()
+        process = self._context.Process(
+            target=serve_learners, args=(child_end, self._settings, self._policies), name="rllink-learner", daemon=True
+        )
+        process.start()
+        child_end.close()
+        self._process, self._pipe = process, parent_end
+        started = time.perf_counter()
+        self._answer("start")
+        log.info("learner process %d started in %.1f s", process.pid, time.perf_counter() - started)
+
+    def _call(self, method: str, args: tuple) -> Any:
+        if self._process is None or not self._process.is_alive():
+            self._respawn()
+        if method == "restore":
+            self._restores[args[0]] = None
+        elif method in ("set_num_threads", "set_config"):
+            self._replayed[(method, *args[:1])] = (method, args)  # the latest per module
+        self._send((method, args))
+        return self._answer(method)
+
+    def _respawn(self) -> None:
+        """A new child after one died: it restores what the last one had, and is told again
+        what it was told."""
+        if self._process is not None:
+            log.error("learner process %d exited (code %s); starting a new one", self._process.pid, self._process.exitcode)
+            self._pipe.close()
+        self._spawn()
+        for method, args in self._replayed.values():
+            self._send((method, args))
+            self._answer(method)
+        for module_id in self._restores:
+            self._send(("restore", (module_id,)))
+            version = self._answer("restore")
+            log.info("learner process %d: %s restored at weights_seq_no %s", self._process.pid, module_id, version)
+
+    def _send(self, message: Any) -> None:
+        try:
+            self._pipe.send(message)
+        except (OSError, EOFError) as exc:
+            raise self._lost(message[0] if message else "stop") from exc
+
+    def _answer(self, method: str) -> Any:
+        try:
+            status, value = self._pipe.recv()
+        except (OSError, EOFError) as exc:
+            raise self._lost(method) from exc
+        if status == "error":
+            raise value
+        return value
+
+    def _lost(self, method: str) -> LearnerProcessLost:
+        self._process.join(timeout=1.0)
+        return LearnerProcessLost(
+            f"the learner process {self._process.pid} exited (code {self._process.exitcode}) during {method}"
+        )
+
+    def _stop(self) -> None:
+        if self._process is None:
+            return
+        if self._process.is_alive():
+            try:
+                self._pipe.send(None)
+            except OSError:
+                pass
+            self._process.join(timeout=_STOP_TIMEOUT_S)
+            if self._process.is_alive():
+                log.error("learner process %d did not exit; killing it", self._process.pid)
+                self._process.kill()
+                self._process.join()
+        self._pipe.close()
+
+
+def serve_learners(pipe: Any, settings: Settings, policies: PolicySet) -> None:
+    """The learner process: build the learners, then answer calls until told to stop
+    (None) or the gateway's end of the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's: it stops us after saving
+    configure_logging(settings.log_level)
+    try:
+        learners = Learners(settings, policies)
+    except Exception as exc:
+        _reply(pipe, "error", exc)
+        return
+    _reply(pipe, "ok", None)
+    while True:
+        try:
+            message = pipe.recv()
+        except (EOFError, OSError):
+            return  # the gateway is gone
+        if message is None:
+            return
+        method, args = message
+        try:
+            result = learners.call(method, args)
+        except Exception as exc:
+            log.exception("learner call %s failed", method)
+            _reply(pipe, "error", exc)
+        else:
+            _reply(pipe, "ok", result)
+
+
+def _reply(pipe: Any, status: str, value: Any) -> None:
+    try:
+        pipe.send((status, value))
+    except (EOFError, OSError):
+        pass  # the gateway is gone
+    except Exception as exc:  # an exception that does not pickle: its text does
+        pipe.send(("error", RuntimeError(f"{type(value).__name__}: {value} ({exc})")))
+
+
+def learner_host(settings: Settings, policies: PolicySet) -> LearnerThread | LearnerProcess:
+    """The host `learner_process` asks for."""
+    return LearnerProcess(settings, policies) if settings.learner_process else LearnerThread(settings, policies)
