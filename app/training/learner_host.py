@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from typing import Any
 
 from app.config import Settings
@@ -72,9 +75,8 @@ class LearnerProcess:
         self._settings = settings
         self._policies = policies
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-pipe")
-        self._context = multiprocessing.get_context("spawn")  # fork would copy the event loop's threads' locks
-        self._process: Any = None
-        self._pipe: Any = None
+        self._process: subprocess.Popen | None = None
+        self._pipe: Connection | None = None
         self._replayed: dict[tuple, tuple[str, tuple]] = {}  # what a new child must be told again
         self._restores: dict[str, None] = {}  # modules a new child restores from their checkpoints
         self.starts = 0
@@ -103,49 +105,53 @@ class LearnerProcess:
     # -- On the pipe's thread ------------------------------------------------------------
 
     def _spawn(self) -> None:
-        """Start a child and wait until it has built the learners (its exception if it could not)."""
+        """Start a child and wait until it has built the learners (its exception if it could not).
+
+        A fresh interpreter (`python -m app.training.learner_host FD`), not multiprocessing's
+        spawn, which would import the embedding program's main module again; fork would copy
+        the locks of the event loop's threads."""
         self.starts += 1
-        parent_end, child_end = self._context.Pipe()
-        process = self._context.Process(
-            target=serve_learners, args=(child_end, self._settings, self._policies), name="rllink-learner", daemon=True
-        )
-        process.start()
-        child_end.close()
-        self._process, self._pipe = process, parent_end
+        ours, theirs = socket.socketpair()
         started = time.perf_counter()
+        with theirs:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "app.training.learner_host", str(theirs.fileno())], pass_fds=[theirs.fileno()]
+            )
+        self._process, self._pipe = process, Connection(ours.detach())
+        self._send("start", (self._settings, self._policies))
         self._answer("start")
         log.info("learner process %d started in %.1f s", process.pid, time.perf_counter() - started)
 
     def _call(self, method: str, args: tuple) -> Any:
-        if self._process is None or not self._process.is_alive():
+        if self._process is None or self._process.poll() is not None:
             self._respawn()
         if method == "restore":
             self._restores[args[0]] = None
         elif method in ("set_num_threads", "set_config"):
             self._replayed[(method, *args[:1])] = (method, args)  # the latest per module
-        self._send((method, args))
+        self._send(method, (method, args))
         return self._answer(method)
 
     def _respawn(self) -> None:
         """A new child after one died: it restores what the last one had, and is told again
         what it was told."""
         if self._process is not None:
-            log.error("learner process %d exited (code %s); starting a new one", self._process.pid, self._process.exitcode)
+            log.error("learner process %d exited (code %s); starting a new one", self._process.pid, self._process.returncode)
             self._pipe.close()
         self._spawn()
         for method, args in self._replayed.values():
-            self._send((method, args))
+            self._send(method, (method, args))
             self._answer(method)
         for module_id in self._restores:
-            self._send(("restore", (module_id,)))
+            self._send("restore", ("restore", (module_id,)))
             version = self._answer("restore")
             log.info("learner process %d: %s restored at weights_seq_no %s", self._process.pid, module_id, version)
 
-    def _send(self, message: Any) -> None:
+    def _send(self, method: str, message: Any) -> None:
         try:
             self._pipe.send(message)
         except (OSError, EOFError) as exc:
-            raise self._lost(message[0] if message else "stop") from exc
+            raise self._lost(method) from exc
 
     def _answer(self, method: str) -> Any:
         try:
@@ -157,31 +163,38 @@ class LearnerProcess:
         return value
 
     def _lost(self, method: str) -> LearnerProcessLost:
-        self._process.join(timeout=1.0)
-        return LearnerProcessLost(
-            f"the learner process {self._process.pid} exited (code {self._process.exitcode}) during {method}"
-        )
+        try:
+            code = self._process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:  # its end of the pipe closed, yet it runs: make sure it is gone
+            self._process.kill()
+            code = self._process.wait()
+        return LearnerProcessLost(f"the learner process {self._process.pid} exited (code {code}) during {method}")
 
     def _stop(self) -> None:
         if self._process is None:
             return
-        if self._process.is_alive():
+        if self._process.poll() is None:
             try:
                 self._pipe.send(None)
             except OSError:
                 pass
-            self._process.join(timeout=_STOP_TIMEOUT_S)
-            if self._process.is_alive():
+            try:
+                self._process.wait(timeout=_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
                 log.error("learner process %d did not exit; killing it", self._process.pid)
                 self._process.kill()
-                self._process.join()
+                self._process.wait()
         self._pipe.close()
 
 
-def serve_learners(pipe: Any, settings: Settings, policies: PolicySet) -> None:
-    """The learner process: build the learners, then answer calls until told to stop
-    (None) or the gateway's end of the pipe closes."""
+def serve_learners(pipe: Connection) -> None:
+    """The learner process: take the settings and policies, build the learners, then
+    answer calls until told to stop (None) or the gateway's end of the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's: it stops us after saving
+    try:
+        settings, policies = pipe.recv()
+    except (EOFError, OSError):
+        return
     configure_logging(settings.log_level)
     try:
         learners = Learners(settings, policies)
@@ -218,3 +231,7 @@ def _reply(pipe: Any, status: str, value: Any) -> None:
 def learner_host(settings: Settings, policies: PolicySet) -> LearnerThread | LearnerProcess:
     """The host `learner_process` asks for."""
     return LearnerProcess(settings, policies) if settings.learner_process else LearnerThread(settings, policies)
+
+
+if __name__ == "__main__":
+    serve_learners(Connection(int(sys.argv[1])))
