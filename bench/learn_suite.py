@@ -137,11 +137,12 @@ def _sac_env(obs_shape: int, action_shape: int, low: float, high: float, lr: flo
     """Gateway settings for SAC equal to SB3's SAC defaults (what rl-zoo leaves unset) with
     rl-zoo's learning rate and learning_starts: one learning rate for actor, critics and
     alpha, batch 256, tau 0.005, gamma 0.99, 1M buffer, one gradient step per env step, the
-    actor and the targets updated every step (SB3 has no delayed actor), autotuned alpha,
+    actor and the targets updated every step (SB3 has no delayed actor), autotuned alpha
+    starting at 1.0 (SB3's "auto"; the gateway starts autotune at its `alpha`, 0.2 by default),
     256x256 networks. 50 env steps per client request, so that the client fetches new
     versions often (SB3 acts with a policy never older than one step; the gateway's client
     may run up to `max_training_backlog` env steps ahead of training). At 200, Pendulum's
-    mean over seeds 0-4 was -175.6; at 50, -153.2."""
+    mean over seeds 0-4 was -175.6; at 50, -153.2 (alpha from 0.2), -151.3 (from 1.0; SB3 -150.8)."""
     return {
         "RLLINK_ALGORITHM": "sac",
         "RLLINK_OBSERVATION_SPACE": space_json({"type": "box", "shape": [obs_shape]}),
@@ -158,6 +159,7 @@ def _sac_env(obs_shape: int, action_shape: int, low: float, high: float, lr: flo
         "RLLINK_SAC__POLICY_FREQUENCY": "1",
         "RLLINK_SAC__TARGET_NETWORK_FREQUENCY": "1",
         "RLLINK_SAC__AUTOTUNE": "true",
+        "RLLINK_SAC__ALPHA": "1.0",
         "RLLINK_SAC__HIDDEN_SIZES": "[256, 256]",
     }
 
