@@ -15,7 +15,9 @@ asks for actions in a loop:
   training  64 single-request connections while a driver keeps the gateway training
             (EPISODES_AND_GET_STATE of 8,000 steps, again as soon as SET_STATE comes, as
             bench/latency.py does); requests sent while a training step ran (from the
-            gateway's log of each step's duration) are "during training".
+            gateway's log of each step's duration) are "during training". Twice: the
+            learner in a thread of the gateway (the default), then in a process of its
+            own (`--learner-process`), each with its training steps' mean and max seconds.
 Training is paused for the first four (huge train_batch_size and barrier timeout); the
 steps the thin clients make are recorded and kept as they would be. The limit: the same
 policy (GET /api/model.onnx) run by onnxruntime in this process on batches of 64 and
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing
 import random
@@ -106,6 +109,11 @@ def _client_process(port: int, connections: int, episodes: int, start_at: float,
         return await asyncio.gather(*(_connection(port, episodes, start_at, stop_at, interval_s) for _ in range(connections)))
 
     raise_fd_limit(connections + 64)
+    # No collections in a client: forked from this process, it shares its heap, and each
+    # full collection would walk it and the samples so far (tens of ms, counted as the
+    # gateway's latency). The measurement is seconds long; its garbage is small.
+    gc.freeze()
+    gc.disable()
     try:
         results = asyncio.run(main())
         queue.put(("ok", sum(a for a, _ in results), [s for _, samples in results for s in samples]))
@@ -182,7 +190,14 @@ def during_training(gateway, seconds: float, connections: int) -> dict:
         f.seek(log_offset)
         windows = training_windows(f.read().decode(errors="replace"))  # in time.time(), as the samples
     during = [lat for sent, lat in result["samples"] if any(a <= sent <= b for a, b in windows)]
-    return {"training_steps": len(windows), "actions_per_s": result["actions_per_s"], **latency_summary(during)}
+    seconds_per_step = [b - a for a, b in windows]
+    return {
+        "training_steps": len(windows),
+        "step_s_mean": rounded(sum(seconds_per_step) / len(windows), 2) if windows else None,
+        "step_s_max": rounded(max(seconds_per_step), 2) if windows else None,
+        "actions_per_s": result["actions_per_s"],
+        **latency_summary(during),
+    }
 
 
 def main() -> None:
@@ -212,10 +227,13 @@ def main() -> None:
         print(f"open loop x1000 at {half:,.0f}/s: {result['actions_per_s']:,.0f} actions/s, p50 {result['p50_ms']} ms, "
               f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms", flush=True)
         serving = httpx.get(f"http://{HOST}:{gateway.http_port}/api/metrics", timeout=10).json()["serving"]
-    with running_gateway(log_level="info") as gateway:  # the log dates each training step
-        training = during_training(gateway, max(seconds, 5.0) * 2, 64)
-    print(f"during training ({training['training_steps']} steps): {training['requests']} requests, "
-          f"p50 {training['p50_ms']} ms, p99 {training['p99_ms']} ms, max {training['max_ms']} ms", flush=True)
+    trainings = {}
+    for host, flags in (("learner thread", ()), ("learner process", ("--learner-process",))):
+        with running_gateway(*flags, log_level="info") as gateway:  # the log dates each training step
+            trainings[host] = training = during_training(gateway, max(seconds, 5.0) * 2, 64)
+        print(f"during training, {host} ({training['training_steps']} steps, mean {training['step_s_mean']} s, "
+              f"max {training['step_s_max']} s): {training['requests']} requests, {training['actions_per_s']:,.0f} actions/s, "
+              f"p50 {training['p50_ms']} ms, p99 {training['p99_ms']} ms, max {training['max_ms']} ms", flush=True)
 
     batch_rate = max(runs["batch64 x1"]["actions_per_s"], runs["batch64 x16"]["actions_per_s"])
     open_loop = runs["open loop x1000 at half"]
@@ -223,9 +241,10 @@ def main() -> None:
         "batch64 >= 200,000 actions/s": batch_rate >= 200_000,
         "single x1000 >= 20,000 actions/s": runs["single x1000"]["actions_per_s"] >= 20_000,
         "single x1000 p99 < 10 ms at half rate": open_loop["p99_ms"] is not None and open_loop["p99_ms"] < 10,
-        "during training p99 < 10 ms": training["p99_ms"] is not None and training["p99_ms"] < 10,
-        "during training max < 50 ms": training["max_ms"] is not None and training["max_ms"] < 50,
     }
+    for host, training in trainings.items():
+        targets[f"during training ({host}) p99 < 10 ms"] = training["p99_ms"] is not None and training["p99_ms"] < 10
+        targets[f"during training ({host}) max < 50 ms"] = training["max_ms"] is not None and training["max_ms"] < 50
     lines = [
         f"onnxruntime in-process limit: {limit[64]:,.0f} obs/s in batches of 64, {limit[1024]:,.0f} in batches of 1,024",
         f"batch64: {batch_rate:,.0f} actions/s = {batch_rate / limit[64]:.2f}x the limit at 64",
@@ -236,7 +255,7 @@ def main() -> None:
     if args.quick:
         lines.insert(0, "--quick: 1 s per measurement, a smoke run: NOT the benchmark's figures")
     emit("inference", lines, {"limit_obs_per_s": {str(k): round(v) for k, v in limit.items()}, "runs": runs,
-                              "during_training": training, "serving": serving, "targets": targets, "quick": args.quick})
+                              "during_training": trainings, "serving": serving, "targets": targets, "quick": args.quick})
 
 
 if __name__ == "__main__":
