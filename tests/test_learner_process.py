@@ -14,6 +14,7 @@ import pytest
 
 from app.clients.gym_client import run
 from app.config import PPOConfig
+from app.training.learner_host import LEARNER_NICENESS
 
 from .helpers import chunk, gateway_settings, running_gateway, wait_until
 
@@ -41,6 +42,8 @@ def test_cartpole_reaches_450_with_the_learner_in_its_own_process_and_a_restart_
     settings = gateway_settings(tmp_path, learner_process=True)
     with running_gateway(settings) as gateway:
         pid = learner_pid(gateway)
+        # At a lower priority than the gateway: the event loop's thin clients come first.
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + LEARNER_NICENESS)
         with gateway.client("tcp", timeout=120) as client:
             result = run(client, "CartPole-v1", seed=0, target_return=450.0, max_env_steps=50_000)
         metrics = httpx.get(gateway.base_url + "/api/metrics").json()
