@@ -234,9 +234,9 @@ class Settings(BaseSettings):
     )
     learner_process: bool = Field(
         False,
-        description="Train in a child process instead of a thread of the gateway's: the event loop and the learner "
-        "no longer share one interpreter (no stalls of either under heavy traffic), for a second copy of torch in RAM "
-        "and a pipe hop per training step. A child that dies is restarted from the checkpoints.",
+        description="Train in a child process (at a lower priority, restarted from the checkpoints if it dies) instead "
+        "of a thread of the gateway's: the event loop and the learner stop sharing one interpreter, for a second torch "
+        "in RAM and a pipe hop per training step.",
     )
     checkpoint_dir: Path = Field(
         Path("checkpoints"), description="Where the policy is saved and restored from (with --run-id: the run's)."
