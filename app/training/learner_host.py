@@ -86,7 +86,6 @@ class LearnerProcess:
         self._pipe: Connection | None = None
         self._replayed: dict[tuple, tuple[str, tuple]] = {}  # what a new child must be told again
         self._restores: dict[str, None] = {}  # modules a new child restores from their checkpoints
-        self.starts = 0
 
     @property
     def pid(self) -> int | None:
@@ -117,7 +116,6 @@ class LearnerProcess:
         A fresh interpreter (`python -m app.training.learner_host FD`), not multiprocessing's
         spawn, which would import the embedding program's main module again; fork would copy
         the locks of the event loop's threads."""
-        self.starts += 1
         ours, theirs = socket.socketpair()
         started = time.perf_counter()
         with theirs:

@@ -59,9 +59,6 @@ class Learners:
     def num_threads(self) -> int:
         return torch.get_num_threads()
 
-    def describe_device(self) -> str:
-        return str(self.device)
-
     def restore(self, module_id: str) -> int | None:
         """Load the module's checkpoint: its weights_seq_no, or None if it has none."""
         learner = self.by_module[module_id]
@@ -86,5 +83,5 @@ class Learners:
 
 
 CALLS = frozenset(
-    {"set_num_threads", "num_threads", "describe_device", "restore", "export", "save_all", "set_config", "train"}
+    {"set_num_threads", "num_threads", "restore", "export", "save_all", "set_config", "train"}
 )
