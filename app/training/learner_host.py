@@ -195,7 +195,11 @@ class LearnerProcess:
 def serve_learners(pipe: Connection) -> None:
     """The learner process: take the settings and policies, build the learners, then
     answer calls until told to stop (None) or the gateway's end of the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the gateway's: it stops us after saving
+    # Ctrl-C in a terminal, or a service manager's SIGTERM to every process of the gateway's
+    # group, is for the gateway: it stops the learners after they have saved (and if the
+    # gateway dies, its end of the pipe closes, and that ends this process).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.nice(LEARNER_NICENESS)
     try:
         settings, policies = pipe.recv()
