@@ -1,6 +1,6 @@
 """Latency: PING -> PONG round trips over TCP and WebSocket, idle and while training.
 
-    python bench/latency.py [--samples 2000] [--train-seconds 15] [--algorithm sac]
+    python bench/latency.py [--samples 2000] [--train-seconds 15] [--algorithm sac] [--learner-process]
 
 One client sends a PING, waits for the PONG, and again, on a blocking socket (the
 WebSocket client is websockets' sans-I/O protocol on that socket: no client thread).
@@ -15,7 +15,8 @@ training step (its duration): "during training" means sent while a step ran.
 
 With `--algorithm sac` the gateway trains SAC instead (a Box action space, default
 networks, `--sac-utd-ratio` gradient steps per env step, 8 by default: a high update
-ratio), and the driver's chunks carry those actions.
+ratio), and the driver's chunks carry those actions. `--learner-process` runs the gateway
+with its learners in a process of their own (setting `learner_process`).
 
 Targets: p99 within 3x of the bare echo server; p99 < 5 ms while a training step runs.
 """
@@ -291,6 +292,7 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=None, help="env steps per EPISODES_AND_GET_STATE (ppo 8000, sac 1000)")
     parser.add_argument("--algorithm", choices=["ppo", "sac"], default="ppo", help="what the gateway trains")
     parser.add_argument("--sac-utd-ratio", type=float, default=8.0, help="SAC's gradient steps per env step")
+    parser.add_argument("--learner-process", action="store_true", help="the gateway's learners in a process of their own")
     parser.add_argument("--gateway-prelude", default=None, help=argparse.SUPPRESS)  # experiments only
     parser.add_argument("--echo-server", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -302,7 +304,7 @@ def main() -> None:
 
     echo = EchoServers()
     try:
-        flags = gateway_flags(args.algorithm, args.sac_utd_ratio)
+        flags = gateway_flags(args.algorithm, args.sac_utd_ratio) + (["--learner-process"] if args.learner_process else [])
         with running_gateway(*flags, log_level="info", prelude=args.gateway_prelude) as gateway:
             pingers = {
                 "echo_tcp": TcpPinger(echo.tcp_port, expect=b'{"type": "PING"}'),
@@ -361,6 +363,7 @@ def main() -> None:
             "idle": idle_summary,
             "ratios": ratios,
             "training": training,
+            "learner_process": args.learner_process,
             "targets": {name: ok for name, (ok, _) in targets.items()},
         },
     )
