@@ -202,6 +202,7 @@ class GatewayConfig(BaseModel):
     force_on_policy: bool = Field(description="Whether clients wait for each version: the setting, off when every module is off-policy.")
     algorithm: Literal["ppo", "sac"] = Field(description="The default algorithm of the modules.")
     device: str = Field(description="Where the learners train (auto resolved).")
+    learner_process: bool = Field(description="Whether the learners train in a process of their own (else a thread of the gateway's).")
     onnx_input_name: str
     onnx_output_names: list[str]
     train_batch_size: int

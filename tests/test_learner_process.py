@@ -49,6 +49,7 @@ def test_cartpole_reaches_450_with_the_learner_in_its_own_process_and_a_restart_
             result = run(client, "CartPole-v1", seed=0, target_return=450.0, max_env_steps=50_000)
         assert learner_pid(gateway) == pid  # the same learner process trained throughout
         metrics = httpx.get(gateway.base_url + "/api/metrics").json()
+        assert httpx.get(gateway.base_url + "/api/config").json()["learner_process"] is True
         assert not exited(pid)
     assert result.reached_target, f"mean of the last 20 returns {result.mean_return:.1f} < 450"
     assert metrics["num_env_steps_trained_lifetime"] == metrics["num_env_steps_sampled_lifetime"] == result.env_steps
