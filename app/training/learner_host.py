@@ -49,39 +49,49 @@ class LearnerProcessLost(RuntimeError):
     """The learner process exited while it ran a call (or before it could start)."""
 
 
-class LearnerThread:
+class _OneThread:
+    """What both hosts share: one thread of this process that runs everything in order."""
+
+    def __init__(self, thread_name: str) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+
+    def submit(self, method: str, *args: Any) -> Future:
+        """Run `Learners.<method>(*args)` without waiting (in order with every other call)."""
+        raise NotImplementedError
+
+    async def call(self, method: str, *args: Any) -> Any:
+        """Run `Learners.<method>(*args)`; its result (or its exception)."""
+        return await asyncio.wrap_future(self.submit(method, *args))
+
+    async def run(self, fn: Callable, *args: Any) -> Any:
+        """Run a function of this process on that thread (file work kept in order with the calls)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+class LearnerThread(_OneThread):
     """The learners in this process; their calls run on one thread beside the event loop."""
 
     def __init__(self, settings: Settings, policies: PolicySet) -> None:
+        super().__init__("learner")
         self.learners = Learners(settings, policies)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner")
 
     async def start(self) -> None:
         pass
 
-    async def call(self, method: str, *args: Any) -> Any:
-        """Run `Learners.<method>(*args)` in the learner thread; its result."""
-        return await asyncio.wrap_future(self.submit(method, *args))
-
     def submit(self, method: str, *args: Any) -> Future:
-        """The same, without waiting (still in order with every other call)."""
         return self._executor.submit(self.learners.call, method, args)
-
-    async def run(self, fn: Callable, *args: Any) -> Any:
-        """Run a function of this process in the learner thread (file work kept in order with the calls)."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def stop(self) -> None:
         self._executor.shutdown(wait=True)
 
 
-class LearnerProcess:
+class LearnerProcess(_OneThread):
     """The learners in a child process; calls go to it over a pipe, one at a time."""
 
     def __init__(self, settings: Settings, policies: PolicySet) -> None:
+        super().__init__("learner-pipe")
         self._settings = settings
         self._policies = policies
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-pipe")
         self._process: subprocess.Popen | None = None
         self._pipe: Connection | None = None
         self._replayed: dict[tuple, tuple[str, tuple]] = {}  # what a new child must be told again
@@ -92,20 +102,13 @@ class LearnerProcess:
         return None if self._process is None else self._process.pid
 
     async def start(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._spawn)
-
-    async def call(self, method: str, *args: Any) -> Any:
-        """Run `Learners.<method>(*args)` in the learner process; its result (or its exception)."""
-        return await asyncio.wrap_future(self.submit(method, *args))
+        await self.run(self._spawn)
 
     def submit(self, method: str, *args: Any) -> Future:
         return self._executor.submit(self._call, method, args)
 
-    async def run(self, fn: Callable, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
     async def stop(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._stop)
+        await self.run(self._stop)
         self._executor.shutdown(wait=True)
 
     # -- On the pipe's thread ------------------------------------------------------------
@@ -132,8 +135,10 @@ class LearnerProcess:
             self._respawn()
         if method == "restore":
             self._restores[args[0]] = None
-        elif method in ("set_num_threads", "set_config"):
-            self._replayed[(method, *args[:1])] = (method, args)  # the latest per module
+        elif method == "set_num_threads":
+            self._replayed[(method,)] = (method, args)  # the latest
+        elif method == "set_config":
+            self._replayed[(method, args[0])] = (method, args)  # the latest per module
         self._send(method, (method, args))
         return self._answer(method)
 
