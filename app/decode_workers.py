@@ -17,7 +17,7 @@ the event loop to decode; whatever it might still send is ignored.
 Both directions carry a 4-byte big-endian length, then that many bytes: a JSON body
 in; out, first an empty frame once the worker has imported (it is ready: bodies go to
 it from then on, so its start-up never counts against the reply bound), then for each
-body the pickled result of `loads_with_arrays(body, KEYS)` (a dict, or None when the
+body the pickled result of `loads_episodes(body, KEYS)` (a dict, or None when the
 body needs the event loop's decoder, which then decodes it as if no worker existed).
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from app.json_arrays import loads_with_arrays
+from app.chunk_columns import loads_episodes
 
 log = logging.getLogger("app.decode_workers")
 
@@ -328,7 +328,7 @@ def main(keys: frozenset[str]) -> None:
         (size,) = _LENGTH.unpack(header)
         body = stdin.read(size)
         try:
-            reply = _dumps(loads_with_arrays(body, keys))
+            reply = _dumps(loads_episodes(body, keys))
         except Exception:  # a bug of ours, or nesting too deep to pickle: the event loop decodes it
             log.exception("decoding a body failed")
             reply = pickle.dumps(None)

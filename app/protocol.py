@@ -24,6 +24,7 @@ import msgpack
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from app.chunk_columns import ChunkColumns, loads_episodes
 from app.json_arrays import loads_with_arrays
 from app.policies import PolicySet
 from app.schemas import (
@@ -180,11 +181,12 @@ def carries_episodes(body: bytes) -> bool:
     return b'"episodes"' in body
 
 
-def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
+def decode_body(body: bytes, columns: bool = True) -> tuple[dict[str, Any], Encoding]:
     """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one.
 
     In large JSON bodies, the number lists of episode chunks (`ARRAY_FIELDS`) may be
-    numpy arrays already (see `app.json_arrays`); the schemas take either.
+    numpy arrays already (see `app.json_arrays`); the schemas take either. Several chunks
+    may come as one `ChunkColumns` instead (`app.chunk_columns`), unless `columns` is false.
     """
     encoding = detect_encoding(body)
     if encoding is Encoding.MSGPACK:
@@ -198,7 +200,7 @@ def decode_body(body: bytes) -> tuple[dict[str, Any], Encoding]:
     if (
         len(body) >= ARRAYS_MIN_BODY_BYTES
         and carries_episodes(body)
-        and (data := loads_with_arrays(body, ARRAY_FIELDS)) is not None
+        and (data := (loads_episodes if columns else loads_with_arrays)(body, ARRAY_FIELDS)) is not None
     ):
         return data, encoding
     try:
@@ -340,6 +342,7 @@ class Session:
         encoder: ReplyEncoder | None = None,
     ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
+        self._policies = policies
         # JSON bodies say so: the chunk validators then skip a check (see schemas).
         self._contexts = {
             Encoding.JSON: {"policies": policies, "from_json": True},
@@ -396,7 +399,7 @@ class Session:
     def parse(self, frame: bytes | FrameRejected, decoded: dict[str, Any] | None = None) -> Event | None:
         """The event for one item of `receive_frames`, in its turn (None once a fatal error
         ended the session); `decoded` is what `loads_with_arrays` made of a body elsewhere
-        (a worker process), if it could."""
+        (a worker process: `app.chunk_columns.loads_episodes`), if it could."""
         if self._ended:
             return None
         seq = self._next_seq
@@ -406,6 +409,8 @@ class Session:
         encoding = detect_encoding(frame)
         try:
             data, encoding = (decoded, encoding) if decoded is not None else decode_body(frame)
+            if type(data.get("episodes")) is ChunkColumns:
+                data = self._with_chunks(data, frame)
             event: Event = RequestReceived(self._validate(data, encoding), encoding, seq)
         except ProtocolError as exc:
             event = FrameRejected(exc, encoding, seq)
@@ -423,6 +428,14 @@ class Session:
         seq = self._next_seq
         self._next_seq += 1
         return self._admit(FrameRejected(error, Encoding.JSON, seq))
+
+    def _with_chunks(self, data: dict[str, Any], frame: bytes) -> dict[str, Any]:
+        """The message with its columns as validated chunks; if they may be invalid, its body
+        decoded again chunk by chunk, for EpisodeChunk's validators to say what is wrong."""
+        chunks = data["episodes"].chunks(self._policies)
+        if chunks is None:
+            return decode_body(frame, columns=False)[0]
+        return {**data, "episodes": chunks}
 
     def _validate(self, data: dict[str, Any], encoding: Encoding) -> Request:
         message_type = data.get("type")

@@ -89,7 +89,7 @@ _FLOAT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 
 
-def _fast_floats(value: list, dtype: type, row_size: int | None, from_json: bool = False) -> np.ndarray | None:
+def fast_floats(value: list, dtype: type, row_size: int | None, from_json: bool = False) -> np.ndarray | None:
     """A finite float array from a list of numbers, or (with `row_size`) of lists of
     `row_size` numbers; None where the general path must decide.
 
@@ -161,7 +161,7 @@ def _as_array(
     from, for the fast path only: the result is the same without them (the caller
     checks the shape).
     """
-    if type(value) is list and (array := _fast_floats(value, dtype, row_size, from_json)) is not None:
+    if type(value) is list and (array := fast_floats(value, dtype, row_size, from_json)) is not None:
         return array
     if isinstance(value, np.ndarray):  # e.g. from app.json_arrays
         array = value
@@ -585,7 +585,7 @@ class GetAction(_Message):
         if any(mask is not None for mask in masks):
             masks = [_batch_item(i, _one_mask, mask) for i, mask in enumerate(masks)]
         observations = [item.get("obs") for item in value]
-        obs = _fast_floats(observations, np.float32, _row_size(observations), _from_json(info))
+        obs = fast_floats(observations, np.float32, _row_size(observations), _from_json(info))
         if obs is None:
             obs = [_batch_item(i, _observation, row) for i, row in enumerate(observations)]
         return ActionRequests(ids, obs, explore, masks)

@@ -39,7 +39,7 @@ from app.protocol import (
     decode_body,
     encode_frame,
 )
-from app.schemas import Episodes, _fast_floats, _fast_indices, num_dist_inputs
+from app.schemas import Episodes, fast_floats, _fast_indices, num_dist_inputs
 from app.spaces import DiscreteSpace
 
 from .helpers import CARTPOLE, FUZZ, SPACES, numbers, odd_numbers, structured_messages
@@ -223,7 +223,7 @@ rows_of_numbers = st.integers(min_value=1, max_value=4).flatmap(
 @given(value=st.lists(odd_numbers, min_size=1, max_size=8) | rows_of_numbers, dtype=st.sampled_from([np.float32, np.float64]))
 def test_fast_float_parser_agrees_with_numpy_whenever_it_answers(value, dtype):
     row_size = len(value[0]) if isinstance(value[0], list) else None
-    fast = _fast_floats(value, dtype, row_size)
+    fast = fast_floats(value, dtype, row_size)
     if fast is None:
         return  # declined: numpy's general path decides
     with np.errstate(over="ignore"):
