@@ -152,7 +152,7 @@ def _row_size(value: Any) -> int | None:
     return len(value[0]) if type(value) is list and value and type(value[0]) is list else None
 
 
-def _as_array(
+def as_array(
     value: Any, dtype: type, what: str, row_size: int | None = None, from_json: bool = False
 ) -> np.ndarray:
     """Turn nested lists into a numpy array, or explain why they are not numbers.
@@ -227,7 +227,7 @@ def action_mask_array(value: Any, what: str) -> np.ndarray:
     """Action masks as float32 0/1 [T, k], from lists of 0 and 1 or of true and false."""
     if type(value) is list and all(type(row) is list and all(type(x) is bool for x in row) for row in value):
         value = [[float(x) for x in row] for row in value]
-    array = _as_array(value, np.float32, what, _row_size(value))
+    array = as_array(value, np.float32, what, _row_size(value))
     if array.ndim != 2:
         raise ValueError(f"{what} must be a list of masks, each a list of 0/1 (or false/true) per logit")
     if array.size and not np.isin(array, (0.0, 1.0)).all():
@@ -332,7 +332,7 @@ class EpisodeChunk(_Message):
     def _obs(cls, value: Any, info: ValidationInfo) -> np.ndarray:
         spaces = _spaces(info)
         shape = spaces.observation_space.shape if spaces is not None else ()
-        array = _as_array(value, np.float32, "obs", shape[0] if len(shape) == 1 else None, _from_json(info))
+        array = as_array(value, np.float32, "obs", shape[0] if len(shape) == 1 else None, _from_json(info))
         if spaces is not None and array.shape[1:] != spaces.observation_space.shape:
             raise ValueError(
                 f"each observation must have shape {list(spaces.observation_space.shape)}{_of(spaces)}, "
@@ -352,7 +352,7 @@ class EpisodeChunk(_Message):
         if isinstance(space, DiscreteSpace):
             if type(value) in (list, np.ndarray) and (ints := _fast_indices(value, space.n)) is not None:
                 return ints
-            array = _as_array(value, np.float64, "actions")
+            array = as_array(value, np.float64, "actions")
             if array.ndim != 1 or not np.all(array == np.floor(array)):
                 raise ValueError(f"actions must be a list of integers for a Discrete action space{_of(spaces)}")
             if array.size and (array.min() < 0 or array.max() >= space.n):
@@ -360,7 +360,7 @@ class EpisodeChunk(_Message):
             return array.astype(np.int64)
         if isinstance(space, MultiDiscreteSpace):
             return _multi_discrete_actions(value, space, _of(spaces))
-        array = _as_array(value, np.float32, "actions", _row_size(value), _from_json(info))
+        array = as_array(value, np.float32, "actions", _row_size(value), _from_json(info))
         if isinstance(space, BoxSpace) and array.shape[1:] != space.shape:
             raise ValueError(f"each action must have shape {list(space.shape)}{_of(spaces)}, got {list(array.shape[1:])}")
         return array
@@ -388,7 +388,7 @@ class EpisodeChunk(_Message):
     def _per_step_floats(cls, value: Any, info: ValidationInfo) -> np.ndarray | None:
         if value is None:
             return None
-        array = _as_array(value, np.float32, info.field_name)
+        array = as_array(value, np.float32, info.field_name)
         if array.ndim != 1:
             raise ValueError(f"{info.field_name} must be a flat list of numbers")
         return array
@@ -398,7 +398,7 @@ class EpisodeChunk(_Message):
     def _dist_inputs(cls, value: Any, info: ValidationInfo) -> np.ndarray | None:
         if value is None:
             return None
-        array = _as_array(value, np.float32, "action_dist_inputs", _row_size(value), _from_json(info))
+        array = as_array(value, np.float32, "action_dist_inputs", _row_size(value), _from_json(info))
         if array.ndim != 2:
             raise ValueError("action_dist_inputs must be a list of T vectors")
         spaces = _spaces(info)
@@ -431,7 +431,7 @@ def _multi_discrete_actions(value: Any, space: MultiDiscreteSpace, of: str) -> n
     """Actions [T, len(nvec)] of ints, each in its sub-action's range."""
     expected = f"actions must be a list of T lists of {len(space.nvec)} integers for MultiDiscrete({list(space.nvec)}){of}"
     try:
-        array = _as_array(value, np.float64, "actions", _row_size(value))
+        array = as_array(value, np.float64, "actions", _row_size(value))
     except ValueError as exc:
         raise ValueError(f"{expected} ({exc})") from None
     if array.ndim != 2 or array.shape[1] != len(space.nvec) or not np.all(array == np.floor(array)):
@@ -492,7 +492,7 @@ class EpisodesAndGetState(Episodes):
 
 def _observation(value: Any) -> np.ndarray:
     """One observation as float32 (its shape is checked against the episode's module later)."""
-    array = _as_array(value, np.float32, "obs")
+    array = as_array(value, np.float32, "obs")
     if array.ndim == 0:
         raise ValueError("obs must be a list of numbers (one observation)")
     return array

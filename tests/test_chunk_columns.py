@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.chunk_columns import ChunkColumns, _chunk, loads_episodes
+from app.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, _chunk, loads_episodes, pack
 from app.config import PPOConfig
+from app.json_arrays import loads_with_arrays
 from app.policies import Module, PolicySet
 from app.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
@@ -73,6 +74,8 @@ CORRUPTIONS: dict[str, Any] = {
     "actions flat floats": lambda c: c.update(actions=[0.5] * len(c["actions"])),
     "actions as rows": lambda c: c.update(actions=[[1]] * len(c["actions"])),
     "actions empty": lambda c: c.update(actions=[], rewards=[], action_logp=[], obs=c["obs"][:1]),
+    "rewards as rows": lambda c: c.update(rewards=[[1.0]] * len(c["rewards"])),
+    "dist inputs flat": lambda c: c.update(action_dist_inputs=[0.1] * len(c["actions"])),
     "rewards ints": lambda c: c.update(rewards=[1] * len(c["rewards"])),
     "rewards booleans": lambda c: c.update(rewards=[True] * len(c["rewards"])),
     "rewards one short": lambda c: c.update(rewards=c["rewards"][:-1]),
@@ -136,13 +139,26 @@ def parse(body: bytes, decoded: dict[str, Any]):
     return Session(POLICIES, 1 << 24).parse(body, decoded)
 
 
+def packed(body: bytes) -> list[dict[str, Any]]:
+    """The body decoded both ways a decode worker may (orjson's lists, app.json_arrays'
+    arrays), its chunks packed as columns unless `pack` declines them."""
+    decodings = [orjson.loads(body), loads_with_arrays(body, ARRAY_FIELDS) or orjson.loads(body)]
+    for data in decodings:
+        if (columns := pack(data["episodes"])) is not None:
+            data["episodes"] = columns
+    return decodings
+
+
+def assert_as_chunk_by_chunk(body: bytes) -> None:
+    reference = outcome(parse(body, orjson.loads(body)))  # EpisodeChunk's validators on plain lists
+    for decoded in packed(body):
+        assert outcome(parse(body, decoded)) == reference
+
+
 @FUZZ
 @given(scenes(), st.sampled_from(["EPISODES", "EPISODES_AND_GET_STATE"]))
 def test_columns_validate_as_chunk_by_chunk(chunks, message_type):
-    body = json.dumps({"type": message_type, "episodes": chunks}).encode()
-    decoded = loads_episodes(body, ARRAY_FIELDS) or orjson.loads(body)  # as with a decode worker
-    reference = parse(body, orjson.loads(body))  # EpisodeChunk's validators on plain lists
-    assert outcome(parse(body, decoded)) == outcome(reference)
+    assert_as_chunk_by_chunk(json.dumps({"type": message_type, "episodes": chunks}).encode())
 
 
 @pytest.mark.parametrize("kind", ["cart", "pend"])
@@ -153,9 +169,7 @@ def test_each_corruption_of_one_chunk_or_all_as_chunk_by_chunk(name, kind):
         chunks = [scene_chunk(rng, f"{kind}_{i}", 3 + i) for i in range(3)]
         for chunk in chunks[targets]:
             CORRUPTIONS[name](chunk)
-        body = json.dumps({"type": "EPISODES", "episodes": chunks}).encode()
-        decoded = loads_episodes(body, ARRAY_FIELDS) or orjson.loads(body)
-        assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
+        assert_as_chunk_by_chunk(json.dumps({"type": "EPISODES", "episodes": chunks}).encode())
 
 
 def test_a_scene_of_64_agents_takes_the_columns_path():
@@ -172,6 +186,12 @@ def test_a_scene_of_64_agents_takes_the_columns_path():
     validated = decoded["episodes"].chunks(POLICIES)
     assert validated is not None and len(validated) == 63
     assert validated[5].outcome == "win" and {c.module_id for c in validated} == {"cart"}
+    assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
+    # Long chunks are packed from app.json_arrays' arrays (simdjson parses them quicker).
+    body = json.dumps({"type": "EPISODES", "episodes": [scene_chunk(rng, f"cart_{i}", 300) for i in range(4)]}).encode()
+    assert len(body) > 4 * LISTS_MAX_BYTES_PER_CHUNK
+    decoded = loads_episodes(body, ARRAY_FIELDS)
+    assert type(decoded["episodes"]) is ChunkColumns and len(decoded["episodes"].chunks(POLICIES)) == 4
     assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
 
 
