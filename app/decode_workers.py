@@ -28,6 +28,7 @@ import collections
 import contextlib
 import io
 import logging
+import os
 import pickle
 import socket
 import struct
@@ -55,6 +56,9 @@ _SOCKET_BUFFER_BYTES = 1 << 20  # a few whole bodies per write, not one slice pe
 # so an event loop that stalled (answers waiting unread) does not by itself make a
 # worker look hung: the reader catches up before the next check.
 _CHECKS_PER_BOUND = 4
+# A worker is one thread: numpy's BLAS would otherwise run a long array's checks (np.vdot)
+# on threads of its own, which spin on every core (1.5 cores for 64 chunks of 500 steps).
+_WORKER_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
 
 
 class DecodeWorkers:
@@ -128,7 +132,7 @@ class DecodeWorkers:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "app.decode_workers", *self._keys, stdin=its, stdout=its
+                sys.executable, "-m", "app.decode_workers", *self._keys, stdin=its, stdout=its, env=_WORKER_ENV
             )
         except OSError as exc:
             ours.close()
