@@ -27,7 +27,7 @@ import numpy as np
 import orjson
 
 from app.json_arrays import loads_with_arrays
-from app.policies import UnknownModule
+from app.policies import UnknownModule, indices_by_module
 from app.schemas import EpisodeChunk, as_array, fast_floats, num_dist_inputs
 from app.spaces import BoxSpace, DiscreteSpace
 
@@ -91,7 +91,7 @@ class ChunkColumns:
         # on these chunks too, with its own words; obs' it would word otherwise.
         if [rows - 1 for rows in self.lengths["obs"]] != self.lengths["actions"]:
             return None
-        for chunks in _by_module(modules):
+        for chunks in indices_by_module(modules):
             if not self._fits(modules[chunks[0]], chunks):
                 return None
         names = (*self.arrays, *self.scalars.keys() - {"module_id"}, "module_id")
@@ -253,14 +253,6 @@ def _rows_of(array: np.ndarray, lengths: list[int], chunks: list[int]) -> np.nda
         return array
     pieces = _split(array, lengths)
     return np.concatenate([pieces[i] for i in chunks])
-
-
-def _by_module(modules: list[Module]) -> list[list[int]]:
-    """The chunks' indices, grouped by module."""
-    groups: dict[str, list[int]] = {}
-    for i, module in enumerate(modules):
-        groups.setdefault(module.module_id, []).append(i)
-    return list(groups.values())
 
 
 _new_chunk = EpisodeChunk.__new__

@@ -11,6 +11,7 @@ module (the first declared), so single-agent clients work unchanged.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -202,3 +203,12 @@ class PolicySet:
         if not self.mapping and len(self.modules) == 1:
             return self.default
         return None
+
+
+def indices_by_module(modules: Iterable[Module]) -> list[list[int]]:
+    """The positions of `modules` grouped by module, in order of first appearance (one
+    group per module a batch of requests or chunks touches)."""
+    groups: dict[str, list[int]] = {}
+    for i, module in enumerate(modules):
+        groups.setdefault(module.module_id, []).append(i)
+    return list(groups.values())

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.config import Settings
-from app.policies import Module, PolicySet, UnknownModule
+from app.policies import Module, PolicySet, UnknownModule, indices_by_module
 from app.protocol import ErrorCode, ProtocolError
 from app.schemas import (
     Action, ActionRequests, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode, check_action_mask,
@@ -129,7 +129,7 @@ class ServingService:
         # group is checked before any acts, so a bad item costs no episode a step.
         explore = np.array(requests.explore)
         groups = []
-        for indices in _by_module(episodes):
+        for indices in indices_by_module(episode.module for episode in episodes):
             module = episodes[indices[0]].module
             obs = self._group_obs(module, requests, indices, request.batch is not None)
             masks = self._group_masks(module, requests, indices, request.batch is not None)
@@ -363,14 +363,6 @@ class ServingService:
                     if episode.last_seen < deadline:
                         log.info("thin-client episode %r of client #%d idle for %gs: ended as truncated", episode_id, client_id, timeout)
                         self._end(self._clients[client_id], episode_id, False, True, "timeout")
-
-
-def _by_module(episodes: list[ServedEpisode]) -> list[list[int]]:
-    """The episodes' indices grouped by module, in order of first appearance."""
-    groups: dict[str, list[int]] = {}
-    for i, episode in enumerate(episodes):
-        groups.setdefault(episode.module.module_id, []).append(i)
-    return list(groups.values())
 
 
 def _chunk_action(action: np.ndarray):
