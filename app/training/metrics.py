@@ -101,14 +101,14 @@ class TrainingMetrics:
 
     def record_chunk(self, client_id: int, chunk: EpisodeChunk) -> None:
         """Count the chunk's steps and add them to its agent's episode; a done chunk ends it."""
-        module = self.module(chunk)
-        self.num_env_steps_sampled_lifetime += chunk.num_steps
-        module.num_env_steps_sampled_lifetime += chunk.num_steps
-        self._arrivals.append((time.monotonic(), chunk.num_steps))
+        module, steps = self.module(chunk), chunk.num_steps
+        self.num_env_steps_sampled_lifetime += steps
+        module.num_env_steps_sampled_lifetime += steps
+        self._arrivals.append((time.monotonic(), steps))
         key = (client_id, chunk.episode_id, chunk.agent_id)
         episode = self._open.pop(key, None) or _OpenEpisode()
         episode.episode_return += float(chunk.rewards.sum())
-        episode.length += chunk.num_steps
+        episode.length += steps
         if chunk.is_terminated or chunk.is_truncated:
             for counts in (self, module):
                 counts.num_episodes_lifetime += 1
