@@ -10,9 +10,9 @@ them (`ChunkColumns.chunks`).
 
 A fast path with a reference, as app.json_arrays: what it cannot show to be valid it
 declines (None), and the message takes the per-chunk path (EpisodeChunk's validators),
-whose results and error messages stay the reference. It takes the common shape only:
-vector observations of one width, Discrete or vector Box actions, the canonical field
-names, no action masks. tests/test_chunk_columns.py compares both paths.
+whose results and error messages stay the reference. It takes the common shapes only:
+vector observations, Discrete or vector Box actions, the canonical field names, no
+action masks. tests/test_chunk_columns.py compares both paths.
 """
 
 from __future__ import annotations
@@ -72,18 +72,38 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
 
 @dataclass
 class ChunkColumns:
-    """Chunks as columns: `arrays[name]` holds field `name` of every chunk, one after the
-    other, `lengths[name]` each chunk's share; `scalars[name]` one value per chunk (None
-    where absent)."""
+    """A message's chunks as columns, a group of them per shape of chunk (width of the
+    observations and actions, number fields given): one group for a scene of one kind of
+    agent, one per kind for a scene of several."""
 
     count: int
+    groups: list[_Columns]
+
+    def chunks(self, policies: PolicySet) -> list[EpisodeChunk] | None:
+        """The chunks in the message's order, validated as EpisodeChunk would validate them
+        (their arrays views of the columns); None if one may be invalid or is of a shape
+        this path does not take."""
+        chunks: list[Any] = [None] * self.count
+        for group in self.groups:
+            if (validated := group.chunks(policies)) is None:
+                return None
+            for position, chunk in zip(group.positions, validated):
+                chunks[position] = chunk
+        return chunks
+
+
+@dataclass
+class _Columns:
+    """Chunks of one shape as columns: `arrays[name]` holds field `name` of every chunk, one
+    after the other, `lengths[name]` each chunk's share; `scalars[name]` one value per chunk
+    (None where absent); `positions` where the chunks are in the message."""
+
+    positions: list[int]
     arrays: dict[str, np.ndarray]
     lengths: dict[str, list[int]]
     scalars: dict[str, list[Any]]
 
     def chunks(self, policies: PolicySet) -> list[EpisodeChunk] | None:
-        """The chunks, validated as EpisodeChunk would validate them (their arrays views of
-        the columns); None if one may be invalid or is of a shape this path does not take."""
         modules = self._modules(policies)
         if modules is None or not self._scalars_valid():
             return None
@@ -149,26 +169,42 @@ class ChunkColumns:
 
 def pack(episodes: Any) -> ChunkColumns | None:
     """Decoded chunks (orjson's dicts and lists, or app.json_arrays' arrays) as columns;
-    None unless there are several, with known fields only, each number field in all of
-    them or none, as lists of the kind EpisodeChunk's fast paths take (app.schemas:
-    finite, moderate, not starting with a boolean) or as arrays."""
+    None unless there are several, with known fields only, their number fields lists of
+    the kind EpisodeChunk's fast paths take (app.schemas: finite, moderate, not starting
+    with a boolean) or arrays."""
     if type(episodes) is not list or len(episodes) < MIN_CHUNKS or any(type(chunk) is not dict for chunk in episodes):
         return None
     if any(not _REQUIRED <= chunk.keys() <= _KNOWN for chunk in episodes):
         return None
+    by_shape: dict[tuple, list[int]] = {}
+    for position, chunk in enumerate(episodes):
+        by_shape.setdefault(tuple((name, _row_shape(chunk[name])) for name in _ARRAYS if name in chunk), []).append(position)
+    groups = []
+    for positions in by_shape.values():
+        if (group := _pack_group([episodes[i] for i in positions], positions)) is None:
+            return None
+        groups.append(group)
+    return ChunkColumns(len(episodes), groups)
+
+
+def _row_shape(value: Any) -> Any:
+    """What a number field holds per step: rows of some width, or single numbers (None)."""
+    if type(value) is np.ndarray:
+        return value.shape[1:]
+    return len(value[0]) if type(value) is list and value and type(value[0]) is list else None
+
+
+def _pack_group(chunks: list[dict[str, Any]], positions: list[int]) -> _Columns | None:
+    """Chunks with the same number fields, rows of the same widths, as columns."""
     arrays, lengths = {}, {}
     for name in _ARRAYS:
-        given = sum(name in chunk for chunk in episodes)
-        if given == 0:
-            continue
-        if given < len(episodes):  # in some chunks only: the columns would not say which
-            return None
-        values = [chunk[name] for chunk in episodes]
-        if (array := _column(name, values)) is None:
-            return None
-        arrays[name], lengths[name] = array, list(map(len, values))
-    scalars = {name: [chunk.get(name) for chunk in episodes] for name in _SCALARS}
-    return ChunkColumns(len(episodes), arrays, lengths, scalars)
+        if name in chunks[0]:
+            values = [chunk[name] for chunk in chunks]
+            if (array := _column(name, values)) is None:
+                return None
+            arrays[name], lengths[name] = array, list(map(len, values))
+    scalars = {name: [chunk.get(name) for chunk in chunks] for name in _SCALARS}
+    return _Columns(positions, arrays, lengths, scalars)
 
 
 def _column(name: str, values: list[Any]) -> np.ndarray | None:
