@@ -3,8 +3,9 @@
 A scene of 64 agents sends 64 chunks of 8 steps per message. One chunk at a time, each
 costs tens of microseconds whatever its length (its arrays made, pickled back from a
 decode worker, unpickled and validated one by one): 12x the cost per env step of one
-500-step chunk (bench/multi_agent.py). Here orjson parses the body and each field of all
-its chunks becomes one array (`pack`), which a decode worker sends back in one piece;
+500-step chunk (bench/multi_agent.py). Here each field of all its chunks becomes one
+array (`pack`: from orjson's lists, or for long chunks from app.json_arrays' arrays), a
+group of such columns per kind of chunk, which a decode worker sends back in one piece;
 the event loop then checks each column once per module and gives every chunk views of
 them (`ChunkColumns.chunks`).
 
@@ -269,6 +270,7 @@ def _short_ids(values: list[Any], name: str) -> bool:
 
 
 def _first_number(value: list) -> Any:
+    """The first item of a (nested) list: what EpisodeChunk's fast paths look at first."""
     while type(value) is list and value:
         value = value[0]
     return value

@@ -2,8 +2,9 @@
 
 Decoding an episode chunk (`app.json_arrays`) is most of what the gateway does per env
 step, and it holds the GIL: on the event loop it caps ingest at one core. Worker
-processes decode large JSON bodies into dicts with numpy arrays and send them back
-pickled; the event loop keeps framing, validation and the replies, in order.
+processes decode large JSON bodies into dicts with numpy arrays (a message's several
+chunks as columns: app.chunk_columns) and send them back pickled; the event loop keeps
+framing, validation and the replies, in order.
 
 A worker is an accelerator, never a dependency: a body it cannot take (small, msgpack,
 no worker ready) or loses (the worker died, or hung) is decoded on the event loop, with
