@@ -398,8 +398,8 @@ class Session:
 
     def parse(self, frame: bytes | FrameRejected, decoded: dict[str, Any] | None = None) -> Event | None:
         """The event for one item of `receive_frames`, in its turn (None once a fatal error
-        ended the session); `decoded` is what `loads_with_arrays` made of a body elsewhere
-        (a worker process: `app.chunk_columns.loads_episodes`), if it could."""
+        ended the session); `decoded` is what `app.chunk_columns.loads_episodes` made of a
+        body elsewhere (a decode worker), if it could."""
         if self._ended:
             return None
         seq = self._next_seq
