@@ -1,7 +1,8 @@
 """One agent's trajectory as it is played, cut into episode chunks as it goes.
 
-Both sides of the wire build chunks this way: the multi-agent reference client from
-the steps it plays, the gateway from a thin client's GET_ACTION / LOG_* requests.
+The multi-agent reference client builds its chunks from the steps it plays this way;
+the gateway builds a thin client's the same way, as columns of all of a module's open
+episodes at once (app/serving/step_table.py, checked against this class).
 """
 
 from __future__ import annotations

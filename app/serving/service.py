@@ -3,7 +3,8 @@
 A thin client opens an episode (START_EPISODE), asks for each action with the current
 observation (GET_ACTION), reports rewards (LOG_RETURNS), may act on its own
 (LOG_ACTION), and ends the episode (END_EPISODE). The gateway records each step as the
-multi-agent client does (app/trajectory.py): the observation, the action sampled (or
+multi-agent client does (app/trajectory.py; here a module's open episodes are the
+slots of one StepTable, app/serving/step_table.py): the observation, the action sampled (or
 logged) with its log-prob under the version that chose it, the rewards, the final
 observation and flags. Complete steps go to the training service as episode chunks, so
 they train exactly as `EPISODES` do: when an episode ends, when `env_steps_per_sample`
@@ -36,7 +37,7 @@ from app.schemas import (
 from app.serving.batcher import ActionBatcher
 from app.serving.metrics import ServingMetrics
 from app.spaces import DiscreteSpace, MultiDiscreteSpace, num_logits
-from app.trajectory import AgentTrajectory, PlayedAction
+from app.serving.step_table import StepTable
 from app.training.registry import ClientInfo
 from app.training.service import TrainingService
 
@@ -47,8 +48,10 @@ log = logging.getLogger("app.serving")
 class ServedEpisode:
     """An open thin-client episode."""
 
+    episode_id: str
     module: Module
-    trajectory: AgentTrajectory | None  # None until its first observation
+    steps: StepTable  # the module's; this episode's unsent steps are its row `slot`
+    slot: int | None  # None once ended (the slot may then hold another episode)
     training_enabled: bool
     agent_id: str | None
     last_seen: float  # monotonic
@@ -74,6 +77,7 @@ class ServingService:
             on_pass=self.metrics.record_pass,
         )
         self._episodes: dict[int, dict[str, ServedEpisode]] = {}  # client id -> episode id -> episode
+        self._tables: dict[str, StepTable] = {}  # module id -> its open episodes' steps
         self._clients: dict[int, ClientInfo] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -114,7 +118,10 @@ class ServingService:
             )
         episode_id = request.episode_id or uuid.uuid4().hex
         training = request.training_enabled and module.trainable
-        episodes[episode_id] = ServedEpisode(module, None, training, request.agent_id, time.monotonic())
+        steps = self._tables.setdefault(module.module_id, StepTable())
+        episodes[episode_id] = ServedEpisode(
+            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic()
+        )
         self.metrics.episodes_started_total += 1
         self.metrics.open_episodes += 1
         return EpisodeStarted(episode_id=episode_id)
@@ -139,14 +146,10 @@ class ServingService:
         for module, indices, obs, group_explore, masks in groups:
             chosen = await self.batcher.act(module, obs, group_explore, masks)
             version = chosen.weights_seq_no
-            env_actions = self._env_actions(module, chosen.actions)
-            chunk_actions = chosen.actions.tolist()  # as sampled, unclipped
-            logps = chosen.logp.tolist()
-            mask_rows = [None] * len(indices) if masks is None else masks.tolist()
-            for row, i in enumerate(indices):
-                played = PlayedAction(env_actions[row], chunk_actions[row], logps[row], version, mask_rows[row])
-                self._record(client, ids[i], episodes[i], obs[row], played)
-                actions[i] = env_actions[row]
+            # the chunks record the actions as sampled; the client gets them clipped to a box
+            self._record(client, [episodes[i] for i in indices], obs, chosen.actions, chosen.logp, version, masks)
+            for i, action in zip(indices, self._env_actions(module, chosen.actions)):
+                actions[i] = action
         self.metrics.record_served(len(ids), time.perf_counter() - received_at)
         if request.batch is not None:
             return Action(actions=actions, weights_seq_no=version)
@@ -161,25 +164,22 @@ class ServingService:
         if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
             raise _refuse(f"action {request.action!r} is one its action_mask forbids")
         logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks)
-        mask = None if masks is None else masks[0].tolist()
-        played = PlayedAction(_chunk_action(action), _chunk_action(action), float(logged.logp[0]), logged.weights_seq_no, mask)
-        self._record(client, request.episode_id, episode, request.obs, played)
+        self._record(client, [episode], request.obs[None], action[None], logged.logp, logged.weights_seq_no, masks)
         self.metrics.actions_logged_total += 1
 
     def log_returns(self, client: ClientInfo, request: LogReturns) -> None:
         episode = self._episode(client, request.episode_id)
-        if episode.trajectory is None or not episode.trajectory.actions:
+        if episode.steps.num_actions[episode.slot] == 0:
             raise _refuse(f"LOG_RETURNS for episode {request.episode_id!r}, which has no action yet to reward")
-        episode.trajectory.reward(request.reward)
+        episode.steps.reward(episode.slot, float(request.reward))
 
     def end_episode(self, client: ClientInfo, request: EndEpisode) -> None:
         episode = self._episode(client, request.episode_id)
         if not (request.is_terminated or request.is_truncated):
             raise _refuse("END_EPISODE needs is_terminated or is_truncated true (an episode that goes on is not ended)")
         self._check_obs(episode.module, request.obs)
-        trajectory = episode.trajectory
-        if trajectory is not None and trajectory.in_flight:
-            trajectory.observe(request.obs)
+        if episode.steps.in_flight(episode.slot):  # its final observation (no chunk is cut before it)
+            episode.steps.observe(episode.slot, request.obs, limit=np.iinfo(np.int64).max, version=0)
         self._end(client, request.episode_id, request.is_terminated, request.is_truncated,
                   "terminated" if request.is_terminated else "truncated")
 
@@ -194,10 +194,10 @@ class ServingService:
     def open_episode_steps(self) -> int:
         """Complete steps recorded in open episodes, not yet sent to training."""
         return sum(
-            episode.trajectory.complete_steps
+            episode.steps.complete_steps(episode.slot)
             for episodes in self._episodes.values()
             for episode in episodes.values()
-            if episode.trajectory is not None and episode.training_enabled
+            if episode.training_enabled
         )
 
     # -- Steps and chunks -----------------------------------------------------------
@@ -279,35 +279,54 @@ class ServingService:
         width = num_logits(module.action_space)
         return np.stack([np.ones(width, np.float32) if mask is None else mask for mask in masks])
 
-    def _record(self, client: ClientInfo, episode_id: str, episode: ServedEpisode, obs: np.ndarray, played: PlayedAction) -> None:
-        """The observation completes the last step (or starts the episode); then the action."""
-        trajectory = episode.trajectory
-        if trajectory is None:
-            trajectory = episode.trajectory = AgentTrajectory(episode_id, episode.agent_id or "", obs)
+    def _record(
+        self,
+        client: ClientInfo,
+        episodes: list[ServedEpisode],
+        obs: np.ndarray,
+        actions: np.ndarray,
+        logp: np.ndarray,
+        version: int,
+        masks: np.ndarray | None,
+    ) -> None:
+        """A step of each episode (all of one module): the observation completes its last
+        step (or starts it); the complete steps go to training if due; then the action."""
+        if len(episodes) == 1:  # one slot: its values without the batch axis
+            slots = episodes[0].slot
+            if slots is None:
+                return  # ended while its action was chosen (the client left)
+            obs, actions, logp, masks = obs[0], actions[0], logp[0], None if masks is None else masks[0]
         else:
-            trajectory.observe(obs)
-            if trajectory.complete_steps >= self.settings.env_steps_per_sample or (
-                trajectory.versions and trajectory.versions[0] < played.weights_seq_no
-            ):
-                self._send(client, episode)
-        trajectory.act(played)
+            listed = [episode.slot for episode in episodes]
+            if None in listed:  # some ended while their actions were chosen (the client left)
+                if keep := [row for row, slot in enumerate(listed) if slot is not None]:
+                    masks = None if masks is None else masks[keep]
+                    self._record(client, [episodes[r] for r in keep], obs[keep], actions[keep], logp[keep], version, masks)
+                return
+            slots = np.array(listed)
+        steps = episodes[0].steps
+        for row in steps.observe(slots, obs, self.settings.env_steps_per_sample, version):
+            self._send(client, episodes[row], steps.take_chunk(episodes[row].slot))
+        steps.act(slots, actions, logp, version, masks)
 
     def _end(self, client: ClientInfo, episode_id: str, terminated: bool, truncated: bool, how: str) -> None:
         episode = self._episodes[client.id].pop(episode_id)
-        if episode.trajectory is not None:
-            episode.trajectory.end(terminated, truncated, None)
-            self._send(client, episode)
+        self._send(client, episode, episode.steps.close(episode.slot), terminated, truncated)
+        episode.slot = None
         self.metrics.open_episodes -= 1
         self.metrics.episodes_ended[how] += 1
 
-    def _send(self, client: ClientInfo, episode: ServedEpisode) -> None:
-        """The episode's complete steps, as a chunk, to training (if it trains)."""
-        data = episode.trajectory.take_chunk()
+    def _send(
+        self, client: ClientInfo, episode: ServedEpisode, data: dict | None, terminated: bool = False, truncated: bool = False
+    ) -> None:
+        """An episode's complete steps (StepTable's chunk), to training if it trains."""
         if data is None or not episode.training_enabled:
             return
-        data["module_id"] = episode.module.module_id
-        if episode.agent_id is None:
-            del data["agent_id"]
+        data.update(
+            is_terminated=terminated, is_truncated=truncated, episode_id=episode.episode_id, module_id=episode.module.module_id
+        )
+        if episode.agent_id is not None:
+            data["agent_id"] = episode.agent_id
         chunk = EpisodeChunk.model_validate(data, context={"policies": self.policies})
         self.training.ingest(client, [chunk], sampling=False)
 
@@ -364,7 +383,3 @@ class ServingService:
                         log.info("thin-client episode %r of client #%d idle for %gs: ended as truncated", episode_id, client_id, timeout)
                         self._end(self._clients[client_id], episode_id, False, True, "timeout")
 
-
-def _chunk_action(action: np.ndarray):
-    """As a chunk carries it: an int, or (nested) lists of floats."""
-    return int(action) if action.ndim == 0 else action.tolist()
