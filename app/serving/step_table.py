@@ -3,8 +3,8 @@
 Recorded one by one, each step of a 64-observation GET_ACTION batch cost 1.6-1.9 of
 the 4.0-4.3 us of CPU per action (an AgentTrajectory per episode: a row copied, five
 lists appended, a tuple made). Here every open episode of a module is a slot, a row of
-each column, and a batch's observations, actions, log-probs and versions each go in
-with one assignment.
+each column, and a batch's observations, actions and log-probs each go in with one
+assignment.
 
 The steps are those of app.trajectory.AgentTrajectory, which the multi-agent client
 records with (tests/test_step_table.py compares the two): a slot's observations number
@@ -33,8 +33,10 @@ class StepTable:
 
     Columns are made at the first step, with that step's shapes and dtypes: observations
     float32, actions as the policy chose them (int64 or float32), rewards and log-probs
-    float64 (summed as Python floats would be), versions int64, action masks float32
-    (for a masked module, every step has one). Columns are indexed [slot, step].
+    float64 (summed as Python floats would be), action masks float32 (for a masked
+    module, every step has one). Columns are indexed [slot, step]. One version chose all
+    of a slot's unsent actions (a newer one cuts them off as a chunk before it acts, see
+    `observe`): `version` holds it, per slot.
     """
 
     def __init__(self) -> None:
@@ -42,6 +44,7 @@ class StepTable:
         self._slots, self._steps = INITIAL_SLOTS, INITIAL_STEPS
         self.num_obs = np.zeros(self._slots, np.int64)
         self.num_actions = np.zeros(self._slots, np.int64)
+        self.version = np.zeros(self._slots, np.int64)
         self._free = list(range(self._slots - 1, -1, -1))
 
     # -- Slots ----------------------------------------------------------------------
@@ -74,8 +77,8 @@ class StepTable:
         """Each slot's next observation: its first, or the one after its action in flight
         (the caller alternates observe and act). Returns which slots (positions in `slots`)
         must now have their complete steps taken as a chunk, before they act with
-        `version`: `limit` steps complete, or their oldest unsent action chosen by an
-        older version."""
+        `version`: `limit` steps complete, or their unsent actions chosen by an older
+        version."""
         many, count = type(slots) is not int, self.num_obs[slots]
         if (count.max() if many else count) > self._steps:
             self._make_room(count)
@@ -84,9 +87,7 @@ class StepTable:
             self._add_columns(slots, obs=(obs, np.float32))
         columns["obs"][slots, count] = obs
         self.num_obs[slots] = count + 1
-        due = count >= limit
-        if "versions" in columns:
-            due |= (count > 0) & (columns["versions"][slots, 0] < version)
+        due = (count >= limit) | ((count > 0) & (self.version[slots] < version))
         if many:
             return np.flatnonzero(due).tolist() if due.any() else []
         return [0] if due else []
@@ -98,12 +99,12 @@ class StepTable:
         if "actions" not in columns:
             self._add_columns(
                 slots, actions=(actions, actions.dtype), logp=(logp, np.float64), rewards=(logp, np.float64),
-                versions=(logp, np.int64), **({} if masks is None else {"masks": (masks, np.float32)}),
+                **({} if masks is None else {"masks": (masks, np.float32)}),
             )
         columns["actions"][slots, count] = actions
         columns["logp"][slots, count] = logp
         columns["rewards"][slots, count] = 0.0
-        columns["versions"][slots, count] = version
+        self.version[slots] = version
         if masks is not None:
             columns["masks"][slots, count] = masks
         self.num_actions[slots] = count + 1
@@ -127,8 +128,7 @@ class StepTable:
             "actions": columns["actions"][slot, :steps].copy(),
             "rewards": columns["rewards"][slot, :steps].copy(),
             "action_logp": columns["logp"][slot, :steps].copy(),
-            # one version chose them all: a newer one cuts the chunk before it acts (observe)
-            "weights_seq_no": int(columns["versions"][slot, 0]),
+            "weights_seq_no": int(self.version[slot]),
         }
         if "masks" in columns:
             chunk["action_mask"] = columns["masks"][slot, :steps].copy()
@@ -164,5 +164,6 @@ class StepTable:
         if self._slots > old_slots:
             self.num_obs = np.concatenate([self.num_obs, np.zeros(self._slots - old_slots, np.int64)])
             self.num_actions = np.concatenate([self.num_actions, np.zeros(self._slots - old_slots, np.int64)])
+            self.version = np.concatenate([self.version, np.zeros(self._slots - old_slots, np.int64)])
             self._free.extend(range(self._slots - 1, old_slots - 1, -1))
 
