@@ -145,6 +145,7 @@ BAD_REQUESTS = [
     ({"type": "GET_ACTION", "episode_id": "{open}", "obs": [1.0, 2.0]}, "invalid_message", "obs must have shape [4]"),
     ({"type": "LOG_RETURNS", "episode_id": "{fresh}", "reward": 1.0}, "invalid_message", "no action yet"),
     ({"type": "LOG_RETURNS", "episode_id": "{open}", "reward": "much"}, "invalid_message", "reward must be a number"),
+    ({"type": "LOG_RETURNS", "episode_id": "{open}", "reward": 1e39}, "invalid_message", "leave float32's range"),
     ({"type": "GET_ACTION", "batch": [{"episode_id": "{open}", "obs": OBS}] * 2}, "invalid_message", "more than once"),
     ({"type": "GET_ACTION", "batch": [{"episode_id": "{open}", "obs": OBS}, {"episode_id": "{fresh}", "obs": [1.0]}]},
      "invalid_message", "batch[1].obs must have shape [4]"),
@@ -162,7 +163,10 @@ BAD_REQUESTS = [
 ]
 
 
-NAMES_ITS_EPISODE = {"never started", "obs must have shape [4]", "no action yet", "integer in 0..1", "needs is_terminated", "already open"}
+NAMES_ITS_EPISODE = {
+    "never started", "obs must have shape [4]", "no action yet", "leave float32's range", "integer in 0..1", "needs is_terminated",
+    "already open",
+}
 
 
 @pytest.mark.parametrize(("request_", "code", "problem"), BAD_REQUESTS, ids=[p for _, _, p in BAD_REQUESTS])
@@ -183,6 +187,36 @@ def test_bad_thin_client_input_gets_a_clear_error_and_the_connection_stays_usabl
         assert pong["type"] == "PONG"
         peer.send(frame({"type": "GET_ACTION", "episode_id": ids["open"], "obs": OBS}))
         assert peer.receive()["type"] == "ACTION"  # the open episode goes on
+
+
+def test_steps_refused_for_numbers_beyond_float32_leave_the_episode_whole(tmp_path):
+    """A reward or a logged action a chunk could not hold (float32) is refused when it comes,
+    and the episode's steps, cut into chunks later, all train."""
+    arm = {"observation_space": {"type": "box", "shape": [3]}, "action_space": {"type": "box", "shape": [1], "low": -2.0, "high": 2.0}}
+    settings = gateway_settings(tmp_path, policies={"arm": arm}, env_steps_per_sample=3, train_batch_size=100_000)
+    obs = [0.0, 1.0, 2.0]
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        episode = start(peer)
+        for _ in range(3):
+            peer.send(frame({"type": "GET_ACTION", "episode_id": episode, "obs": obs}))
+            assert peer.receive()["type"] == "ACTION"
+        peer.send(frame({"type": "LOG_RETURNS", "episode_id": episode, "reward": 3e38}))
+        peer.send(frame({"type": "LOG_RETURNS", "episode_id": episode, "reward": 3e38}) + frame({"type": "PING"}))
+        error, pong = peer.receive_many(2)  # the first fits a float32, the sum would not
+        assert error["type"] == "ERROR" and "leave float32's range" in error["message"] and pong["type"] == "PONG", error
+        peer.send(frame({"type": "LOG_ACTION", "episode_id": episode, "obs": obs, "action": [1e30]}) + frame({"type": "PING"}))
+        error, pong = peer.receive_many(2)
+        assert error["type"] == "ERROR" and "log-prob" in error["message"] and pong["type"] == "PONG", error
+        for _ in range(2):  # the first of these completes the 3rd step, and its chunk goes to training
+            peer.send(frame({"type": "GET_ACTION", "episode_id": episode, "obs": obs}))
+            assert peer.receive()["type"] == "ACTION"
+        peer.send(frame({"type": "END_EPISODE", "episode_id": episode, "obs": obs}) + frame({"type": "PING"}))
+        assert peer.receive()["type"] == "PONG"
+        metrics = gateway.service.metrics.snapshot()["policies"]["arm"]
+        assert gateway.service.metrics.num_env_steps_sampled_lifetime == 5
+        assert metrics["episode_return_mean"] == pytest.approx(3e38, rel=1e-6)
+        totals = accounting(gateway)
+    assert totals["sampled"] == totals["accounted"] == 5
 
 
 def test_thin_clients_play_any_module_and_an_opponent_is_served_but_not_trained(tmp_path):

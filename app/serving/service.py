@@ -37,7 +37,7 @@ from app.schemas import (
 from app.serving.batcher import ActionBatcher
 from app.serving.metrics import ServingMetrics
 from app.spaces import DiscreteSpace, MultiDiscreteSpace, num_logits
-from app.serving.step_table import StepTable
+from app.serving.step_table import FLOAT32_MAX, StepTable
 from app.training.registry import ClientInfo
 from app.training.service import TrainingService
 
@@ -164,6 +164,11 @@ class ServingService:
         if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
             raise _refuse(f"action {request.action!r} is one its action_mask forbids")
         logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks)
+        if not abs(float(logged.logp[0])) <= FLOAT32_MAX:  # the chunk holds it as a float32
+            raise _refuse(
+                f"action {request.action!r} has log-prob {float(logged.logp[0])} under the current policy "
+                "(too far from its distribution for float32); not recorded"
+            )
         self._record(client, [episode], request.obs[None], action[None], logged.logp, logged.weights_seq_no, masks)
         self.metrics.actions_logged_total += 1
 
@@ -171,7 +176,11 @@ class ServingService:
         episode = self._episode(client, request.episode_id)
         if episode.steps.num_actions[episode.slot] == 0:
             raise _refuse(f"LOG_RETURNS for episode {request.episode_id!r}, which has no action yet to reward")
-        episode.steps.reward(episode.slot, float(request.reward))
+        if not episode.steps.reward(episode.slot, float(request.reward)):
+            raise _refuse(
+                f"LOG_RETURNS reward {request.reward!r} would make the last action's reward leave float32's range "
+                "(rewards are trained as float32); not added"
+            )
 
     def end_episode(self, client: ClientInfo, request: EndEpisode) -> None:
         episode = self._episode(client, request.episode_id)
@@ -305,9 +314,11 @@ class ServingService:
                 return
             slots = np.array(listed)
         steps = episodes[0].steps
-        for row in steps.observe(slots, obs, self.settings.env_steps_per_sample, version):
-            self._send(client, episodes[row], steps.take_chunk(episodes[row].slot))
+        due = steps.observe(slots, obs, self.settings.env_steps_per_sample, version)
+        chunks = [(episodes[row], steps.take_chunk(episodes[row].slot)) for row in due]
         steps.act(slots, actions, logp, version, masks)
+        for episode, data in chunks:  # last: the table has its steps, whatever happens here
+            self._send(client, episode, data)
 
     def _end(self, client: ClientInfo, episode_id: str, terminated: bool, truncated: bool, how: str) -> None:
         episode = self._episodes[client.id].pop(episode_id)
@@ -327,7 +338,12 @@ class ServingService:
         )
         if episode.agent_id is not None:
             data["agent_id"] = episode.agent_id
-        chunk = EpisodeChunk.model_validate(data, context={"policies": self.policies})
+        try:
+            chunk = EpisodeChunk.model_validate(data, context={"policies": self.policies})
+        except ValueError as exc:  # requests are checked so that this never happens: a bug of ours
+            log.error("thin-client episode %r: a chunk of %d steps is invalid, not trained on: %s",
+                      episode.episode_id, len(data["actions"]), exc)
+            return
         self.training.ingest(client, [chunk], sampling=False)
 
     # -- Actions --------------------------------------------------------------------

@@ -22,6 +22,7 @@ import numpy as np
 
 INITIAL_SLOTS = 8
 INITIAL_STEPS = 16  # actions a slot has room for before the table grows (doubling)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # One slot (an int; its values without the batch axis) or several (an int64 array; one row
 # of values each): numpy's plain indexing makes the one-episode requests 10x cheaper.
@@ -62,6 +63,7 @@ class StepTable:
         waiting for its next observation, the client gone, is lost), and its slot freed."""
         self.num_actions[slot] = min(self.num_actions[slot], self.complete_steps(slot))
         chunk = self.take_chunk(slot)
+        self.num_obs[slot] = self.num_actions[slot] = 0
         self._free.append(slot)
         return chunk
 
@@ -109,9 +111,15 @@ class StepTable:
             columns["masks"][slots, count] = masks
         self.num_actions[slots] = count + 1
 
-    def reward(self, slot: int, reward: float) -> None:
-        """Add to the reward of the slot's last action (it has one)."""
-        self._columns["rewards"][slot, self.num_actions[slot] - 1] += reward
+    def reward(self, slot: int, reward: float) -> bool:
+        """Add to the reward of the slot's last action (it has one), unless the sum would
+        leave float32's range (a chunk's rewards are float32): False then, nothing added."""
+        step = (slot, self.num_actions[slot] - 1)
+        total = self._columns["rewards"][step] + reward
+        if not abs(total) <= FLOAT32_MAX:
+            return False
+        self._columns["rewards"][step] = total
+        return True
 
     def take_chunk(self, slot: int) -> dict[str, Any] | None:
         """The slot's complete steps as an episode chunk's number fields (None if there are
@@ -154,12 +162,16 @@ class StepTable:
         self._grow(steps=steps)
 
     def _grow(self, slots: int | None = None, steps: int | None = None) -> None:
-        """Larger columns, the rows in use copied."""
-        old_slots, used = self._slots, int(self.num_obs.max(initial=0))  # no slot has more rows of anything
+        """Larger columns, each slot's rows in use copied (only those: the rest of a new
+        column is never written, so its memory is never touched; one long episode does not
+        make every slot's rows resident)."""
+        old_slots = self._slots
         self._slots, self._steps = slots or self._slots, steps or self._steps
+        used = [(slot, rows) for slot, rows in enumerate(self.num_obs.tolist()) if rows]  # no slot has more of anything
         for name, column in self._columns.items():
             grown = np.empty((self._slots, self._steps + 1, *column.shape[2:]), column.dtype)
-            grown[:old_slots, :used] = column[:, :used]
+            for slot, rows in used:
+                grown[slot, :rows] = column[slot, :rows]
             self._columns[name] = grown
         if self._slots > old_slots:
             self.num_obs = np.concatenate([self.num_obs, np.zeros(self._slots - old_slots, np.int64)])
