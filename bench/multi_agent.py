@@ -23,6 +23,8 @@ plays (parameter sharing):
    episode. Configurations:
      single x1 / x8   one chunk of 500 steps per message, no agent_id (bench/ingest.py's)
      64x8 x1          one scene of 64 agents over one connection: 64 chunks of 8 steps
+     64x48 x1         the same with the README's settings for many agents
+                      (env_steps_per_sample 3,072: 64 chunks of 48 steps); no target
      64x500 x1        the same with long chunks, 64 x 500 steps (a client that counts
                       scene steps): the per-chunk overhead, amortized
      8x63 x8          8 scenes of 8 agents over 8 connections: 8 chunks of 63 steps each
@@ -120,6 +122,9 @@ def configurations() -> list[dict]:
         {"name": "single", "clients": 1, "agents": 1, "chunk_steps": ENV_STEPS_PER_SAMPLE, "vs": None},
         {"name": "single", "clients": 8, "agents": 1, "chunk_steps": ENV_STEPS_PER_SAMPLE, "vs": None},
         {"name": f"64x{short(64)}", "clients": 1, "agents": 64, "chunk_steps": short(64), "vs": ("single", 1)},
+        # the README's settings for many agents (env_steps_per_sample 3,072): measured, no target
+        {"name": f"64x{STEPS_PER_AGENT}", "clients": 1, "agents": 64, "chunk_steps": STEPS_PER_AGENT, "vs": ("single", 1),
+         "target": False},
         {"name": "64x500", "clients": 1, "agents": 64, "chunk_steps": 500, "vs": ("single", 1)},
         {"name": f"8x{short(8)}", "clients": 8, "agents": 8, "chunk_steps": short(8), "vs": ("single", 8)},
     ]
@@ -240,11 +245,13 @@ def measure_ingest(args) -> tuple[list[str], dict]:
         name = f"{config['name']} x{config['clients']}"
         ratios[name] = {"wall": rounded(ratio), "gateway_cpu": rounded(cpu_ratio), "core": rounded(core_ratio)}
         ok = not math.isnan(ratio) and ratio <= TARGET_INGEST_RATIO and run["errors"] == 0
-        targets[f"ingest {name} <= {TARGET_INGEST_RATIO}x single-agent cost per step"] = ok
+        verdict = "(no target: the README's settings for 64 agents)"
+        if config.get("target", True):
+            targets[f"ingest {name} <= {TARGET_INGEST_RATIO}x single-agent cost per step"] = ok
+            verdict = f"target <= {TARGET_INGEST_RATIO}x {'met' if ok else 'MISSED'}"
         lines.append(
             f"per env step cost, multi-agent {name} vs single-agent x{ref['clients']}: {ratio:.2f}x "
-            f"(per gateway CPU-s {cpu_ratio:.2f}x, sans-I/O core {core_ratio:.2f}x): "
-            f"target <= {TARGET_INGEST_RATIO}x {'met' if ok else 'MISSED'}"
+            f"(per gateway CPU-s {cpu_ratio:.2f}x, sans-I/O core {core_ratio:.2f}x): {verdict}"
         )
     lines.append(f"gateway peak RSS {rss / 2**20:,.0f} MiB (everything received is kept: training paused)")
     if args.profile:
