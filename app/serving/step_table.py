@@ -25,7 +25,7 @@ INITIAL_STEPS = 16  # actions a slot has room for before the table grows (doubli
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # One slot (an int; its values without the batch axis) or several (an int64 array; one row
-# of values each): numpy's plain indexing makes the one-episode requests 10x cheaper.
+# of values each): plain indexing costs a one-episode request 0.3 instead of 2 us an assignment.
 Slots = int | np.ndarray
 
 
