@@ -85,6 +85,7 @@ def _from_json(info: ValidationInfo) -> bool:
 #   (including float32 overflow) are declined.
 
 _EXACT_LIMIT_SQUARED = 2.0**106  # magnitudes of 2**53 and more are declined
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # beyond it a chunk's float32 fields hold inf: refused
 _FLOAT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 

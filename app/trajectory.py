@@ -21,7 +21,6 @@ class PlayedAction(NamedTuple):
     chunk_action: Any
     logp: float
     weights_seq_no: int
-    action_mask: Any = None  # the actions it was chosen among (0/1 per logit), for a masked module
 
 
 class AgentTrajectory:
@@ -47,7 +46,6 @@ class AgentTrajectory:
         self.rewards: list[float] = []
         self.logps: list[float] = []
         self.versions: list[int] = []
-        self.masks: list[Any] = []  # per action: its action mask, or None
         self.terminated = self.truncated = False
         self.outcome: str | None = None
         self.episode_return = 0.0
@@ -74,7 +72,6 @@ class AgentTrajectory:
         self.rewards.append(0.0)
         self.logps.append(played.logp)
         self.versions.append(played.weights_seq_no)
-        self.masks.append(played.action_mask)
         self.num_steps += 1
 
     def reward(self, reward: float) -> None:
@@ -114,10 +111,7 @@ class AgentTrajectory:
         }
         if self.done and self.outcome is not None:
             chunk["outcome"] = self.outcome
-        if all(mask is not None for mask in self.masks[:steps]):
-            chunk["action_mask"] = self.masks[:steps]
         self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
         self._num_obs = 1
         del self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps]
-        del self.masks[:steps]
         return chunk

@@ -39,10 +39,15 @@ def _actions(kind: str, rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 class _Reference:
-    """The episodes as the gateway recorded them before the table: an AgentTrajectory each."""
+    """The episodes as the gateway recorded them before the table: an AgentTrajectory each,
+    and beside it the masks of its unsent actions (a masked module's)."""
 
     def __init__(self) -> None:
         self.trajectories: dict[int, AgentTrajectory | None] = {}
+        self.masks: dict[int, list] = {}
+
+    def open(self, episode: int) -> None:
+        self.trajectories[episode], self.masks[episode] = None, []
 
     def step(self, episode: int, obs, action, logp: float, version: int, mask, limit: int) -> list[dict]:
         trajectory, chunks = self.trajectories[episode], []
@@ -51,10 +56,20 @@ class _Reference:
         else:
             trajectory.observe(obs)
             if trajectory.complete_steps >= limit or (trajectory.versions and trajectory.versions[0] < version):
-                chunks.append(trajectory.take_chunk())
+                chunks.append(self.take_chunk(episode))
         chunk_action = action.tolist()
-        trajectory.act(PlayedAction(chunk_action, chunk_action, logp, version, None if mask is None else mask.tolist()))
+        trajectory.act(PlayedAction(chunk_action, chunk_action, logp, version))
+        self.masks[episode].append(mask)
         return [chunk for chunk in chunks if chunk is not None]
+
+    def take_chunk(self, episode: int) -> dict | None:
+        chunk = self.trajectories[episode].take_chunk()
+        if chunk is not None:
+            masks, steps = self.masks[episode], len(chunk["actions"])
+            if masks[0] is not None:
+                chunk["action_mask"] = [mask.tolist() for mask in masks[:steps]]
+            del masks[:steps]
+        return chunk
 
 
 def _validated(data: dict, episode: int, policies: PolicySet) -> EpisodeChunk:
@@ -104,7 +119,7 @@ def test_the_table_cuts_the_chunks_an_agent_trajectory_cuts(kind, masked, limit,
         data = table.close(slots.pop(episode))
         if data is not None:
             ours.append((episode, data))
-        if trajectory is not None and (chunk := trajectory.take_chunk()) is not None:
+        if trajectory is not None and (chunk := reference.take_chunk(episode)) is not None:
             theirs.append((episode, chunk))
 
     # then more episodes than the table first has slots, living longer than its first rows
@@ -112,7 +127,7 @@ def test_the_table_cuts_the_chunks_an_agent_trajectory_cuts(kind, masked, limit,
     for operation in operations + tail:
         if operation == "open":
             slots[next_episode] = table.open()
-            reference.trajectories[next_episode] = None
+            reference.open(next_episode)
             next_episode += 1
         elif operation == "version":
             version += 1

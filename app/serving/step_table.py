@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from app.schemas import FLOAT32_MAX
+
 INITIAL_SLOTS = 8
 INITIAL_STEPS = 16  # actions a slot has room for before the table grows (doubling)
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 # One slot (an int; its values without the batch axis) or several (an int64 array; one row
 # of values each): plain indexing costs a one-episode request 0.3 instead of 2 us an assignment.
