@@ -32,6 +32,7 @@ from app.schemas import (
     NO_REPLY_TYPES,
     REQUEST_TYPES,
     RESPONSE_TYPES,
+    Action,
     Episodes,
     GetAction,
     Ping,
@@ -225,13 +226,27 @@ def encode_message(message: BaseModel, encoding: Encoding = Encoding.JSON) -> by
     return encode_frame(encode_body(message, encoding))
 
 
+def compact_action_body(message: Action) -> bytes:
+    """ACTION as compact JSON, the reply to a thin client's every step: a twentieth of
+    `encode_body`'s time (RLlib's own clients, whose spacing it keeps, never get one)."""
+    data: dict[str, Any] = {"type": "ACTION"}
+    if message.actions is None:
+        data["episode_id"] = message.episode_id
+        data["action"] = message.action
+    else:
+        data["actions"] = message.actions
+    data["weights_seq_no"] = message.weights_seq_no
+    return orjson.dumps(data)
+
+
 class ReplyEncoder:
     """Encodes replies, once for those that many clients get alike.
 
     A message with no field but its type (PONG) always encodes the same, and SET_STATE
     for the latest version carries the same ~24 kB payload to every client (encoding it
     costs ~0.1 ms, per client, on the event loop). One encoder serves every session of
-    a gateway; it keeps one frame per (message class, encoding).
+    a gateway; it keeps one frame per (message class, encoding). ACTION, in JSON, is
+    written compactly (`compact_action_body`).
     """
 
     def __init__(self) -> None:
@@ -241,6 +256,8 @@ class ReplyEncoder:
 
     def encode(self, message: BaseModel, encoding: Encoding) -> bytes:
         cls = type(message)
+        if cls is Action and encoding is Encoding.JSON:
+            return encode_frame(compact_action_body(message))
         if cls is SetState:
             cached = self._set_state.get(encoding)
             if (

@@ -85,19 +85,22 @@ class ActionBatcher:
         self._runners: dict[str, _Runner] = {}
         self._loop: asyncio.AbstractEventLoop | None = None  # the gateway's, from the first request
 
-    async def act(self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None) -> Actions:
+    # act, log_prob and _queue return the future itself, not a coroutine awaiting it: each
+    # level of coroutines is crossed twice per request (suspending, resuming).
+
+    def act(self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None) -> asyncio.Future[Actions]:
         """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
         model: sampled, or the most likely one (the mean) where `explore` [n] is False;
         never one `mask` [n, k] forbids (given for a module with action_masking, else None)."""
-        return await self._queue(module, obs, explore, mask, None)
+        return self._queue(module, obs, explore, mask, None)
 
-    async def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None) -> Actions:
+    def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None) -> asyncio.Future[Actions]:
         """The log-probs of actions the client chose itself, under the current model."""
-        return await self._queue(module, obs, np.zeros(len(obs), bool), mask, actions)
+        return self._queue(module, obs, np.zeros(len(obs), bool), mask, actions)
 
-    async def _queue(
+    def _queue(
         self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None
-    ) -> Actions:
+    ) -> asyncio.Future[Actions]:
         if self._loop is None:  # noted once: get_running_loop() makes a getpid() system call each time
             self._loop = asyncio.get_running_loop()
         future = self._loop.create_future()
@@ -110,7 +113,7 @@ class ActionBatcher:
             self._flush = loop.call_soon(self._run_pending) if self.max_wait_s == 0 else loop.call_later(
                 self.max_wait_s, self._run_pending
             )
-        return await future
+        return future
 
     def _run_pending(self) -> None:
         """One pass per module over what is pending (at most max_batch observations; the rest waits its turn)."""
