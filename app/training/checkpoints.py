@@ -37,6 +37,29 @@ class Stateful(Protocol):
     def load_state_dict(self, state_dict: dict[str, Any]) -> Any: ...
 
 
+class Checkpointed:
+    """A learner's `restore` and `save`: what its `_parts()` returns (networks, optimizers)
+    and its version, in `checkpoint_dir`, made for its `architecture`."""
+
+    checkpoint_dir: Path
+    weights_seq_no: int
+    architecture: dict[str, Any]
+
+    def _parts(self) -> dict[str, Stateful]:
+        raise NotImplementedError
+
+    def restore(self) -> bool:
+        """Load the checkpoint from checkpoint_dir, if there is one."""
+        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts())
+        if saved is None:
+            return False
+        self.weights_seq_no = saved
+        return True
+
+    def save(self) -> None:
+        save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
+
+
 def save_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful], weights_seq_no: int) -> Path:
     """Write the checkpoint atomically; returns its path. `architecture`: what a checkpoint
     must agree on to be loaded (spaces, sizes, algorithm); `parts`: what it holds, by name."""

@@ -16,14 +16,14 @@ import torch
 from app.config import PPOConfig
 from app.schemas import EpisodeChunk
 from app.training.batch import build_batch
-from app.training.checkpoints import load_checkpoint, save_checkpoint
+from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.spaces import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.policy import ActorCritic, RewardScaler
 from app.training.ppo import ppo_update
 
 
-class Learner:
+class Learner(Checkpointed):
     """Owns the policy's weights; every method is called from one thread at a time."""
 
     owed_env_steps = 0.0  # every step trains on the whole batch: nothing is left owed
@@ -76,17 +76,6 @@ class Learner:
         if self.reward_scaler is not None:
             parts["reward_scaler"] = self.reward_scaler.returns
         return parts
-
-    def restore(self) -> bool:
-        """Load the checkpoint from checkpoint_dir, if there is one."""
-        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts())
-        if saved is None:
-            return False
-        self.weights_seq_no = saved
-        return True
-
-    def save(self) -> None:
-        save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
 
     def export(self) -> PolicyState:
         return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name, self.action_masking)

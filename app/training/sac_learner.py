@@ -21,14 +21,14 @@ import torch
 from app.config import SACConfig
 from app.schemas import EpisodeChunk
 from app.spaces import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
-from app.training.checkpoints import load_checkpoint, save_checkpoint
+from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.replay import ReplayBuffer
 from app.training.sac import SAC
 from app.training.sac_discrete import DiscreteSAC
 
 
-class SACLearner:
+class SACLearner(Checkpointed):
     """Owns SAC's weights and buffer; every method is called from one thread at a time."""
 
     @property
@@ -78,17 +78,6 @@ class SACLearner:
 
     def _parts(self) -> dict[str, object]:
         return {"sac": self.sac, **self.sac.optimizers()}
-
-    def restore(self) -> bool:
-        """Load the checkpoint from checkpoint_dir, if there is one."""
-        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts())
-        if saved is None:
-            return False
-        self.weights_seq_no = saved
-        return True
-
-    def save(self) -> None:
-        save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
 
     def export(self) -> PolicyState:
         return policy_state(self.sac.actor, self.weights_seq_no, self.onnx_input_name)
