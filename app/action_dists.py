@@ -35,14 +35,13 @@ def categorical_logp_all(logits: np.ndarray) -> np.ndarray:
 
 
 def sample_categorical(logits: np.ndarray, rng: np.random.Generator, explore: np.ndarray | bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """An action per row of logits [N, k] and its log-prob: sampled from the softmax (one
-    uniform draw per row), or the most likely one where `explore` is False."""
-    logp_all = categorical_logp_all(logits)
-    cdf = np.cumsum(np.exp(logp_all), axis=1)
-    cdf /= cdf[:, -1:]
-    actions = np.minimum((cdf <= rng.random(len(cdf))[:, None]).sum(axis=1), cdf.shape[1] - 1)
-    actions = np.where(explore, actions, np.argmax(logits, axis=1))
-    return actions, logp_all[np.arange(len(actions)), actions]
+    """An action per row of logits [N, k] and its log-prob: sampled from the softmax, as
+    the largest logit once each has Gumbel noise added (the Gumbel-max trick: half the
+    array operations of the inverse cdf, which the serving pays per forward pass), or the
+    most likely one where `explore` is False."""
+    noise = rng.gumbel(size=logits.shape) * np.reshape(explore, (-1, 1))
+    actions = np.argmax(logits + noise, axis=1)
+    return actions, categorical_logp_all(logits)[np.arange(len(actions)), actions]
 
 
 def sample_multi_categorical(

@@ -57,9 +57,10 @@ class _Runner:
         self.state = state
         self.session = ort.InferenceSession(state.onnx_bytes, options, providers=["CPUExecutionProvider"])
         self.input_names = [model_input.name for model_input in self.session.get_inputs()]  # obs, then a mask if masked
+        self.output_names = [self.session.get_outputs()[0].name]  # named: onnxruntime then skips listing them per run
 
     def run(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-        return self.session.run(None, dict(zip(self.input_names, (obs, mask))))[0].astype(np.float64)
+        return self.session.run(self.output_names, dict(zip(self.input_names, (obs, mask))))[0].astype(np.float64)
 
 
 class ActionBatcher:
