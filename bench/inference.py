@@ -18,8 +18,10 @@ asks for actions in a loop:
             gateway's log of each step's duration) are "during training". Twice: the
             learner in a thread of the gateway (the default), then in a process of its
             own (`--learner-process`), each with its training steps' mean and max seconds.
-Training is paused for the first four (huge train_batch_size and barrier timeout); the
-steps the thin clients make are recorded and kept as they would be. The limit: the same
+Single, batch64 and open loop also give the gateway process's CPU (cores, and us per
+action served; its threads, not its decode workers), and run with training paused (huge
+train_batch_size and barrier timeout); the steps the thin clients make are recorded and
+kept as they would be. The limit: the same
 policy (GET /api/model.onnx) run by onnxruntime in this process on batches of 64 and
 1,024 observations, one thread.
 
@@ -38,6 +40,7 @@ import multiprocessing
 import random
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
-from _common import HOST, emit, episodes_bodies, percentile, raise_fd_limit, rounded, running_gateway  # noqa: E402
+from _common import HOST, emit, episodes_bodies, percentile, proc_usage, raise_fd_limit, rounded, running_gateway  # noqa: E402
 from latency import _trainer, training_windows  # noqa: E402
 
 from app.protocol import encode_frame  # noqa: E402
@@ -121,9 +124,13 @@ def _client_process(port: int, connections: int, episodes: int, start_at: float,
         queue.put(("error", repr(exc), []))
 
 
-def run_clients(port: int, connections: int, episodes: int, seconds: float, rate: float | None = None, processes: int = 1) -> dict:
+def run_clients(
+    port: int, connections: int, episodes: int, seconds: float, rate: float | None = None, processes: int = 1,
+    gateway_pid: int | None = None,
+) -> dict:
     """`connections` thin clients (split over client processes) for `seconds`; `rate`: total
-    requests per second (open loop), else closed loop."""
+    requests per second (open loop), else closed loop. With `gateway_pid`, also the gateway
+    process's CPU (its threads, not its worker processes) over the measurement."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     processes = min(processes, connections)
@@ -134,6 +141,7 @@ def run_clients(port: int, connections: int, episodes: int, seconds: float, rate
     workers = [ctx.Process(target=_client_process, args=(port, n, episodes, start_at, stop_at, interval, queue)) for n in shares]
     for worker in workers:
         worker.start()
+    cpu = _CpuMeter(gateway_pid, start_at, stop_at) if gateway_pid is not None else None
     results = [queue.get(timeout=seconds + 120) for _ in workers]
     for worker in workers:
         worker.join(timeout=30)
@@ -142,7 +150,38 @@ def run_clients(port: int, connections: int, episodes: int, seconds: float, rate
         raise RuntimeError(f"clients failed: {errors[0]}")
     samples = [s for _, _, samples in results for s in samples]
     actions = sum(a for _, a, _ in results)
-    return {"actions_per_s": actions / seconds, "samples": samples, **latency_summary([lat for _, lat in samples])}
+    result = {"actions_per_s": actions / seconds, "samples": samples, **latency_summary([lat for _, lat in samples])}
+    if cpu is not None:
+        cores = cpu.cores()
+        result["gateway_cpu_cores"] = rounded(cores, 2)
+        result["gateway_cpu_us_per_action"] = rounded(1e6 * cores / result["actions_per_s"], 1) if actions else None
+    return result
+
+
+class _CpuMeter:
+    """The CPU a process uses between two moments, read by a thread at each (the first and
+    last quarter of the window, at most half a second, left out: clients starting, stopping)."""
+
+    def __init__(self, pid: int, start_at: float, stop_at: float) -> None:
+        margin = min(0.5, (stop_at - start_at) / 4)
+        self._readings: list[tuple[float, float]] = []
+        self._thread = threading.Thread(target=self._read, args=(pid, start_at + margin, stop_at - margin), daemon=True)
+        self._thread.start()
+
+    def _read(self, pid: int, *moments: float) -> None:
+        for moment in moments:
+            time.sleep(max(0.0, moment - time.time()))
+            used = proc_usage(pid, descendants=False)
+            self._readings.append((time.time(), used["user_s"] + used["system_s"]))
+
+    def cores(self) -> float:
+        self._thread.join()
+        (t0, cpu0), (t1, cpu1) = self._readings
+        return (cpu1 - cpu0) / (t1 - t0)
+
+
+def _cpu_text(result: dict) -> str:
+    return f"gateway {result['gateway_cpu_cores']} cores, {result['gateway_cpu_us_per_action']} us of CPU per action"
 
 
 def latency_summary(latencies: list[float]) -> dict:
@@ -215,17 +254,18 @@ def main() -> None:
             ("single x1", 1, 1), ("single x64", 64, 1), ("single x1000", 1000, 1),
             ("batch64 x1", 1, 64), ("batch64 x16", 16, 64),
         ):
-            result = run_clients(gateway.tcp_port, connections, episodes, seconds, processes=1 if connections < 64 else 2)
+            result = run_clients(gateway.tcp_port, connections, episodes, seconds, processes=1 if connections < 64 else 2,
+                                 gateway_pid=gateway.pid)
             result.pop("samples")
             runs[name] = result
             print(f"{name:>14}: {result['actions_per_s']:>10,.0f} actions/s, p50 {result['p50_ms']} ms, "
-                  f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms", flush=True)
+                  f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms; {_cpu_text(result)}", flush=True)
         half = runs["single x1000"]["actions_per_s"] / 2
-        result = run_clients(gateway.tcp_port, 1000, 1, seconds, rate=half, processes=2)
+        result = run_clients(gateway.tcp_port, 1000, 1, seconds, rate=half, processes=2, gateway_pid=gateway.pid)
         result.pop("samples")
         runs["open loop x1000 at half"] = {**result, "offered_per_s": half}
         print(f"open loop x1000 at {half:,.0f}/s: {result['actions_per_s']:,.0f} actions/s, p50 {result['p50_ms']} ms, "
-              f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms", flush=True)
+              f"p99 {result['p99_ms']} ms, max {result['max_ms']} ms; {_cpu_text(result)}", flush=True)
         serving = httpx.get(f"http://{HOST}:{gateway.http_port}/api/metrics", timeout=10).json()["serving"]
     trainings = {}
     for host, flags in (("learner thread", ()), ("learner process", ("--learner-process",))):

@@ -12,7 +12,6 @@ published version is built once, when a request first needs it.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ class _Pending:
     mask: np.ndarray | None  # [n, k] float32 action masks (a module with action_masking)
     given: np.ndarray | None  # actions the client chose (LOG_ACTION): their log-probs, no sampling
     future: asyncio.Future[Actions]
-    queued_at: float
 
 
 class _Runner:
@@ -73,13 +71,13 @@ class ActionBatcher:
         max_batch: int,
         max_wait_s: float,
         rng: np.random.Generator,
-        on_pass: Callable[[int, list[float]], None] | None = None,
+        on_pass: Callable[[int], None] | None = None,
     ) -> None:
         self._current_state = current_state
         self._rng = rng
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
-        self._on_pass = on_pass  # (observations in the pass, each request's wait in s) for the metrics
+        self._on_pass = on_pass  # (observations in the pass) for the metrics
         self._pending: deque[_Pending] = deque()
         self._pending_rows = 0
         self._flush: asyncio.Handle | None = None
@@ -105,7 +103,7 @@ class ActionBatcher:
         if self._loop is None:  # noted once: get_running_loop() makes a getpid() system call each time
             self._loop = asyncio.get_running_loop()
         future = self._loop.create_future()
-        self._pending.append(_Pending(module, obs, explore, mask, given, future, time.perf_counter()))
+        self._pending.append(_Pending(module, obs, explore, mask, given, future))
         self._pending_rows += len(obs)
         if self._pending_rows >= self.max_batch:
             self._run_pending()
@@ -132,15 +130,14 @@ class ActionBatcher:
         by_module: dict[str, list[_Pending]] = {}
         for request in taken:
             by_module.setdefault(request.module.module_id, []).append(request)
-        now = time.perf_counter()
         for module_id, requests in by_module.items():
             try:
                 module = requests[0].module
                 dist_inputs = self._runner(module_id, published.modules[module_id]).run(
-                    np.concatenate([request.obs for request in requests]),
-                    np.concatenate([request.mask for request in requests]) if module.action_masking else None,
+                    _joined([request.obs for request in requests]),
+                    _joined([request.mask for request in requests]) if module.action_masking else None,
                 )
-                actions, logp = self._sample(module, dist_inputs, np.concatenate([request.explore for request in requests]))
+                actions, logp = self._sample(module, dist_inputs, _joined([request.explore for request in requests]))
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
                 for request in requests:
                     if not request.future.done():
@@ -158,7 +155,7 @@ class ActionBatcher:
                     result = Actions(request.given, self._log_prob(module, dist_inputs[part], request.given), published.weights_seq_no)
                 request.future.set_result(result)
         if self._on_pass is not None:
-            self._on_pass(rows, [now - request.queued_at for request in taken])
+            self._on_pass(rows)
 
     def _sample(self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Actions from the model's (already masked) outputs, shaped as the space's."""
@@ -180,6 +177,11 @@ class ActionBatcher:
         if runner is None or runner.state is not state:
             runner = self._runners[module_id] = _Runner(state)
         return runner
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The requests' rows one after the other (a lone request's own array: no copy)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _parameters(space: ActionSpace) -> dict:

@@ -34,7 +34,7 @@ class ServingMetrics:
         self._latencies_s: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._batch_sizes: deque[int] = deque(maxlen=BATCH_WINDOW)
 
-    def record_pass(self, observations: int, waits_s: list[float]) -> None:
+    def record_pass(self, observations: int) -> None:
         self.forward_passes_total += 1
         self._batch_sizes.append(observations)
 
