@@ -40,7 +40,6 @@ import multiprocessing
 import random
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -141,7 +140,7 @@ def run_clients(
     workers = [ctx.Process(target=_client_process, args=(port, n, episodes, start_at, stop_at, interval, queue)) for n in shares]
     for worker in workers:
         worker.start()
-    cpu = _CpuMeter(gateway_pid, start_at, stop_at) if gateway_pid is not None else None
+    cores = _cpu_cores(gateway_pid, start_at, stop_at) if gateway_pid is not None else None
     results = [queue.get(timeout=seconds + 120) for _ in workers]
     for worker in workers:
         worker.join(timeout=30)
@@ -151,33 +150,24 @@ def run_clients(
     samples = [s for _, _, samples in results for s in samples]
     actions = sum(a for _, a, _ in results)
     result = {"actions_per_s": actions / seconds, "samples": samples, **latency_summary([lat for _, lat in samples])}
-    if cpu is not None:
-        cores = cpu.cores()
+    if cores is not None:
         result["gateway_cpu_cores"] = rounded(cores, 2)
         result["gateway_cpu_us_per_action"] = rounded(1e6 * cores / result["actions_per_s"], 1) if actions else None
     return result
 
 
-class _CpuMeter:
-    """The CPU a process uses between two moments, read by a thread at each (the first and
-    last quarter of the window, at most half a second, left out: clients starting, stopping)."""
-
-    def __init__(self, pid: int, start_at: float, stop_at: float) -> None:
-        margin = min(0.5, (stop_at - start_at) / 4)
-        self._readings: list[tuple[float, float]] = []
-        self._thread = threading.Thread(target=self._read, args=(pid, start_at + margin, stop_at - margin), daemon=True)
-        self._thread.start()
-
-    def _read(self, pid: int, *moments: float) -> None:
-        for moment in moments:
-            time.sleep(max(0.0, moment - time.time()))
-            used = proc_usage(pid, descendants=False)
-            self._readings.append((time.time(), used["user_s"] + used["system_s"]))
-
-    def cores(self) -> float:
-        self._thread.join()
-        (t0, cpu0), (t1, cpu1) = self._readings
-        return (cpu1 - cpu0) / (t1 - t0)
+def _cpu_cores(pid: int, start_at: float, stop_at: float) -> float:
+    """The cores a process (its threads, not its children) uses while the clients measure,
+    read at two moments as they pass (the window's first and last quarter, at most half a
+    second, left out: clients starting, stopping)."""
+    margin = min(0.5, (stop_at - start_at) / 4)
+    readings = []
+    for moment in (start_at + margin, stop_at - margin):
+        time.sleep(max(0.0, moment - time.time()))
+        used = proc_usage(pid, descendants=False)
+        readings.append((time.time(), used["user_s"] + used["system_s"]))
+    (t0, cpu0), (t1, cpu1) = readings
+    return (cpu1 - cpu0) / (t1 - t0)
 
 
 def _cpu_text(result: dict) -> str:
