@@ -1,8 +1,9 @@
-"""The application object: one gateway's settings and the parts every connection shares.
+"""The composition root: builds one gateway's parts from its settings, starts and stops them.
 
-Transports and REST routes reach everything through one `Gateway` (FastAPI's
-dependency `get_gateway`), instead of four objects threaded through each of them.
-`start` fails with a `StartupError` whose text is one line saying what to do.
+REST routes and the WebSocket route reach the parts through one `Gateway` (FastAPI's
+dependency `get_gateway`); the transports themselves get only the `ConnectionContext`
+every connection shares. `start` fails with a `StartupError` whose text is one line
+saying what to do.
 """
 
 from __future__ import annotations
@@ -11,19 +12,22 @@ import errno
 import logging
 import socket
 
-from app.config import Settings
-from app.decode_workers import DecodeWorkers
-from app.metrics_history import MetricsHistory
-from app.policies import PolicySet
-from app.protocol import ReplyEncoder
-from app.runs import RunExists, prepare_run
+from app.rllink.protocol import ReplyEncoder
 from app.schemas import ARRAY_FIELDS
-from app.tcp_bridge import TcpBridge
-from app.tensorboard_log import TensorBoardLog
-from app.traffic import TrafficStats
-from app.training.checkpoints import CheckpointMismatch
 from app.serving.service import ServingService
-from app.training.service import TrainingService
+from app.settings.config import Settings
+from app.settings.policies import PolicySet
+from app.settings.runs import RunExists, prepare_run
+from app.tcp_bridge import TcpBridge
+from app.telemetry.history import MetricsHistory
+from app.telemetry.tensorboard import TensorBoardLog
+from app.telemetry.traffic import TrafficStats
+from app.training.checkpoints import CheckpointMismatch
+from app.training.interface import TrainingService
+from app.training.service import LocalTrainingService
+from app.application.dispatch import Application
+from app.transport.connection import ConnectionContext
+from app.transport.decode_workers import DecodeWorkers
 
 log = logging.getLogger("app.gateway")
 
@@ -33,8 +37,8 @@ class StartupError(Exception):
 
 
 class Gateway:
-    """Settings, the modules, the training and serving services, traffic counters, decode
-    workers and the TCP bridge."""
+    """Settings, the modules, the training and serving services, the application, traffic
+    counters, decode workers and the TCP bridge."""
 
     def __init__(self, settings: Settings, service: TrainingService | None = None) -> None:
         """`service`: the training service to serve (on Ray, a front-end's stand-in for the
@@ -42,7 +46,7 @@ class Gateway:
         self.settings = settings
         self.policies = PolicySet.from_settings(settings)
         try:
-            self.service = service if service is not None else TrainingService(settings, self.policies)
+            self.service = service if service is not None else LocalTrainingService(settings, self.policies)
         except ValueError as exc:  # e.g. a device torch does not have
             raise StartupError(str(exc)) from None
         self.serving = ServingService(settings, self.policies, self.service, seed=settings.seed)
@@ -50,8 +54,11 @@ class Gateway:
         self.history = MetricsHistory()  # filled at every training step (app/main.py wires it)
         self.board: TensorBoardLog | None = None  # event files, with tensorboard_dir (opened by start)
         self.decoders = DecodeWorkers(settings.decode_workers, ARRAY_FIELDS, reply_timeout_s=settings.decode_timeout_s)
-        self.replies = ReplyEncoder()  # encodes the replies many clients get alike once
-        self.tcp_bridge = TcpBridge(self) if settings.tcp_enabled else None
+        self.application = Application(settings, self.policies, self.service, self.serving, ReplyEncoder())
+        self.connections = ConnectionContext(
+            self.application, self.decoders, self.traffic, settings.frame_timeout_s, settings.idle_timeout_s
+        )
+        self.tcp_bridge = TcpBridge(self.connections, settings) if settings.tcp_enabled else None
         self.started = False
 
     async def start(self) -> None:

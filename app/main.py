@@ -15,10 +15,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from app import api, web, ws_rllink
-from app.config import Settings
+from app import ws_rllink
 from app.gateway import Gateway
-from app.training.service import TrainingService
+from app.http import api, web
+from app.settings.config import Settings
+from app.training.interface import TrainingService
 
 log = logging.getLogger("app.main")
 

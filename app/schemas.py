@@ -12,7 +12,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 import numpy as np
 from pydantic import (
@@ -29,15 +29,25 @@ from pydantic import (
     model_validator,
 )
 
-from app.config import DEFAULT_MODULE_ID
-from app.policies import UnknownModule
-from app.spaces import (
-    IMAGE_MAX, ActionSpace, BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace, ObservationSpace, Space, is_discrete, num_logits,
-    observation_parts, sub_action_sizes,
+from app.settings.hyperparameters import DEFAULT_MODULE_ID
+from app.settings.policies import UnknownModule
+from app.spaces.models import (
+    IMAGE_MAX,
+    ActionSpace,
+    BoxSpace,
+    DictSpace,
+    DiscreteSpace,
+    MultiDiscreteSpace,
+    ObservationSpace,
+    Space,
+    is_discrete,
+    num_logits,
+    observation_parts,
+    sub_action_sizes,
 )
 
 if TYPE_CHECKING:
-    from app.policies import Module, PolicySet
+    from app.settings.policies import Module, PolicySet
 
 PROTOCOL_VERSION = "rllink-gateway/1"
 
@@ -164,7 +174,7 @@ def as_array(
     """
     if type(value) is list and (array := fast_floats(value, dtype, row_size, from_json)) is not None:
         return array
-    if isinstance(value, np.ndarray):  # e.g. from app.json_arrays
+    if isinstance(value, np.ndarray):  # e.g. from app.rllink.json_arrays
         array = value
     elif not isinstance(value, (list, tuple)):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")

@@ -9,12 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING
 
-from app.connection import serve
-
-if TYPE_CHECKING:
-    from app.gateway import Gateway
+from app.settings.config import Settings
+from app.transport.connection import ConnectionContext, serve
 
 log = logging.getLogger("app.tcp_bridge")
 
@@ -24,9 +21,9 @@ READ_SIZE = 256 * 1024
 class TcpBridge:
     """An asyncio TCP server feeding every connection into the gateway's one training service."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self._gateway = gateway
-        self._settings = gateway.settings
+    def __init__(self, connections: ConnectionContext, settings: Settings) -> None:
+        self._connections = connections
+        self._settings = settings
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task] = set()
 
@@ -95,7 +92,7 @@ class TcpBridge:
 
         try:
             await serve(
-                self._gateway,
+                self._connections,
                 transport="tcp",
                 peer=f"{host}:{port}",
                 receive=receive,

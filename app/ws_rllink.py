@@ -13,10 +13,11 @@ from typing import Literal
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from app.auth import bearer_token, token_matches
-from app.connection import refuse, serve
-from app.dependencies import get_gateway
-from app.protocol import ErrorCode, ProtocolError
+from app.application.admission import token_matches
+from app.http.auth import bearer_token
+from app.http.dependencies import get_gateway
+from app.rllink.protocol import ErrorCode, ProtocolError
+from app.transport.connection import refuse, serve
 
 log = logging.getLogger("app.ws_rllink")
 
@@ -70,10 +71,10 @@ async def rllink_websocket(websocket: WebSocket) -> None:
         # A wrong token is refused at once; no token at all may still come in a PING.
         log.warning("ws:%s refused: wrong token", peer)
         error = ProtocolError(ErrorCode.UNAUTHORIZED, "the token presented is not the gateway's", fatal=True)
-        await refuse(gateway, error, lambda frame: send(frame, "text"), close)
+        await refuse(gateway.traffic, error, lambda frame: send(frame, "text"), close)
         return
     await serve(
-        gateway,
+        gateway.connections,
         transport="ws",
         peer=peer,
         receive=receive,

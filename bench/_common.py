@@ -27,7 +27,7 @@ ROOT = Path(os.environ.get("BENCH_GATEWAY_ROOT") or Path(__file__).resolve().par
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.protocol import FrameDecoder, encode_frame  # noqa: E402
+from app.rllink.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 
 def _own_module(name: str, relative_path: str):

@@ -30,7 +30,7 @@ plays (parameter sharing):
      8x63 x8          8 scenes of 8 agents over 8 connections: 8 chunks of 63 steps each
    "Per env step cost, multi-agent vs single-agent" = single-agent rate / multi-agent rate
    (same number of connections); the same per gateway CPU-second, which other load on the
-   machine disturbs less. The sans-I/O core (app.protocol.Session: framing, JSON
+   machine disturbs less. The sans-I/O core (app.rllink.protocol.Session: framing, JSON
    decoding, validation; no decode worker) is measured in-process on the same frames, one
    core. `--profile` adds a cProfile of the core on the 64x8 message.
 
@@ -64,7 +64,6 @@ import pstats
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,7 +82,7 @@ from _common import (  # noqa: E402
     running_gateway,
 )
 
-from app.protocol import RequestReceived, Session, encode_frame  # noqa: E402
+from app.rllink.protocol import RequestReceived, Session, encode_frame  # noqa: E402
 
 MODULE_ID = "cart"
 CARTPOLE_SPACES = {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"type": "discrete", "n": 2}}
@@ -158,15 +157,15 @@ def run_ingest(gateway, config: dict, frames: list[bytes], seconds: float) -> di
 
 def core_policies():
     """The gateway's module set for the in-process core: `cart`, agents `cart_*`."""
-    from app.config import PPOConfig
-    from app.policies import Module, PolicySet
-    from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
+    from app.settings.hyperparameters import PPOConfig
+    from app.settings.policies import Module, PolicySet
+    from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 
     return PolicySet([Module(MODULE_ID, CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE, PPOConfig())], {"cart_*": MODULE_ID})
 
 
 def core_rate(frames: list[bytes], steps_per_frame: int, seconds: float) -> float:
-    """Agent steps/s of app.protocol.Session (frame, decode, validate) on these frames, one core."""
+    """Agent steps/s of app.rllink.protocol.Session (frame, decode, validate) on these frames, one core."""
     session = Session(core_policies(), 64 << 20)
     cycle = iter(range(10**12))
 
@@ -256,7 +255,7 @@ def measure_ingest(args) -> tuple[list[str], dict]:
     lines.append(f"gateway peak RSS {rss / 2**20:,.0f} MiB (everything received is kept: training paused)")
     if args.profile:
         frame = frames[id(configs[2])][0]
-        lines.append(f"cProfile of app.protocol.Session on one {configs[2]['name']} message (200 calls):")
+        lines.append(f"cProfile of app.rllink.protocol.Session on one {configs[2]['name']} message (200 calls):")
         lines.extend(profile_core(frame).rstrip().splitlines())
     result = {
         "runs": runs,

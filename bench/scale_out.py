@@ -32,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
-    PING_FRAME,
     PONG_BODY,
     emit,
     episodes_bodies,
@@ -45,7 +44,7 @@ from _common import (  # noqa: E402
 from ingest import DISTINCT_MESSAGES, HARD_TIMEOUT_S, STEPS, _client  # noqa: E402
 from latency import TcpPinger, summary  # noqa: E402
 
-from app.protocol import FrameDecoder, encode_frame  # noqa: E402
+from app.rllink.protocol import FrameDecoder, encode_frame  # noqa: E402
 
 NO_TRAINING = ["--train-batch-size", "1000000000", "--barrier-timeout-s", "3600", "--decode-workers", "0"]
 PING_SAMPLES = 500
@@ -154,7 +153,7 @@ def on_ray(count: int, frames: list[bytes], args) -> dict:
     import ray
 
     from app.cluster.launch import start_cluster
-    from app.config import Settings
+    from app.settings.config import Settings
 
     with tempfile.TemporaryDirectory(prefix="rllink-scale-") as tmp:
         base = dict(http_port=0, tcp_port=0, frontends=count, decode_workers=0, log_level="warning")

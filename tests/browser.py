@@ -26,7 +26,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from app.clients import gym_client
 from app.clients.gym_client import RunResult
-from app.web import MISSING_VENDOR_HINT, missing_vendor_dirs
+from app.http.web import MISSING_VENDOR_HINT, missing_vendor_dirs
 
 from .helpers import RunningGateway, gateway_settings, running_gateway
 

@@ -25,19 +25,19 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from app.policies import PolicySet
-from app.__main__ import uvicorn_options
 from app.clients.blocking_ws import BlockingWebSocket
 from app.clients.rllink_client import RLlinkClient
-from app.config import Settings
-from app.decode_workers import DecodeWorkers
 from app.main import create_app
-from app.protocol import FrameDecoder, decode_body, encode_frame
+from app.rllink.protocol import FrameDecoder, decode_body, encode_frame
 from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, num_dist_inputs
-from app.spaces import BoxSpace, DiscreteSpace
 from app.serving.service import ServingService
-from app.traffic import TrafficStats
-from app.training.service import TrainingService
+from app.settings.config import Settings
+from app.settings.policies import PolicySet
+from app.spaces.models import BoxSpace, DiscreteSpace
+from app.startup.server import uvicorn_options
+from app.telemetry.traffic import TrafficStats
+from app.training.service import LocalTrainingService
+from app.transport.decode_workers import DecodeWorkers
 
 from .gateway_process import PING, PONG  # noqa: F401 -- the documented frames, re-exported for the tests
 
@@ -67,7 +67,7 @@ class RunningGateway:
     http_port: int
 
     @property
-    def service(self) -> TrainingService:
+    def service(self) -> LocalTrainingService:
         return self.app.state.gateway.service
 
     @property
@@ -179,7 +179,7 @@ def frame(message: dict[str, Any]) -> bytes:
     return encode_frame(json.dumps(message).encode())
 
 
-def learner_of(service: TrainingService, module_id: str = "default_policy") -> Any:
+def learner_of(service: LocalTrainingService, module_id: str = "default_policy") -> Any:
     """A module's learner object, for tests that look at its weights or optimiser (the
     default learner host keeps it in this process, on the learner thread)."""
     return service._learners.learners.by_module[module_id]

@@ -12,8 +12,8 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from app.protocol import ARRAYS_MIN_BODY_BYTES, encode_frame
-from app.spaces import BoxSpace
+from app.rllink.protocol import ARRAYS_MIN_BODY_BYTES, encode_frame
+from app.spaces.models import BoxSpace
 
 from .helpers import PING, RunningGateway, TcpPeer, chunk, frame, gateway_settings, running_gateway
 
@@ -25,7 +25,7 @@ def omit(data: dict, *keys: str) -> dict:
 
 
 def large_chunk(row: list | None = None, action: object = 0) -> dict:
-    """A chunk whose message is large enough for the array path (app.json_arrays),
+    """A chunk whose message is large enough for the array path (app.rllink.json_arrays),
     with observation 7 replaced by `row` and action 3 by `action`."""
     data = chunk(80)
     if row is not None:

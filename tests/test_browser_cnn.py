@@ -17,9 +17,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.action_dists import actions_logp
-from app.config import Settings
-from app.spaces import observation_parts
+from app.settings.config import Settings
+from app.spaces.action_dists import actions_logp
+from app.spaces.models import observation_parts
 from app.training.onnx_export import load_payload
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page

@@ -25,7 +25,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.config import DEFAULT_MODULE_ID, PPOConfig
+from app.settings.hyperparameters import DEFAULT_MODULE_ID, PPOConfig
 from app.training.learner import Learner
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page, open_page, start_training

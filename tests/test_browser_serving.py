@@ -1,4 +1,4 @@
-"""How the gateway serves the browser side (app/web.py); no browser needed.
+"""How the gateway serves the browser side (app/http/web.py); no browser needed.
 
 The media types are what browsers insist on (an ES module must come as JavaScript, a
 wasm module as application/wasm), nothing outside static/ and the vendor folders can
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app import web
+from app.http import web
 
 from .helpers import RunningGateway, gateway_settings, in_process, running_gateway
 
@@ -63,8 +63,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]
 @pytest.mark.parametrize(
     "path",
     [
-        "/static/../app/web.py",
-        "/static/%2e%2e/app/web.py",
+        "/static/../app/http/web.py",
+        "/static/%2e%2e/app/http/web.py",
         "/static/..%2fapp%2fweb.py",
         "/vendor/ort/../../../package.json",
         "/vendor/ort/%2e%2e%2f%2e%2e%2f%2e%2e%2fpackage.json",
@@ -79,11 +79,11 @@ def test_nothing_outside_the_served_folders_can_be_reached(served, path):
 
 def test_without_node_modules_the_gateway_starts_warns_and_explains(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(web, "VENDOR_DIRS", {name: tmp_path / "node_modules" / name for name in web.VENDOR_DIRS})
-    with caplog.at_level(logging.WARNING, logger="app.web"):
+    with caplog.at_level(logging.WARNING, logger="app.http.web"):
         with in_process(tmp_path) as rest:
             vendor = rest.get("/vendor/ort/ort.wasm.min.mjs")
             page = rest.get("/static/cartpole.html")
     assert vendor.status_code == 404 and "npm ci" in vendor.json()["detail"]
     assert page.status_code == 200
-    warnings = [r.getMessage() for r in caplog.records if r.name == "app.web" and r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "app.http.web" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "npm ci" in warnings[0]

@@ -1,4 +1,4 @@
-"""Several episode chunks as columns (app.chunk_columns) validate exactly as one by one.
+"""Several episode chunks as columns (app.rllink.chunk_columns) validate exactly as one by one.
 
 The columns are a fast path: a message must come out the same as through EpisodeChunk's
 validators, the reference (the same chunks, arrays and dtypes; or the same error), and
@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, _chunk, loads_episodes, pack
-from app.config import PPOConfig
-from app.json_arrays import loads_with_arrays
-from app.policies import Module, PolicySet
-from app.protocol import FrameRejected, RequestReceived, Session
+from app.rllink.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, _chunk, loads_episodes, pack
+from app.rllink.json_arrays import loads_with_arrays
+from app.rllink.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.hyperparameters import PPOConfig
+from app.settings.policies import Module, PolicySet
+from app.spaces.models import BoxSpace, DiscreteSpace
 
 from .helpers import FUZZ
 
@@ -140,7 +140,7 @@ def parse(body: bytes, decoded: dict[str, Any]):
 
 
 def packed(body: bytes) -> list[dict[str, Any]]:
-    """The body decoded both ways a decode worker may (orjson's lists, app.json_arrays'
+    """The body decoded both ways a decode worker may (orjson's lists, app.rllink.json_arrays'
     arrays), its chunks packed as columns unless `pack` declines them."""
     decodings = [orjson.loads(body), loads_with_arrays(body, ARRAY_FIELDS) or orjson.loads(body)]
     for data in decodings:
@@ -184,7 +184,7 @@ def test_a_scene_of_64_agents_takes_the_columns_path():
     assert validated is not None and len(validated) == 64
     assert validated[5].outcome == "win" and [c.module_id for c in validated] == ["cart"] * 63 + ["pend"]
     assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
-    # Long chunks are packed from app.json_arrays' arrays (simdjson parses them quicker).
+    # Long chunks are packed from app.rllink.json_arrays' arrays (simdjson parses them quicker).
     body = json.dumps({"type": "EPISODES", "episodes": [scene_chunk(rng, f"cart_{i}", 300) for i in range(4)]}).encode()
     assert len(body) > 4 * LISTS_MAX_BYTES_PER_CHUNK
     decoded = loads_episodes(body, ARRAY_FIELDS)

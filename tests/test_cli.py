@@ -15,9 +15,10 @@ import pytest
 from pydantic_settings import SettingsError
 from websockets.sync.client import connect
 
-from app.cli import parse_command_line
-from app.config import PPOConfig, Settings
-from app.log_redaction import redact
+from app.settings.config import Settings
+from app.settings.hyperparameters import PPOConfig
+from app.settings.logs import redact
+from app.startup.cli import parse_command_line
 
 from .gateway_process import PING, PONG, ROOT, gateway_process
 from .helpers import frame, wait_until
@@ -122,7 +123,7 @@ def test_redact_hides_every_form_of_the_token_and_keeps_the_rest():
 
 def test_installing_the_redaction_twice_installs_it_once():
     script = (
-        "import logging; from app.log_redaction import install_redaction\n"
+        "import logging; from app.settings.logs import install_redaction\n"
         "install_redaction(); factory = logging.getLogRecordFactory(); install_redaction()\n"
         "assert logging.getLogRecordFactory() is factory\n"
         "assert factory is not logging.LogRecord\n"

@@ -33,12 +33,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.config import PPOConfig
-from app.spaces import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from app.settings.hyperparameters import PPOConfig
+from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import TcpProxy, RunningGateway, gateway_settings, running_gateway
+from .helpers import RunningGateway, TcpProxy, gateway_settings, running_gateway
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
 BUILD = KIT / "build"

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import uvloop
 
-from app.policies import PolicySet
-from app.decode_workers import OFFLOAD_MIN_BODY_BYTES, DecodeWorkers
-from app.json_arrays import loads_with_arrays
-from app.protocol import FrameDecoder, FrameRejected, RequestReceived, Session, encode_frame
+from app.rllink.json_arrays import loads_with_arrays
+from app.rllink.protocol import FrameDecoder, FrameRejected, RequestReceived, Session, encode_frame
 from app.schemas import ARRAY_FIELDS
-from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
+from app.settings.policies import PolicySet
+from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
+from app.transport.decode_workers import OFFLOAD_MIN_BODY_BYTES, DecodeWorkers
 
 from .helpers import chunk, frame, gateway_settings, running_gateway, wait_until
 
@@ -106,7 +106,7 @@ def hang_warnings(caplog, pid: int) -> list[str]:
     return [
         record.getMessage()
         for record in caplog.records
-        if record.name == "app.decode_workers"
+        if record.name == "app.transport.decode_workers"
         and record.levelno == logging.WARNING
         and f"decode worker {pid} " in record.getMessage()
     ]
@@ -219,7 +219,7 @@ def test_a_hung_worker_is_killed_its_bodies_come_back_as_none_and_another_decode
         finally:
             await workers.stop()
 
-    with caplog.at_level(logging.WARNING, logger="app.decode_workers"):
+    with caplog.at_level(logging.WARNING, logger="app.transport.decode_workers"):
         asyncio.run(hang_one())
 
 
@@ -275,7 +275,7 @@ def test_a_hung_worker_costs_no_data_and_is_replaced(tmp_path, caplog):
     settings = gateway_settings(
         tmp_path, decode_workers=1, decode_timeout_s=HANG_BOUND_S, train_batch_size=10**9
     )
-    caplog.set_level(logging.WARNING, logger="app.decode_workers")
+    caplog.set_level(logging.WARNING, logger="app.transport.decode_workers")
     with running_gateway(settings) as gateway:
         decoders = gateway.decoders
         wait_until(lambda: decoders.ready == 1, what="the worker to start up")

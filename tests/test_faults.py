@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from app.clients.rllink_client import RLlinkClient
-from app.protocol import Encoding
+from app.rllink.protocol import Encoding
 
 from .helpers import RunningGateway, TcpPeer, WsPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 

@@ -29,18 +29,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.policies import PolicySet
-from app.protocol import (
-    Encoding,
-    ErrorCode,
-    FrameRejected,
-    RequestReceived,
-    Session,
-    decode_body,
-    encode_frame,
-)
-from app.schemas import Episodes, fast_floats, _fast_indices, num_dist_inputs
-from app.spaces import DiscreteSpace
+from app.rllink.protocol import Encoding, ErrorCode, FrameRejected, RequestReceived, Session, decode_body, encode_frame
+from app.schemas import Episodes, _fast_indices, fast_floats, num_dist_inputs
+from app.settings.policies import PolicySet
+from app.spaces.models import DiscreteSpace
 
 from .helpers import CARTPOLE, FUZZ, SPACES, numbers, odd_numbers, structured_messages
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from app.clients.rllink_client import RLlinkClient
-from app.config import DEFAULT_MODULE_ID
+from app.settings.hyperparameters import DEFAULT_MODULE_ID
 from app.training.checkpoints import CHECKPOINT_FILE
 from app.training.onnx_export import load_payload
 

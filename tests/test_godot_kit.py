@@ -34,7 +34,6 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import httpx
@@ -42,11 +41,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.spaces import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
+from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import TcpProxy, RunningGateway, gateway_settings, running_gateway, wait_until
+from .helpers import RunningGateway, TcpProxy, gateway_settings, running_gateway, wait_until
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "godot"
 GODOT = shutil.which("godot3-server")

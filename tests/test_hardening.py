@@ -12,7 +12,7 @@ import pytest
 from websockets.sync.client import connect
 
 from app.clients.rllink_client import RLlinkClient
-from app.protocol import encode_frame
+from app.rllink.protocol import encode_frame
 
 from .helpers import (
     PING,

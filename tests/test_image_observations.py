@@ -13,9 +13,9 @@ import torch
 
 from app.clients.gym_client import run
 from app.clients.pixel_envs import PIXEL_GRID_DICT_ENV_ID, PIXEL_GRID_ENV_ID
-from app.cli import parse_command_line
-from app.config import Settings
-from app.spaces import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
+from app.settings.config import Settings
+from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
+from app.startup.cli import parse_command_line
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.clients.gym_client import run
-from app.config import PPOConfig
+from app.settings.hyperparameters import PPOConfig
 from app.training.learner_host import LEARNER_NICENESS
 
 from .helpers import chunk, gateway_settings, running_gateway, wait_until

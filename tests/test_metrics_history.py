@@ -3,7 +3,7 @@ each time it fills, never losing the run's start, and keeping up with its end.""
 
 from __future__ import annotations
 
-from app.metrics_history import MetricsHistory
+from app.telemetry.history import MetricsHistory
 
 
 def test_it_keeps_every_point_until_full_then_thins_to_span_the_whole_run():

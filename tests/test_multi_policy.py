@@ -11,8 +11,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.config import Settings
 from app.gateway import Gateway, StartupError
+from app.settings.config import Settings
 from app.training.onnx_export import load_payload
 
 from .helpers import TcpPeer, WsPeer, chunk, frame, gateway_settings, running_gateway, wait_until

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.policies import PolicySet
-from app.protocol import (
+from app.rllink.protocol import (
     Encoding,
     ErrorCode,
     FrameDecoder,
@@ -24,7 +23,8 @@ from app.protocol import (
     encode_message,
 )
 from app.schemas import EpisodesAndGetState, Ping, Pong, SetState
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.policies import PolicySet
+from app.spaces.models import BoxSpace, DiscreteSpace
 
 from .helpers import chunk, frame
 

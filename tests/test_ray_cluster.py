@@ -17,7 +17,7 @@ from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
 from app.clients.gym_client import RunResult, run  # noqa: E402
 from app.clients.rllink_client import RLlinkClient  # noqa: E402
 from app.cluster.launch import Cluster, start_cluster  # noqa: E402
-from app.config import Settings  # noqa: E402
+from app.settings.config import Settings  # noqa: E402
 
 from .helpers import wait_until  # noqa: E402
 

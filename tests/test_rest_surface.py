@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.rest_models import Metrics
+from app.http.rest_models import Metrics
 
 from .helpers import chunk, frame, in_process
 

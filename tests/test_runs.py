@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.cli import parse_command_line
-from app.config import Settings
 from app.gateway import Gateway, StartupError
+from app.settings.config import Settings
+from app.startup.cli import parse_command_line
 
 from .helpers import TcpPeer, chunk, frame, running_gateway
 

@@ -6,7 +6,6 @@ checkpoint restores every part exactly, and misuse is refused with a clear messa
 from __future__ import annotations
 
 import asyncio
-import math
 
 import gymnasium as gym
 import httpx
@@ -15,17 +14,18 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
 from app.clients.gym_client import OnnxPolicy, run
 from app.clients.thin_client import run_thin
-from app.config import SACConfig, Settings
 from app.schemas import EpisodeChunk
-from app.spaces import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from app.settings.config import Settings
+from app.settings.hyperparameters import SACConfig
+from app.spaces.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
+from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import export_onnx
 from app.training.sac import SquashedGaussianActor
 from app.training.sac_learner import SACLearner
-from app.training.service import TrainingService
+from app.training.service import LocalTrainingService
 
 from .helpers import gateway_settings, learner_of, running_gateway, wait_until
 
@@ -149,7 +149,7 @@ def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, d
 
 def test_a_ppo_checkpoint_is_refused_by_a_sac_gateway_naming_the_algorithm(tmp_path):
     async def start_and_stop(settings: Settings) -> None:
-        service = TrainingService(settings)
+        service = LocalTrainingService(settings)
         await service.start()
         await service.stop()
 
@@ -196,7 +196,7 @@ def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(
 
     async def scenario() -> tuple[list[float], float, int]:
         cfg = SACConfig(hidden_sizes=(16,), learning_starts=100, batch_size=16, updates_per_version=250)
-        service = TrainingService(pendulum_settings(tmp_path, sac=cfg))
+        service = LocalTrainingService(pendulum_settings(tmp_path, sac=cfg))
         await service.start()
         client = service.connect("tcp", "a")
         service.ingest(client, random_chunks(10, 100, seed=3))

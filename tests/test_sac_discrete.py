@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from app.clients.gym_client import run
-from app.config import SACConfig
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.hyperparameters import SACConfig
+from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.sac_discrete import CategoricalActor
 

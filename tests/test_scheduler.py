@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from app.policies import PolicySet
 from app.schemas import EpisodeChunk
-from app.spaces import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
+from app.settings.policies import PolicySet
+from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 from app.training.metrics import TrainingMetrics
 from app.training.registry import ClientRegistry
 from app.training.scheduler import BatchScheduler

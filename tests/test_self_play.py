@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.config import SelfPlayConfig
+from app.settings.hyperparameters import SelfPlayConfig
 from app.training.onnx_export import PolicyState
 from app.training.self_play import League
 

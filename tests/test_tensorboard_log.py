@@ -8,7 +8,7 @@ import logging
 
 import httpx
 
-from app.tensorboard_log import TensorBoardLog, read_scalars
+from app.telemetry.tensorboard import TensorBoardLog, read_scalars
 
 from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from app.policies import PolicySet
 from app.schemas import EpisodeChunk
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.policies import PolicySet
+from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.batch import build_batch, gae_advantages
 from app.training.policy import ActorCritic
 

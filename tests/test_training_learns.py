@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from app.clients.gym_client import RunResult, run
-from app.config import PPOConfig
-from app.spaces import BoxSpace
+from app.spaces.models import BoxSpace
 
 from .helpers import RunningGateway, gateway_settings, running_gateway
 

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.spaces import BoxSpace, DiscreteSpace
+from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.onnx_export import OUTPUT_NAME, export_onnx, load_payload, policy_state, set_state_payload
 from app.training.policy import ActorCritic
 

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from app.config import PPOConfig
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.hyperparameters import PPOConfig
+from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.batch import Batch
 from app.training.policy import ActorCritic
 from app.training.ppo import ppo_update

@@ -1,4 +1,4 @@
-"""The shared TrainingService: versions, the barrier, stale data, metrics, checkpoints."""
+"""The shared LocalTrainingService: versions, the barrier, stale data, metrics, checkpoints."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.config import DEFAULT_MODULE_ID, PPOConfig, Settings
-from app.policies import PolicySet
 from app.schemas import EpisodeChunk
-from app.training.service import TrainingService
+from app.settings.config import Settings
+from app.settings.hyperparameters import DEFAULT_MODULE_ID, PPOConfig
+from app.settings.policies import PolicySet
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.onnx_export import load_payload
+from app.training.service import LocalTrainingService
 
 from . import helpers
 
@@ -34,7 +35,7 @@ def make_settings(tmp_path: Path, **overrides) -> Settings:
 
 @asynccontextmanager
 async def running(settings: Settings):
-    service = TrainingService(settings)
+    service = LocalTrainingService(settings)
     await service.start()
     try:
         yield service
@@ -49,7 +50,7 @@ def chunk(steps: int = 10, reward: float = 1.0, **fields) -> EpisodeChunk:
     )
 
 
-async def send_and_wait(service: TrainingService, client, chunks: list[EpisodeChunk]):
+async def send_and_wait(service: LocalTrainingService, client, chunks: list[EpisodeChunk]):
     """What a connection does for EPISODES_AND_GET_STATE."""
     service.ingest(client, chunks)
     state = await asyncio.wait_for(service.wait_for_training(client), WAIT_S)
@@ -280,7 +281,7 @@ async def test_a_save_interrupted_by_a_crash_leaves_no_file_behind_after_restart
 async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):
     async with running(make_settings(tmp_path)) as service:
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
-    other = TrainingService(make_settings(tmp_path, ppo=PPOConfig(hidden_sizes=(32,))))
+    other = LocalTrainingService(make_settings(tmp_path, ppo=PPOConfig(hidden_sizes=(32,))))
     with pytest.raises(CheckpointMismatch, match="hidden_sizes"):
         await other.start()
 
@@ -302,7 +303,7 @@ async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
 
 async def test_stop_releases_waiters_and_saves(tmp_path):
     settings = make_settings(tmp_path)
-    service = TrainingService(settings)
+    service = LocalTrainingService(settings)
     await service.start()
     a, busy = service.connect("tcp", "a"), service.connect("tcp", "busy")
     service.ingest(busy, [chunk(3)])  # busy holds the barrier
@@ -318,7 +319,7 @@ async def test_stop_releases_waiters_and_saves(tmp_path):
     assert unaccounted(service) == 0  # the straggler counts as sampled too
 
 
-def unaccounted(service: TrainingService) -> int:
+def unaccounted(service: LocalTrainingService) -> int:
     """Env steps sampled but neither trained, dropped, pending nor in training (must be 0)."""
     m = service.metrics
     accounted = m.num_env_steps_trained_lifetime + sum(m.dropped_env_steps.values())
@@ -362,7 +363,7 @@ async def test_a_checkpoint_restores_the_observation_and_reward_statistics(tmp_p
             assert torch.equal(tensor, saved[name]), name
         assert learner.reward_scaler.scale == scale
     with pytest.raises(CheckpointMismatch, match="normalize_obs"):  # a checkpoint without them is refused
-        await TrainingService(make_settings(tmp_path, ppo=PPOConfig(normalize_obs=False))).start()
+        await LocalTrainingService(make_settings(tmp_path, ppo=PPOConfig(normalize_obs=False))).start()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -377,7 +378,7 @@ def test_the_thread_that_builds_the_service_runs_torch_on_one_thread(tmp_path):
 
     def build() -> int:
         torch.set_num_threads(2)
-        TrainingService(make_settings(tmp_path, learner_threads=2))
+        LocalTrainingService(make_settings(tmp_path, learner_threads=2))
         return torch.get_num_threads()
 
     with ThreadPoolExecutor(max_workers=1) as pool:

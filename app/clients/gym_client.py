@@ -22,8 +22,8 @@ import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 
-from app.action_dists import sample_actions
 from app.clients.rllink_client import RLlinkClient
+from app.spaces.action_dists import sample_actions
 
 log = logging.getLogger("app.clients")
 

@@ -35,7 +35,7 @@ from app.clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, ran
 from app.clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
 from app.clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
 from app.clients.rllink_client import RLlinkClient
-from app.trajectory import AgentTrajectory, PlayedAction
+from app.clients.trajectory import AgentTrajectory, PlayedAction
 
 log = logging.getLogger("app.clients")
 

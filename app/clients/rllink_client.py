@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgpack
 from websockets.sync.client import ClientConnection, connect
 
-from app.protocol import Encoding, FrameDecoder, decode_body, encode_frame
+from app.rllink.protocol import Encoding, FrameDecoder, decode_body, encode_frame
 
 Transport = Literal["tcp", "ws"]
 

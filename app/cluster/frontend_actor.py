@@ -9,11 +9,11 @@ import socket
 
 import uvicorn
 
-from app.__main__ import bind_http, uvicorn_options
 from app.cluster.remote_service import RemoteTrainingService
-from app.config import Settings
-from app.log_redaction import configure_logging
 from app.main import create_app
+from app.settings.config import Settings
+from app.settings.logs import configure_logging
+from app.startup.server import bind_http, uvicorn_options
 
 log = logging.getLogger("app.cluster")
 

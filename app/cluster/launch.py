@@ -17,9 +17,9 @@ import ray
 
 from app.cluster.frontend_actor import FrontendActor
 from app.cluster.learner_actor import LearnerActor
-from app.config import Settings
 from app.gateway import StartupError
-from app.runs import RunExists, prepare_run
+from app.settings.config import Settings
+from app.settings.runs import RunExists, prepare_run
 
 log = logging.getLogger("app.cluster")
 

@@ -21,11 +21,12 @@ import numpy as np
 import ray
 
 from app.cluster.calls import Call
-from app.config import PPOConfig, Settings
-from app.log_redaction import configure_logging
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
+from app.settings.config import Settings
+from app.settings.hyperparameters import PPOConfig
+from app.settings.logs import configure_logging
 from app.training.registry import ClientInfo
-from app.training.service import ConfigRefused, TrainingService
+from app.training.service import ConfigRefused, LocalTrainingService
 
 log = logging.getLogger("app.cluster")
 
@@ -62,7 +63,7 @@ class LearnerActor:
 
     def __init__(self, settings: Settings) -> None:
         configure_logging(settings.log_level)  # tokens redacted here too
-        self.service = TrainingService(settings)
+        self.service = LocalTrainingService(settings)
         self._clients: dict[int, ClientInfo] = {}
         self._started: asyncio.Task | None = None
         self._new_version: asyncio.Event | None = None

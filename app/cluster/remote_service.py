@@ -26,10 +26,11 @@ from typing import Any
 import ray
 
 from app.cluster.calls import Call
-from app.config import PPOConfig, SACConfig, Settings
-from app.onnx_names import OUTPUT_NAME
-from app.policies import PolicySet
 from app.schemas import EpisodeChunk
+from app.settings.config import Settings
+from app.settings.hyperparameters import PPOConfig, SACConfig
+from app.settings.policies import PolicySet
+from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.metrics import TrainingMetrics
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
 from app.training.registry import ClientInfo

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from app.action_dists import actions_logp, sample_actions
-from app.policies import Module
-from app.spaces import ActionSpace, BoxSpace, MultiDiscreteSpace
+from app.settings.policies import Module
+from app.spaces.action_dists import actions_logp, sample_actions
+from app.spaces.models import ActionSpace, BoxSpace, MultiDiscreteSpace
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState
 

@@ -27,19 +27,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.config import Settings
-from app.policies import Module, PolicySet, UnknownModule, indices_by_module
-from app.protocol import ErrorCode, ProtocolError
+from app.rllink.protocol import ErrorCode, ProtocolError
 from app.schemas import (
-    FLOAT32_MAX, Action, ActionRequests, EndEpisode, EpisodeChunk, EpisodeStarted, GetAction, LogAction, LogReturns, StartEpisode,
-    check_action_mask, check_image_values, mask_allows,
+    FLOAT32_MAX,
+    Action,
+    ActionRequests,
+    EndEpisode,
+    EpisodeChunk,
+    EpisodeStarted,
+    GetAction,
+    LogAction,
+    LogReturns,
+    StartEpisode,
+    check_action_mask,
+    check_image_values,
+    mask_allows,
 )
 from app.serving.batcher import ActionBatcher
 from app.serving.metrics import ServingMetrics
-from app.spaces import DiscreteSpace, MultiDiscreteSpace, num_logits
 from app.serving.step_table import StepTable
+from app.settings.config import Settings
+from app.settings.policies import Module, PolicySet, UnknownModule, indices_by_module
+from app.spaces.models import DiscreteSpace, MultiDiscreteSpace, num_logits
 from app.training.registry import ClientInfo
-from app.training.service import TrainingService
+from app.training.interface import TrainingService
 
 log = logging.getLogger("app.serving")
 

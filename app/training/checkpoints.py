@@ -12,8 +12,8 @@ import logging
 import os
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 import torch

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.spaces import IMAGE_MAX, BoxSpace, DictSpace, ObservationPart, observation_parts
+from app.spaces.models import IMAGE_MAX, BoxSpace, DictSpace, ObservationPart, observation_parts
 
 NATURE_MIN_SIDE = 36  # the Nature CNN's three convolutions leave a 1x1 map at 36 pixels
 

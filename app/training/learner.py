@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.config import PPOConfig
 from app.schemas import EpisodeChunk
+from app.settings.hyperparameters import PPOConfig
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.batch import build_batch
 from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
-from app.spaces import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.policy import ActorCritic, RewardScaler
 from app.training.ppo import ppo_update
 

@@ -30,9 +30,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
-from app.config import Settings
-from app.log_redaction import configure_logging
-from app.policies import PolicySet
+from app.settings.config import Settings
+from app.settings.logs import configure_logging
+from app.settings.policies import PolicySet
 from app.training.learners import Learners
 
 log = logging.getLogger("app.training")

@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from app.config import PPOConfig, SACConfig, Settings
-from app.policies import Module, PolicySet
 from app.schemas import EpisodeChunk
+from app.settings.config import Settings
+from app.settings.hyperparameters import PPOConfig, SACConfig
+from app.settings.policies import Module, PolicySet
 from app.training.device import resolve_device
 from app.training.learner import Learner
 from app.training.onnx_export import PolicyState

@@ -15,8 +15,8 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from app.config import DEFAULT_MODULE_ID
 from app.schemas import EpisodeChunk
+from app.settings.hyperparameters import DEFAULT_MODULE_ID
 
 MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; the oldest are forgotten beyond
 MAX_AGENTS = 1_000  # agent ids whose returns are kept; the least recently seen are forgotten beyond

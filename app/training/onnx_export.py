@@ -19,9 +19,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from app.action_dists import MASK_PENALTY
-from app.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, OUTPUT_NAME
-from app.spaces import IMAGE_MAX, MultiDiscreteSpace
+from app.spaces.action_dists import MASK_PENALTY
+from app.spaces.models import IMAGE_MAX, MultiDiscreteSpace
+from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, OUTPUT_NAME
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
 from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor

@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from app.action_dists import MASK_PENALTY
 from app.schemas import num_dist_inputs
-from app.spaces import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_logits
+from app.spaces.action_dists import MASK_PENALTY
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_logits
 from app.training.encoders import ObservationEncoder
 
 

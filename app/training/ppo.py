@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.config import PPOConfig
+from app.settings.hyperparameters import PPOConfig
 from app.training.batch import Batch
 from app.training.policy import ActorCritic
 

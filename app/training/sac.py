@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.config import SACConfig
-from app.spaces import BoxSpace
+from app.settings.hyperparameters import SACConfig
+from app.spaces.models import BoxSpace
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the actor's log std lies in this range (tanh-rescaled)
 

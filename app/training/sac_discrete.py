@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from app.config import SACConfig
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.hyperparameters import SACConfig
+from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.sac import SoftActorCritic, relu_mlp
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.config import SACConfig
 from app.schemas import EpisodeChunk
-from app.spaces import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
+from app.settings.hyperparameters import SACConfig
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
 from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.replay import ReplayBuffer

@@ -19,7 +19,7 @@ import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from app.config import SelfPlayConfig
+from app.settings.hyperparameters import SelfPlayConfig
 from app.training.onnx_export import PolicyState, set_state_payload
 
 SCORES = {"win": 1.0, "draw": 0.5, "loss": 0.0}

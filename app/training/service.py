@@ -26,13 +26,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from app.config import PPOConfig, SACConfig, Settings, check_hyperparameter_names
-from app.onnx_names import OUTPUT_NAME
-from app.policies import PolicySet
 from app.schemas import EpisodeChunk
+from app.settings.config import Settings
+from app.settings.hyperparameters import PPOConfig, SACConfig, check_hyperparameter_names
+from app.settings.policies import PolicySet
+from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
-from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.device import resolve_device
+from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.learner_host import learner_host
 from app.training.metrics import TrainingMetrics
 from app.training.onnx_export import PolicyState
@@ -41,7 +42,7 @@ from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
 from app.training.self_play import League
 
-__all__ = ["ClientInfo", "PolicySetState", "TrainingService"]
+__all__ = ["ClientInfo", "LocalTrainingService", "PolicySetState"]
 
 logger = logging.getLogger("app.training")
 
@@ -80,8 +81,9 @@ FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
 }
 
 
-class TrainingService:
-    """Collects experience from every client and trains every module on it."""
+class LocalTrainingService:
+    """The training service (app/training/interface.py) in this process: collects experience
+    from every client and trains every module on it."""
 
     def __init__(self, settings: Settings, policies: PolicySet | None = None) -> None:
         self.settings = settings

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.rest_models import Metrics
+from app.http.rest_models import Metrics
 
 PREFIX = "rllink_"
 

@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.config import PPOConfig, SACConfig, SelfPlayConfig
-from app.spaces import ObservationSpace, Space
+from app.settings.hyperparameters import PPOConfig, SACConfig, SelfPlayConfig
+from app.spaces.models import ObservationSpace, Space
 
 
 class Health(BaseModel):

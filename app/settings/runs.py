@@ -7,7 +7,7 @@ import logging
 
 import yaml
 
-from app.config import Settings
+from app.settings.config import Settings
 
 log = logging.getLogger("app")
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 
-from app.config import Settings
+from app.settings.config import Settings
 
 if TYPE_CHECKING:
     from app.gateway import Gateway

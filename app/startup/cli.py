@@ -18,7 +18,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings, CliSettingsSource, YamlConfigSettingsSource
 
-from app.config import MiB, PPOConfig, SACConfig, Settings
+from app.settings.config import MiB, Settings
+from app.settings.hyperparameters import PPOConfig, SACConfig
 
 # Defaults that read better in words than as a value.
 _CLI_DEFAULTS = {

@@ -14,12 +14,50 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Protocol
 
-from app.config import DEFAULT_MODULE_ID, PPOConfig, SACConfig, SelfPlayConfig, Settings
-from app.spaces import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace, has_images, is_discrete
-
+from app.settings.hyperparameters import (
+    DEFAULT_MODULE_ID,
+    Algorithm,
+    PolicyConfig,
+    PPOConfig,
+    SACConfig,
+    SelfPlayConfig,
+)
+from app.spaces.models import (
+    ActionSpace,
+    BoxSpace,
+    DictSpace,
+    DiscreteSpace,
+    MultiDiscreteSpace,
+    ObservationSpace,
+    has_images,
+    is_discrete,
+)
 
 MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
+
+
+class ModuleSettings(Protocol):
+    """What the modules are built from: the part of `Settings` (app/settings/config.py) that
+    declares them, so that `Settings` can check them while it validates."""
+
+    @property
+    def policies(self) -> dict[str, PolicyConfig] | None: ...
+    @property
+    def policy_mapping(self) -> dict[str, str] | None: ...
+    @property
+    def observation_space(self) -> ObservationSpace: ...
+    @property
+    def action_space(self) -> ActionSpace: ...
+    @property
+    def ppo(self) -> PPOConfig: ...
+    @property
+    def sac(self) -> SACConfig: ...
+    @property
+    def algorithm(self) -> Algorithm: ...
+    @property
+    def action_masking(self) -> bool: ...
 
 
 class UnknownModule(ValueError):
@@ -115,7 +153,7 @@ class PolicySet:
         return cls([Module(DEFAULT_MODULE_ID, observation_space, action_space, ppo or PPOConfig())])
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> PolicySet:
+    def from_settings(cls, settings: ModuleSettings) -> PolicySet:
         """The modules of `policies` (each self-play one followed by its opponent), or the single default module."""
         if settings.policies is None:
             module = Module(

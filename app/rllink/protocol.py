@@ -24,9 +24,8 @@ import msgpack
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from app.chunk_columns import ChunkColumns, loads_episodes
-from app.json_arrays import loads_with_arrays
-from app.policies import PolicySet
+from app.rllink.chunk_columns import ChunkColumns, loads_episodes
+from app.rllink.json_arrays import loads_with_arrays
 from app.schemas import (
     ARRAY_FIELDS,
     NO_REPLY_TYPES,
@@ -34,15 +33,16 @@ from app.schemas import (
     RESPONSE_TYPES,
     Action,
     Episodes,
+    Error,
     GetAction,
     Ping,
-    Error,
     Request,
     SetState,
     request_adapter,
 )
+from app.settings.policies import PolicySet
 
-log = logging.getLogger("app.protocol")
+log = logging.getLogger("app.rllink.protocol")
 
 HEADER_SIZE = 8
 MAX_BODY_SIZE = 10**HEADER_SIZE - 1
@@ -186,8 +186,8 @@ def decode_body(body: bytes, columns: bool = True) -> tuple[dict[str, Any], Enco
     """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one.
 
     In large JSON bodies, the number lists of episode chunks (`ARRAY_FIELDS`) may be
-    numpy arrays already (see `app.json_arrays`); the schemas take either. Several chunks
-    may come as one `ChunkColumns` instead (`app.chunk_columns`), unless `columns` is false.
+    numpy arrays already (see `app.rllink.json_arrays`); the schemas take either. Several chunks
+    may come as one `ChunkColumns` instead (`app.rllink.chunk_columns`), unless `columns` is false.
     """
     encoding = detect_encoding(body)
     if encoding is Encoding.MSGPACK:
@@ -415,7 +415,7 @@ class Session:
 
     def parse(self, frame: bytes | FrameRejected, decoded: dict[str, Any] | None = None) -> Event | None:
         """The event for one item of `receive_frames`, in its turn (None once a fatal error
-        ended the session); `decoded` is what `app.chunk_columns.loads_episodes` made of a
+        ended the session); `decoded` is what `app.rllink.chunk_columns.loads_episodes` made of a
         body elsewhere (a decode worker), if it could."""
         if self._ended:
             return None

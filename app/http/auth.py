@@ -8,13 +8,12 @@ constant time and never logged, echoed in errors, or shown in `/api/config`.
 
 from __future__ import annotations
 
-import hmac
-
 from fastapi import Depends, HTTPException, Security
 from fastapi.security import APIKeyQuery, HTTPAuthorizationCredentials, HTTPBearer
 
-from app.config import Settings
-from app.dependencies import get_settings
+from app.application.admission import token_matches
+from app.http.dependencies import get_settings
+from app.settings.config import Settings
 
 bearer_scheme = HTTPBearer(
     auto_error=False,
@@ -27,15 +26,6 @@ query_scheme = APIKeyQuery(
     scheme_name="tokenQuery",
     description="The gateway's `auth_token` as `?token=`, for browsers that cannot set headers (when auth is on).",
 )
-
-
-def token_matches(settings: Settings, presented: str | None) -> bool:
-    """Constant-time check of a presented token against the configured one."""
-    if settings.auth_token is None:
-        return True
-    if presented is None:
-        return False
-    return hmac.compare_digest(presented.encode(), settings.auth_token.get_secret_value().encode())
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -1,9 +1,9 @@
 """Large JSON bodies decoded in worker processes, beside the event loop.
 
-Decoding an episode chunk (`app.json_arrays`) is most of what the gateway does per env
+Decoding an episode chunk (`app.rllink.json_arrays`) is most of what the gateway does per env
 step, and it holds the GIL: on the event loop it caps ingest at one core. Worker
 processes decode large JSON bodies into dicts with numpy arrays (a message's several
-chunks as columns: app.chunk_columns) and send them back pickled; the event loop keeps
+chunks as columns: app.rllink.chunk_columns) and send them back pickled; the event loop keeps
 framing, validation and the replies, in order.
 
 A worker is an accelerator, never a dependency: a body it cannot take (small, msgpack,
@@ -13,7 +13,7 @@ swapped out): a worker that has bodies outstanding and answers nothing for
 `reply_timeout_s` is killed, and the bodies it held come back as None, in order, for
 the event loop to decode; whatever it might still send is ignored.
 
-    python -m app.decode_workers KEY...   # a worker: frames on stdin, pickles on stdout
+    python -m app.transport.decode_workers KEY...   # a worker: frames on stdin, pickles on stdout
 
 Both directions carry a 4-byte big-endian length, then that many bytes: a JSON body
 in; out, first an empty frame once the worker has imported (it is ready: bodies go to
@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from app.chunk_columns import loads_episodes
+from app.rllink.chunk_columns import loads_episodes
 
-log = logging.getLogger("app.decode_workers")
+log = logging.getLogger("app.transport.decode_workers")
 
 _LENGTH = struct.Struct("!I")
 # JSON bodies from this size on go to a worker. The hop costs the event loop tens of
@@ -133,7 +133,7 @@ class DecodeWorkers:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "app.decode_workers", *self._keys, stdin=its, stdout=its, env=_WORKER_ENV
+                sys.executable, "-m", "app.transport.decode_workers", *self._keys, stdin=its, stdout=its, env=_WORKER_ENV
             )
         except OSError as exc:
             ours.close()
@@ -343,7 +343,7 @@ def main(keys: frozenset[str]) -> None:
 
 
 if __name__ == "__main__":
-    # From the module by name, so that pickles refer to `app.decode_workers._array`.
-    from app.decode_workers import main as worker_main
+    # From the module by name, so that pickles refer to `app.transport.decode_workers._array`.
+    from app.transport.decode_workers import main as worker_main
 
     worker_main(frozenset(sys.argv[1:]))

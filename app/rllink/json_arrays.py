@@ -34,7 +34,7 @@ try:
 except ImportError:  # a platform without a pysimdjson wheel: orjson decodes everything
     simdjson = None
 
-log = logging.getLogger("app.json_arrays")
+log = logging.getLogger("app.rllink.json_arrays")
 
 _BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 _OPEN_BRACKET = ord("[")

@@ -1,10 +1,11 @@
-"""One client connection, whatever its transport: a pump between the bytes and the service.
+"""One client connection, whatever its transport: a pump between the bytes and the application.
 
 A transport adapter (TCP bridge, WebSocket route) calls `serve` with three callables,
 `receive`, `send` and `close`. The protocol itself (frames, validation, the auth
-handshake, error replies, reply order) is the sans-I/O `Session`'s; here, bytes go in,
-requests go to the training service in the order they arrived, and the replies the
-session releases go out. Reading and answering run apart, so a client that waits for
+handshake, error replies, reply order) is the sans-I/O `Session`'s, and what a request
+does is the `Application`'s (app/application/dispatch.py); here, bytes go in, requests
+go to the application in the order they arrived, and the replies the session releases
+go out. Reading and answering run apart, so a client that waits for
 `SET_STATE` is still seen when it disconnects, and one slow client blocks nobody else.
 """
 
@@ -12,53 +13,41 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
-from app.auth import token_matches
-from app.protocol import (
+from app.application.dispatch import Application, Reply
+from app.rllink.protocol import (
     ErrorCode,
     Event,
     FrameRejected,
     ProtocolError,
     RequestReceived,
-    Session,
     carries_episodes,
     encode_message,
 )
-from app.read_deadline import ReadDeadline
-from app.schemas import (
-    Action,
-    EndEpisode,
-    EpisodeStarted,
-    Episodes,
-    GetAction,
-    LogAction,
-    LogReturns,
-    StartEpisode,
-    EpisodesAndGetState,
-    GetConfig,
-    GetState,
-    Ping,
-    PolicyDescription,
-    Pong,
-    SetConfig,
-    SetState,
-)
-from app.onnx_names import ACTION_MASK_INPUT
-from app.training.service import PolicySetState
+from app.schemas import Episodes, EpisodesAndGetState, Error
+from app.telemetry.traffic import TrafficStats
+from app.transport.decode_workers import DecodeWorkers
+from app.transport.read_deadline import ReadDeadline
 
-if TYPE_CHECKING:
-    from app.config import Settings
-    from app.gateway import Gateway
-
-log = logging.getLogger("app.connection")
+log = logging.getLogger("app.transport.connection")
 
 Tag = TypeVar("Tag")  # what the transport needs to answer in kind (the WebSocket opcode)
 
 MAX_QUEUED_EVENTS = 64  # reading pauses beyond this, which pushes back on the client
+
+
+@dataclass(frozen=True)
+class ConnectionContext:
+    """What every connection of one gateway shares (the gateway builds it once)."""
+
+    application: Application
+    decoders: DecodeWorkers  # worker processes for large JSON bodies
+    traffic: TrafficStats
+    frame_timeout_s: float  # a started frame must finish within this
+    idle_timeout_s: float  # between frames, unless the client awaits a reply
 
 
 @dataclass(frozen=True)
@@ -74,32 +63,23 @@ class Connection(Generic[Tag]):
 
     def __init__(
         self,
-        gateway: Gateway,
+        context: ConnectionContext,
         *,
         transport: str,
         peer: str,
         send: Callable[[bytes, Tag], Awaitable[None]],
         authenticated: bool,
     ) -> None:
-        settings = gateway.settings
-        self._gateway = gateway
-        self._service = gateway.service
-        self._traffic = gateway.traffic
+        self._application = context.application
+        self._decoders = context.decoders
+        self._traffic = context.traffic
         self._send = send
-        self._session = Session(
-            gateway.policies,
-            settings.max_frame_bytes,
-            settings.max_episodes_per_message,
-            settings.max_steps_per_message,
-            settings.max_actions_per_message,
-            check_token=None if authenticated else lambda token: token_matches(settings, token),
-            encoder=gateway.replies,
-        )
+        self._session = self._application.new_session(authenticated)
         self._tags: dict[int, Tag] = {}  # of each reply waiting for its turn: the opcode to answer in
         self._queue: asyncio.Queue[tuple[Event | _Decoding, Tag] | None] = asyncio.Queue(MAX_QUEUED_EVENTS)
         self._busy = False  # the responder is working on a request (e.g. waiting for SET_STATE)
         self._decoding: _Decoding | None = None  # the body the responder waits on a worker for
-        self.client = self._service.connect(transport, peer)
+        self.client = self._application.connect(transport, peer)
         self.name = f"{transport}:{peer}#{self.client.id}"
         self._traffic.connections_total[transport] += 1
         self.read_deadline = ReadDeadline()  # of the read under way (serve's)
@@ -137,7 +117,7 @@ class Connection(Generic[Tag]):
             if (
                 type(frame) is bytes
                 and carries_episodes(frame)
-                and (decoded := await self._gateway.decoders.submit(frame)) is not None
+                and (decoded := await self._decoders.submit(frame)) is not None
             ):
                 await self._queue.put((_Decoding(frame, decoded), tag))
                 continue
@@ -188,9 +168,8 @@ class Connection(Generic[Tag]):
             if isinstance(event, _Decoding):
                 event = self._parse_now(event)
             if isinstance(event, RequestReceived) and isinstance(event.request, Episodes):
-                self._service.ingest(self.client, event.request.episodes)
-        self._gateway.serving.disconnect(self.client)
-        self._service.disconnect(self.client)
+                self._application.keep(self.client, event.request.episodes)
+        self._application.disconnect(self.client)
         log.info("%s disconnected (%s); %d env steps received", self.name, reason, self.client.env_steps_sent)
 
     async def _answer_requests(self) -> None:
@@ -225,7 +204,7 @@ class Connection(Generic[Tag]):
             self._busy = False
         return not (isinstance(event, FrameRejected) and event.fatal)
 
-    async def _reply_to(self, event: Event) -> Pong | SetConfig | SetState | None:
+    async def _reply_to(self, event: Event) -> Reply | Error | None:
         """The reply to a request (None for a rejected frame: the session words its error)."""
         if isinstance(event, FrameRejected):
             log.warning("%s: %s: %s", self.name, event.error.code.value, event.error.message)
@@ -233,7 +212,7 @@ class Connection(Generic[Tag]):
             return None
         self._traffic.frames_received[event.request.type] += 1
         try:
-            return await self._handle(event.request)
+            return await self._application.handle(self.client, event.request)
         except ProtocolError as error:  # a request the service refuses (a thin client's unknown episode, ...)
             episode_id = getattr(event.request, "episode_id", None)
             if episode_id is not None and error.details is None:  # which of its episodes (LOG_* get no other reply)
@@ -246,86 +225,10 @@ class Connection(Generic[Tag]):
             self._traffic.errors[ErrorCode.INTERNAL_ERROR.value] += 1
             return ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}").to_message()
 
-    async def _handle(self, request) -> Pong | SetConfig | SetState | EpisodeStarted | Action | None:
-        received_at = time.perf_counter()
-        match request:
-            case Ping():
-                return Pong()
-            case GetConfig():
-                self._service.start_sampling(self.client)
-                return self._set_config()
-            case GetState():
-                return self._set_state(self._service.current_state())
-            case EpisodesAndGetState():
-                self._service.ingest(self.client, request.episodes)
-                if self._service.must_wait():
-                    return self._set_state(await self._service.wait_for_training(self.client))
-                return self._set_state(self._service.current_state())
-            case Episodes():
-                self._service.ingest(self.client, request.episodes)
-                return None
-            case StartEpisode():
-                return self._gateway.serving.start_episode(self.client, request)
-            case GetAction():
-                return await self._gateway.serving.get_action(self.client, request, received_at)
-            case LogAction():
-                await self._gateway.serving.log_action(self.client, request)
-                return None
-            case LogReturns():
-                self._gateway.serving.log_returns(self.client, request)
-                return None
-            case EndEpisode():
-                self._gateway.serving.end_episode(self.client, request)
-                return None
-        raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
 
-    def _set_config(self) -> SetConfig:
-        settings, policies = self._gateway.settings, self._gateway.policies
-        described = {
-            module.module_id: PolicyDescription(
-                observation_space=module.observation_space,
-                action_space=module.action_space,
-                onnx_input_name=settings.onnx_input_name,
-                onnx_output_names=self._service.onnx_output_names,
-                onnx_action_mask_input_name=ACTION_MASK_INPUT if module.action_masking else None,
-                action_distribution=module.action_distribution,
-                trainable=module.trainable,
-            )
-            for module in policies.modules.values()
-        }
-        default = described[policies.default_module_id]
-        return SetConfig(
-            env_steps_per_sample=settings.env_steps_per_sample,
-            force_on_policy=self._service.force_on_policy,
-            **default.model_dump(exclude={"trainable"}),
-            policies=described,
-            policy_mapping=policies.mapping,
-            default_module_id=policies.default_module_id,
-        )
-
-    def _set_state(self, state: PolicySetState) -> SetState:
-        self._service.note_state_sent(self.client, state)
-        return state.set_state
-
-
-def admission_error(gateway: Gateway, transport: str) -> ProtocolError | None:
-    """Why a new connection on `transport` is refused, or None if there is room (the
-    limits are each front-end's own on Ray)."""
-    settings, clients = gateway.settings, gateway.service.clients_here
-    per_transport = {"tcp": settings.max_tcp_connections, "ws": settings.max_ws_connections}[transport]
-    open_here = sum(1 for client in clients if client.transport == transport)
-    if open_here >= per_transport:
-        limit = f"{per_transport} {transport} connections (max_{transport}_connections)"
-    elif len(clients) >= settings.max_connections:
-        limit = f"{settings.max_connections} connections (max_connections)"
-    else:
-        return None
-    return ProtocolError(ErrorCode.TOO_MANY_CONNECTIONS, f"the gateway is at its limit of {limit}; retry later", fatal=True)
-
-
-async def refuse(gateway: Gateway, error: ProtocolError, send: Callable[[bytes], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
+async def refuse(traffic: TrafficStats, error: ProtocolError, send: Callable[[bytes], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
     """Answer a connection refused before it had a session with its ERROR, then close it."""
-    gateway.traffic.errors[error.code.value] += 1
+    traffic.errors[error.code.value] += 1
     try:
         await send(encode_message(error.to_message()))
     finally:
@@ -333,7 +236,7 @@ async def refuse(gateway: Gateway, error: ProtocolError, send: Callable[[bytes],
 
 
 async def serve(
-    gateway: Gateway,
+    context: ConnectionContext,
     *,
     transport: str,
     peer: str,
@@ -348,18 +251,18 @@ async def serve(
     `receive` returns the next bytes read (with their tag) or None at end of stream.
     `authenticated` is False when the client must still present the token in a PING.
     """
-    if (error := admission_error(gateway, transport)) is not None:
+    if (error := context.application.admission_error(transport)) is not None:
         log.warning("%s:%s refused: %s", transport, peer, error.message)
-        await refuse(gateway, error, lambda frame: send(frame, default_tag), close)
+        await refuse(context.traffic, error, lambda frame: send(frame, default_tag), close)
         return
 
     connection: Connection[Tag] = Connection(
-        gateway, transport=transport, peer=peer, send=send, authenticated=authenticated
+        context, transport=transport, peer=peer, send=send, authenticated=authenticated
     )
     reason = "closed by client"
     try:
         while not connection.closing:
-            received = await _receive_within_limits(connection, receive, gateway.settings)
+            received = await _receive_within_limits(connection, receive, context)
             if isinstance(received, ProtocolError):
                 await connection.reject(received, default_tag)
                 break
@@ -379,7 +282,7 @@ async def serve(
 async def _receive_within_limits(
     connection: Connection[Tag],
     receive: Callable[[], Awaitable[tuple[bytes, Tag] | None]],
-    settings: Settings,
+    context: ConnectionContext,
 ) -> tuple[bytes, Tag] | None | ProtocolError:
     """The next read; None at end of stream or once the connection must close; or the
     timeout error that ends the connection.
@@ -389,7 +292,7 @@ async def _receive_within_limits(
     """
     while True:
         mid_frame = connection.mid_frame
-        timeout = settings.frame_timeout_s if mid_frame else settings.idle_timeout_s
+        timeout = context.frame_timeout_s if mid_frame else context.idle_timeout_s
         deadline = connection.read_deadline
         deadline.start(timeout)
         try:
@@ -404,10 +307,10 @@ async def _receive_within_limits(
         if mid_frame:
             return ProtocolError(
                 ErrorCode.FRAME_TIMEOUT,
-                f"a frame was started but not finished within {settings.frame_timeout_s:g} s",
+                f"a frame was started but not finished within {context.frame_timeout_s:g} s",
                 fatal=True,
             )
         if connection.idle:
             return ProtocolError(
-                ErrorCode.IDLE_TIMEOUT, f"nothing received for {settings.idle_timeout_s:g} s", fatal=True
+                ErrorCode.IDLE_TIMEOUT, f"nothing received for {context.idle_timeout_s:g} s", fatal=True
             )

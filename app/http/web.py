@@ -28,9 +28,9 @@ from fastapi.responses import FileResponse, HTMLResponse
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
-log = logging.getLogger("app.web")
+log = logging.getLogger("app.http.web")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: app/http/web.py
 STATIC_DIR = ROOT / "static"
 NODE_MODULES = ROOT / "node_modules"
 VENDOR_DIRS = {  # URL prefix under /vendor/ -> the npm package's folder of browser files

@@ -4,12 +4,12 @@ A scene of 64 agents sends 64 chunks of 8 steps per message. One chunk at a time
 costs tens of microseconds whatever its length (its arrays made, pickled back from a
 decode worker, unpickled and validated one by one): 12x the cost per env step of one
 500-step chunk (bench/multi_agent.py). Here each field of all its chunks becomes one
-array (`pack`: from orjson's lists, or for long chunks from app.json_arrays' arrays), a
+array (`pack`: from orjson's lists, or for long chunks from app.rllink.json_arrays' arrays), a
 group of such columns per kind of chunk, which a decode worker sends back in one piece;
 the event loop then checks each column once per module and gives every chunk views of
 them (`ChunkColumns.chunks`).
 
-A fast path with a reference, as app.json_arrays: what it cannot show to be valid it
+A fast path with a reference, as app.rllink.json_arrays: what it cannot show to be valid it
 declines (None), and the message takes the per-chunk path (EpisodeChunk's validators),
 whose results and error messages stay the reference. It takes the common shapes only:
 vector observations, Discrete or vector Box actions, the canonical field names, no
@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from app.json_arrays import loads_with_arrays
-from app.policies import UnknownModule, indices_by_module
+from app.rllink.json_arrays import loads_with_arrays
 from app.schemas import EpisodeChunk, as_array, fast_floats, num_dist_inputs
-from app.spaces import BoxSpace, DiscreteSpace
+from app.settings.policies import UnknownModule, indices_by_module
+from app.spaces.models import BoxSpace, DiscreteSpace
 
 if TYPE_CHECKING:
-    from app.policies import Module, PolicySet
+    from app.settings.policies import Module, PolicySet
 
-MIN_CHUNKS = 2  # one chunk gains nothing: app.json_arrays decodes it
+MIN_CHUNKS = 2  # one chunk gains nothing: app.rllink.json_arrays decodes it
 LISTS_MAX_BYTES_PER_CHUNK = 8 * 1024  # see loads_episodes
 _ARRAYS = ("obs", "actions", "rewards", "action_logp", "action_dist_inputs")
 _ROW_FIELDS = frozenset({"obs", "action_dist_inputs"})  # a row of numbers per step (per observation)
@@ -49,13 +49,13 @@ _CHUNK_DEFAULTS = {name: field.default for name, field in EpisodeChunk.model_fie
 
 def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     """A large JSON body decoded: several episode chunks as one `ChunkColumns`, else the
-    number lists under `keys` as arrays (app.json_arrays); None: orjson's path decides.
+    number lists under `keys` as arrays (app.rllink.json_arrays); None: orjson's path decides.
 
-    Short chunks are packed from orjson's lists, long ones from app.json_arrays' arrays:
+    Short chunks are packed from orjson's lists, long ones from app.rllink.json_arrays' arrays:
     per chunk, its Python calls cost more than orjson's floats up to ~8 kB of JSON a chunk
     (a decode worker's time for 64 chunks of 50 CartPole steps, 6 kB each: 2.05 vs 2.35 ms;
     of 130 steps, 15 kB each: 3.3 vs 2.6 ms). Chunks the columns decline end up as
-    app.json_arrays' arrays, which the event loop validates quicker than lists; bodies
+    app.rllink.json_arrays' arrays, which the event loop validates quicker than lists; bodies
     with action masks, which the columns never take, go there directly.
     """
     chunks = body.count(b'"obs"')
@@ -171,7 +171,7 @@ class _Columns:
 
 
 def pack(episodes: Any) -> ChunkColumns | None:
-    """Decoded chunks (orjson's dicts and lists, or app.json_arrays' arrays) as columns;
+    """Decoded chunks (orjson's dicts and lists, or app.rllink.json_arrays' arrays) as columns;
     None unless there are several, with known fields only, their number fields lists of
     the kind EpisodeChunk's fast paths take (app.schemas: finite, moderate, not starting
     with a boolean) or arrays."""
@@ -221,7 +221,7 @@ def _column(name: str, values: list[Any]) -> np.ndarray | None:
 
 
 def _array_column(name: str, values: list[np.ndarray]) -> np.ndarray | None:
-    """app.json_arrays' int64 or float64 arrays as one, converted as `as_array` converts each."""
+    """app.rllink.json_arrays' int64 or float64 arrays as one, converted as `as_array` converts each."""
     try:
         array = np.concatenate(values)
     except ValueError:  # rows of different widths, or lists of different depths

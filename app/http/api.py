@@ -11,13 +11,11 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.routing import compile_path
 
-from app.auth import require_token
-from app.config import DEFAULT_MODULE_ID
-from app.dependencies import get_gateway
 from app.gateway import Gateway
-from app.policies import Module
-from app.prometheus import render_prometheus
-from app.rest_models import (
+from app.http.auth import require_token
+from app.http.dependencies import get_gateway
+from app.http.prometheus import render_prometheus
+from app.http.rest_models import (
     Client,
     ConfigPatch,
     GatewayConfig,
@@ -29,8 +27,11 @@ from app.rest_models import (
     PolicyConfigView,
     SelfPlayStatus,
 )
+from app.settings.hyperparameters import DEFAULT_MODULE_ID
+from app.settings.policies import Module
 from app.training.onnx_export import PolicyState
-from app.training.service import ConfigRefused, LearnerUnreachable, TrainingService
+from app.training.interface import TrainingService
+from app.training.service import ConfigRefused, LearnerUnreachable
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])

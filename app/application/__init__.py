@@ -1,0 +1,1 @@
+"""The application behind every transport: who may connect, and what each request does."""

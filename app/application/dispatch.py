@@ -1,0 +1,152 @@
+"""What each RLlink request does: the application behind the pump.
+
+The pump (app/transport/connection.py) hands every request the session parsed to
+`Application.handle`, in arrival order, and sends back what it returns. Experience goes to
+the training service, thin clients' steps to the serving service; `SET_CONFIG` and
+`SET_STATE` are built here. Connection limits and the token check are admission's.
+"""
+
+from __future__ import annotations
+
+import time
+
+from app.application.admission import admission_error, token_matches
+from app.rllink.protocol import ProtocolError, ReplyEncoder, Session
+from app.schemas import (
+    Action,
+    EndEpisode,
+    EpisodeChunk,
+    Episodes,
+    EpisodesAndGetState,
+    EpisodeStarted,
+    GetAction,
+    GetConfig,
+    GetState,
+    LogAction,
+    LogReturns,
+    Ping,
+    PolicyDescription,
+    Pong,
+    Request,
+    SetConfig,
+    SetState,
+    StartEpisode,
+)
+from app.serving.service import ServingService
+from app.settings.config import Settings
+from app.settings.policies import PolicySet
+from app.spaces.onnx_names import ACTION_MASK_INPUT
+from app.training.interface import TrainingService
+from app.training.policy_store import PolicySetState
+from app.training.registry import ClientInfo
+
+Reply = Pong | SetConfig | SetState | EpisodeStarted | Action
+
+
+class Application:
+    """The requests of every connection, on either transport, to the two services."""
+
+    def __init__(
+        self, settings: Settings, policies: PolicySet, training: TrainingService, serving: ServingService, replies: ReplyEncoder
+    ) -> None:
+        self.settings = settings
+        self._policies = policies
+        self._training = training
+        self._serving = serving
+        self._replies = replies  # encodes the replies many clients get alike once
+
+    # -- A connection's life
+
+    def admission_error(self, transport: str) -> ProtocolError | None:
+        """Why a new connection on `transport` is refused now, or None."""
+        return admission_error(self.settings, self._training.clients_here, transport)
+
+    def new_session(self, authenticated: bool) -> Session:
+        """The protocol state of a new connection; `authenticated` False: the token must come in a PING."""
+        settings = self.settings
+        return Session(
+            self._policies,
+            settings.max_frame_bytes,
+            settings.max_episodes_per_message,
+            settings.max_steps_per_message,
+            settings.max_actions_per_message,
+            check_token=None if authenticated else lambda token: token_matches(settings, token),
+            encoder=self._replies,
+        )
+
+    def connect(self, transport: str, peer: str) -> ClientInfo:
+        return self._training.connect(transport, peer)
+
+    def keep(self, client: ClientInfo, episodes: list[EpisodeChunk]) -> None:
+        """Episodes that arrived whole but were never answered (the client left): trained all the same."""
+        self._training.ingest(client, episodes)
+
+    def disconnect(self, client: ClientInfo) -> None:
+        self._serving.disconnect(client)
+        self._training.disconnect(client)
+
+    # -- Requests
+
+    async def handle(self, client: ClientInfo, request: Request) -> Reply | None:
+        """The reply to `request` (None: it gets none); a refusal raises ProtocolError."""
+        received_at = time.perf_counter()
+        training, serving = self._training, self._serving
+        match request:
+            case Ping():
+                return Pong()
+            case GetConfig():
+                training.start_sampling(client)
+                return self.set_config()
+            case GetState():
+                return self._set_state(client, training.current_state())
+            case EpisodesAndGetState():
+                training.ingest(client, request.episodes)
+                if training.must_wait():
+                    return self._set_state(client, await training.wait_for_training(client))
+                return self._set_state(client, training.current_state())
+            case Episodes():
+                training.ingest(client, request.episodes)
+                return None
+            case StartEpisode():
+                return serving.start_episode(client, request)
+            case GetAction():
+                return await serving.get_action(client, request, received_at)
+            case LogAction():
+                await serving.log_action(client, request)
+                return None
+            case LogReturns():
+                serving.log_returns(client, request)
+                return None
+            case EndEpisode():
+                serving.end_episode(client, request)
+                return None
+        raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
+
+    def set_config(self) -> SetConfig:
+        """Every module's spaces and ONNX names, the mapping, the sampling settings."""
+        settings, policies = self.settings, self._policies
+        described = {
+            module.module_id: PolicyDescription(
+                observation_space=module.observation_space,
+                action_space=module.action_space,
+                onnx_input_name=settings.onnx_input_name,
+                onnx_output_names=self._training.onnx_output_names,
+                onnx_action_mask_input_name=ACTION_MASK_INPUT if module.action_masking else None,
+                action_distribution=module.action_distribution,
+                trainable=module.trainable,
+            )
+            for module in policies.modules.values()
+        }
+        default = described[policies.default_module_id]
+        return SetConfig(
+            env_steps_per_sample=settings.env_steps_per_sample,
+            force_on_policy=self._training.force_on_policy,
+            **default.model_dump(exclude={"trainable"}),
+            policies=described,
+            policy_mapping=policies.mapping,
+            default_module_id=policies.default_module_id,
+        )
+
+    def _set_state(self, client: ClientInfo, state: PolicySetState) -> SetState:
+        self._training.note_state_sent(client, state)
+        return state.set_state

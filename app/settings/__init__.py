@@ -1,0 +1,2 @@
+"""Settings and what follows from them alone: hyperparameters, the modules (policies), the
+run folder, logging with tokens redacted."""

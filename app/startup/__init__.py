@@ -1,0 +1,1 @@
+"""Start-up: command-line flags, binding the ports, running uvicorn on the gateway."""
