@@ -735,9 +735,10 @@ _REQUESTS = (
     StartEpisode, GetAction, LogAction, LogReturns, EndEpisode,
 )
 _RESPONSES = (Pong, SetConfig, SetState, EpisodeStarted, Action, Error)
-Request = Annotated[Union[_REQUESTS], Field(discriminator="type")]
-Response = Annotated[Union[_RESPONSES], Field(discriminator="type")]
-RLlinkMessage = Annotated[Union[_REQUESTS + _RESPONSES], Field(discriminator="type")]
+# Union[...] of a tuple of classes: the one spelling `X | Y` has no form for.
+Request = Annotated[Union[_REQUESTS], Field(discriminator="type")]  # noqa: UP007
+Response = Annotated[Union[_RESPONSES], Field(discriminator="type")]  # noqa: UP007
+RLlinkMessage = Annotated[Union[_REQUESTS + _RESPONSES], Field(discriminator="type")]  # noqa: UP007
 
 REQUEST_TYPES = frozenset(cls.model_fields["type"].default for cls in _REQUESTS)
 RESPONSE_TYPES = frozenset(cls.model_fields["type"].default for cls in _RESPONSES)

@@ -17,9 +17,10 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 # The checkout whose gateway is measured: this one, or another (an older commit, to
 # compare before/after) named by BENCH_GATEWAY_ROOT.
@@ -74,7 +75,7 @@ def cartpole_chunk(rng: random.Random, steps: int = 500, *, terminated: bool = T
         "action_logp": [rng.uniform(-0.9, -0.5) for _ in range(steps)],
         "is_terminated": terminated,
         "is_truncated": False,
-        "episode_id": "%032x" % rng.getrandbits(128),
+        "episode_id": f"{rng.getrandbits(128):032x}",
         "weights_seq_no": 0,
     }
 

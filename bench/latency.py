@@ -273,7 +273,11 @@ def measure_during_training(gateway, pingers: dict, train_steps: int, seconds: f
     def in_training(t: float) -> bool:
         return any(a <= t <= b for a, b in windows)
 
-    result = {"training_steps": len(steps), "train_step_s": [round(s, 3) for s in steps[:20]], "env_steps_per_request": chunks * STEPS_PER_CHUNK}
+    result = {
+        "training_steps": len(steps),
+        "train_step_s": [round(s, 3) for s in steps[:20]],
+        "env_steps_per_request": chunks * STEPS_PER_CHUNK,
+    }
     for name, pairs in samples.items():
         during = [rtt for sent, rtt in pairs if in_training(sent)]
         outside = [rtt for sent, rtt in pairs if not in_training(sent)]

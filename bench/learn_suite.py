@@ -76,12 +76,13 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -619,7 +620,8 @@ def main(argv: list[str] | None = None) -> None:
         for name, ok in results[env_id].get("targets", {}).items():
             targets[f"{env_id} {name}"] = ok
     met = sum(targets.values())
-    lines.append(f"targets met: {met}/{len(targets)}" + (f" (missed: {', '.join(k for k, v in targets.items() if not v)})" if met < len(targets) else ""))
+    missed = [name for name, reached in targets.items() if not reached]
+    lines.append(f"targets met: {met}/{len(targets)}" + (f" (missed: {', '.join(missed)})" if missed else ""))
     emit(
         "learn_suite",
         lines,

@@ -103,7 +103,7 @@ MEAN_EPISODE_STEPS = 200  # a chunk of T steps ends its episode with probability
 def scene_body(rng: random.Random, agents: int, steps_per_chunk: int) -> bytes:
     """An EPISODES body as the multi-agent client sends a scene's sample: one chunk per
     agent (cart_0..), under the scene's episode id; some chunks end their episode."""
-    episode_id = "%032x" % rng.getrandbits(128)
+    episode_id = f"{rng.getrandbits(128):032x}"
     chunks = []
     for i in range(agents):
         ended = rng.random() < steps_per_chunk / MEAN_EPISODE_STEPS

@@ -182,7 +182,11 @@ def test_the_gateways_action_masking_applies_to_every_discrete_module_that_does_
         (MASKED_MULTI, {"actions": [[0, 1], [1, 1]], "action_mask": [[1] * 7, [1, 0, 1, 1, 1, 1, 1]]},
          "actions[1] is an action that action_mask[1] forbids"),
         (MASKED_MULTI, {"actions": [[0, 1], [1, 1]], "action_mask": [[1] * 7, [1, 2, 1, 1, 1, 1, 1]]}, "0/1 (or false/true) values only"),
-        (MASKED_MULTI, {"actions": [[0, 1], [1, 1]], "action_mask": [[True] * 7, [True, "no"] + [True] * 5]}, "action_mask must be a rectangular list of numbers"),
+        (
+            MASKED_MULTI,
+            {"actions": [[0, 1], [1, 1]], "action_mask": [[True] * 7, [True, "no"] + [True] * 5]},
+            "action_mask must be a rectangular list of numbers",
+        ),
     ],
     ids=["out-of-range", "ragged", "float", "unmasked-module", "width", "length", "nothing-allowed", "forbidden-taken",
          "not-binary", "string"],

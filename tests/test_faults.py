@@ -157,7 +157,7 @@ class World:
         targets = [(trainer, len(trainer.versions) + count) for trainer in self.trainers]
         for trainer, target in targets:
             wait_until(
-                lambda: len(trainer.versions) >= target or trainer.error is not None,
+                lambda trainer=trainer, target=target: len(trainer.versions) >= target or trainer.error is not None,
                 PROGRESS_S,
                 f"{trainer.name} to get {count} more SET_STATE",
             )

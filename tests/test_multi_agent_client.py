@@ -200,7 +200,7 @@ def test_turn_based_chunks_credit_each_players_last_action_and_carry_moves_in_fl
     by_agent = {a: [c for c in all_chunks if c["agent_id"] == a] for a in (first, second)}
 
     assert len({c["episode_id"] for c in all_chunks}) == 1  # one game, one episode id for both players
-    for agent, chunks in by_agent.items():
+    for chunks in by_agent.values():
         for chunk in chunks:
             assert len(chunk["obs"]) == len(chunk["actions"]) + 1 >= 2
             assert len(chunk["rewards"]) == len(chunk["action_logp"]) == len(chunk["actions"])

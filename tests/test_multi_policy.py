@@ -243,7 +243,8 @@ def test_a_league_that_no_longer_fits_starts_again_without_its_old_files(tmp_pat
     else:
         (module_dir / "policy.pt").unlink()  # as the gateway advises to start afresh
         overrides["seed"] = 1  # other weights: the old run's snapshot files of the same versions differ
-    with caplog.at_level(logging.INFO, logger="app.training"), running_gateway(multi_settings(tmp_path, **DUEL_ONLY, **overrides)) as gateway:
+    settings = multi_settings(tmp_path, **DUEL_ONLY, **overrides)
+    with caplog.at_level(logging.INFO, logger="app.training"), running_gateway(settings) as gateway:
         league, opponent = league_now(gateway)
         play_duel_games(gateway, 1)
         files = sorted(path.name for path in (module_dir / "league").iterdir())

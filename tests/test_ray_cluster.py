@@ -90,7 +90,7 @@ def test_two_front_ends_train_one_policy_to_450_and_each_reports_the_whole_gatew
     sent = sum(result.env_steps for result in results.values())
     for address in addresses:
         metrics = wait_until(
-            lambda: (m := httpx.get(f"http://127.0.0.1:{address['http_port']}/api/metrics").json())[
+            lambda address=address: (m := httpx.get(f"http://127.0.0.1:{address['http_port']}/api/metrics").json())[
                 "num_env_steps_sampled_lifetime"] == sent and m,
             30, "the front-end's metrics to count both clients",
         )

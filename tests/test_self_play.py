@@ -15,7 +15,7 @@ def state(version: int) -> PolicyState:
 
 def test_snapshots_every_n_changes_of_the_learner_within_a_window():
     league = League(SelfPlayConfig(snapshot_every=2, window=3, play_against_latest_ratio=0.0))
-    for version in range(0, 10):
+    for version in range(10):
         league.on_new_version(version, state(version))
     assert [s.weights_seq_no for s in league.snapshots] == [4, 6, 8]  # 0, 2, 4, 6, 8 taken; the window keeps 3
     # A version in which the learner was not trained (its export is older) takes no snapshot.

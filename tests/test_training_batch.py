@@ -116,7 +116,13 @@ def test_box_actions_batch_and_log_probs():
     policy = ActorCritic(obs_space, act_space, (8,))
     rng = np.random.default_rng(0)
     c = EpisodeChunk.model_validate(
-        {"obs": rng.standard_normal((5, 3)), "actions": rng.standard_normal((4, 2)), "rewards": [1, 1, 1, 1], "is_terminated": False, "is_truncated": False},
+        {
+            "obs": rng.standard_normal((5, 3)),
+            "actions": rng.standard_normal((4, 2)),
+            "rewards": [1, 1, 1, 1],
+            "is_terminated": False,
+            "is_truncated": False,
+        },
         context={"policies": PolicySet.single(obs_space, act_space)},
     )
     batch = build_batch([c], policy, GAMMA, 0.95)

@@ -144,7 +144,7 @@ class LearnerActor:
             event = self._turns[(call.frontend, call.seq)] = asyncio.Event()
             try:
                 await asyncio.wait_for(event.wait(), TURN_TIMEOUT_S)
-            except asyncio.TimeoutError:  # a call before it never came: go on without it
+            except TimeoutError:  # a call before it never came: go on without it
                 self._turns.pop((call.frontend, call.seq), None)
                 log.warning("front-end %d: call %d ran without calls %d..%d, which never came",
                             call.frontend, call.seq, self._next_call.get(call.frontend, 0), call.seq - 1)

@@ -125,7 +125,8 @@ class RemoteTrainingService:
         self._calls = itertools.count()
         self._incarnation, life = await self._learner.hello.remote(self.frontend, self._epoch)
         if self._ids is None:
-            first = self.frontend * CLIENT_IDS_PER_FRONTEND + (life - 1) % (CLIENT_IDS_PER_FRONTEND // CLIENT_IDS_PER_LIFE) * CLIENT_IDS_PER_LIFE
+            lives_per_frontend = CLIENT_IDS_PER_FRONTEND // CLIENT_IDS_PER_LIFE
+            first = self.frontend * CLIENT_IDS_PER_FRONTEND + (life - 1) % lives_per_frontend * CLIENT_IDS_PER_LIFE
             self._ids = itertools.count(first + 1)
 
     async def _refresh_status(self) -> None:

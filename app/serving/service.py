@@ -49,8 +49,8 @@ from app.serving.step_table import StepTable
 from app.settings.config import Settings
 from app.settings.policies import Module, PolicySet, UnknownModule, indices_by_module
 from app.spaces.models import DiscreteSpace, MultiDiscreteSpace, num_logits
-from app.training.registry import ClientInfo
 from app.training.interface import TrainingService
+from app.training.registry import ClientInfo
 
 log = logging.getLogger("app.serving")
 

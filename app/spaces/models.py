@@ -10,7 +10,7 @@ other in the order the space declares them.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, NamedTuple, Union
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -98,7 +98,7 @@ def _observation_kind(value: Any) -> str:
 
 
 ObservationSpace = Annotated[
-    Union[Annotated[BoxSpace, Tag("box")], Annotated[DictSpace, Tag("dict")]], Discriminator(_observation_kind)
+    Annotated[BoxSpace, Tag("box")] | Annotated[DictSpace, Tag("dict")], Discriminator(_observation_kind)
 ]
 
 
@@ -144,7 +144,7 @@ class MultiDiscreteSpace(BaseModel):
     nvec: tuple[Annotated[int, Field(ge=2)], ...] = Field(min_length=1, max_length=1024)
 
 
-Space = Annotated[Union[BoxSpace, DiscreteSpace, MultiDiscreteSpace], Field(discriminator="type")]
+Space = Annotated[BoxSpace | DiscreteSpace | MultiDiscreteSpace, Field(discriminator="type")]
 ActionSpace = BoxSpace | DiscreteSpace | MultiDiscreteSpace
 
 

@@ -41,7 +41,8 @@ _FLAG_HELP = {
     "ppo": 'Any PPO hyperparameters as one JSON object, e.g. {"gamma": 0.98}.',
     "observation_space.type": "Kind of observation space, box or dict; give it with the other --observation-space.* flags.",
     "observation_space.dtype": "Value type of a box: float32, or uint8 for an image [C, H, W] of 0..255.",
-    "observation_space.spaces": 'Boxes of a dict observation by key, e.g. {"cam": {"type": "box", "shape": [3, 32, 32], "dtype": "uint8"}}.',
+    "observation_space.spaces": 'Boxes of a dict observation by key, e.g. '
+    '{"cam": {"type": "box", "shape": [3, 32, 32], "dtype": "uint8"}}.',
     "observation_space.shape": "Shape of one observation, e.g. [4].",
     "observation_space.low": "Lower bound of every observation value; none: unbounded.",
     "observation_space.high": "Upper bound of every observation value; none: unbounded.",
@@ -103,7 +104,8 @@ def cli_help(dest: str) -> str | None:
 
 def _add_argument(parser: Any, *names: str, **kwargs: Any) -> Any:
     """argparse's add_argument, with the help text of cli_help and readable metavars."""
-    kwargs["help"] = "Show this help and exit." if kwargs.get("action") == "help" else cli_help(kwargs.get("dest", "")) or kwargs.get("help")
+    is_help = kwargs.get("action") == "help"
+    kwargs["help"] = "Show this help and exit." if is_help else cli_help(kwargs.get("dest", "")) or kwargs.get("help")
     if kwargs.get("metavar") == "SecretStr":
         kwargs["metavar"] = "str"
     return parser.add_argument(*names, **kwargs)

@@ -2,8 +2,9 @@
 
 Writes go to a temporary file that replaces the old checkpoint atomically, so a crash
 never leaves half a checkpoint (a temporary file it leaves behind is removed at the next
-load); other files of the module's folder (its self-play league) are written the same way. A checkpoint made for other spaces or layer sizes is refused with an error that
-says what differs.
+load); other files of the module's folder (its self-play league) are written the same way.
+A checkpoint made for other spaces or layer sizes is refused with an error that says what
+differs.
 """
 
 from __future__ import annotations

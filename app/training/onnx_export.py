@@ -113,7 +113,12 @@ def _encoder(graph: _Graph, flat: str, encoder: ObservationEncoder) -> str:
         if len(encoder.parts) > 1:
             x = graph.node(
                 "Slice",
-                [flat, graph.ints([part.offset], f"part{i}_start"), graph.ints([part.end], f"part{i}_end"), graph.ints([1], f"part{i}_axis")],
+                [
+                    flat,
+                    graph.ints([part.offset], f"part{i}_start"),
+                    graph.ints([part.end], f"part{i}_end"),
+                    graph.ints([1], f"part{i}_axis"),
+                ],
                 f"part{i}",
             )
         if part.space.is_image:

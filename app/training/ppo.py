@@ -26,7 +26,7 @@ def ppo_update(
     """Train `policy` on `batch`; returns the learner stats averaged over minibatches."""
     sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
     num_minibatches = 0
-    for epoch in range(cfg.update_epochs):
+    for epoch in range(cfg.update_epochs):  # noqa: B007 - read after the loop (the epochs run)
         b_inds = torch.randperm(batch.num_steps, generator=generator).to(batch.obs.device)
         for start in range(0, batch.num_steps, cfg.minibatch_size):
             mb_inds = b_inds[start : start + cfg.minibatch_size]

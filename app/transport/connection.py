@@ -226,7 +226,9 @@ class Connection(Generic[Tag]):
             return ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}").to_message()
 
 
-async def refuse(traffic: TrafficStats, error: ProtocolError, send: Callable[[bytes], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
+async def refuse(
+    traffic: TrafficStats, error: ProtocolError, send: Callable[[bytes], Awaitable[None]], close: Callable[[], Awaitable[None]]
+) -> None:
     """Answer a connection refused before it had a session with its ERROR, then close it."""
     traffic.errors[error.code.value] += 1
     try:
