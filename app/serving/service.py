@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.rllink.protocol import ErrorCode, ProtocolError
+from app.rllink.protocol import ErrorCode
 from app.schemas import (
     FLOAT32_MAX,
     Action,
-    ActionRequests,
     EndEpisode,
     EpisodeChunk,
     EpisodeStarted,
@@ -39,16 +38,14 @@ from app.schemas import (
     LogAction,
     LogReturns,
     StartEpisode,
-    check_action_mask,
-    check_image_values,
     mask_allows,
 )
 from app.serving.batcher import ActionBatcher
+from app.serving.checks import check_mask, check_obs, env_actions, group_masks, group_obs, logged_action, refusal, stack_masks
 from app.serving.metrics import ServingMetrics
 from app.serving.step_table import StepTable
 from app.settings.config import Settings
 from app.settings.policies import Module, PolicySet, UnknownModule, indices_by_module
-from app.spaces.models import DiscreteSpace, MultiDiscreteSpace, num_logits
 from app.training.interface import TrainingService
 from app.training.registry import ClientInfo
 
@@ -66,10 +63,6 @@ class ServedEpisode:
     training_enabled: bool
     agent_id: str | None
     last_seen: float  # monotonic
-
-
-def _refuse(message: str, code: ErrorCode = ErrorCode.INVALID_MESSAGE) -> ProtocolError:
-    return ProtocolError(code, message)
 
 
 class ServingService:
@@ -112,17 +105,17 @@ class ServingService:
         try:
             module = self.policies.module_to_play(request.agent_id, request.module_id)
         except UnknownModule as exc:
-            raise _refuse(str(exc)) from None
+            raise refusal(str(exc)) from None
         if request.episode_id is not None and request.episode_id in episodes:
-            raise _refuse(f"episode {request.episode_id!r} is already open on this connection")
+            raise refusal(f"episode {request.episode_id!r} is already open on this connection")
         if len(episodes) >= self.settings.max_open_episodes_per_connection:
-            raise _refuse(
+            raise refusal(
                 f"this connection has {len(episodes)} episodes open, the limit (max_open_episodes_per_connection); "
                 "end some first",
                 ErrorCode.TOO_MANY_EPISODES,
             )
         if self.metrics.open_episodes >= self.settings.max_open_episodes:
-            raise _refuse(
+            raise refusal(
                 f"the gateway has {self.metrics.open_episodes} thin-client episodes open, its limit "
                 "(max_open_episodes); retry later",
                 ErrorCode.TOO_MANY_EPISODES,
@@ -142,15 +135,15 @@ class ServingService:
         ids = requests.episode_ids
         episodes = self._open_episodes(client, ids)
         if len(ids) > 1 and len(set(ids)) < len(ids):
-            raise _refuse("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
+            raise refusal("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
         # One batcher request per module in the message (a batch may mix modules); every
         # group is checked before any acts, so a bad item costs no episode a step.
         explore = np.array(requests.explore)
         groups = []
         for indices in indices_by_module(episode.module for episode in episodes):
             module = episodes[indices[0]].module
-            obs = self._group_obs(module, requests, indices, request.batch is not None)
-            masks = self._group_masks(module, requests, indices, request.batch is not None)
+            obs = group_obs(module, requests, indices, request.batch is not None)
+            masks = group_masks(module, requests, indices, request.batch is not None)
             groups.append((module, indices, obs, explore[indices], masks))
         actions: list = [None] * len(ids)
         version = 0
@@ -159,7 +152,7 @@ class ServingService:
             version = chosen.weights_seq_no
             # the chunks record the actions as sampled; the client gets them clipped to a box
             self._record(client, [episodes[i] for i in indices], obs, chosen.actions, chosen.logp, version, masks)
-            for i, action in zip(indices, self._env_actions(module, chosen.actions)):
+            for i, action in zip(indices, env_actions(module, chosen.actions)):
                 actions[i] = action
         self.metrics.record_served(len(ids), time.perf_counter() - received_at)
         if request.batch is not None:
@@ -168,15 +161,15 @@ class ServingService:
 
     async def log_action(self, client: ClientInfo, request: LogAction) -> None:
         episode = self._episode(client, request.episode_id)
-        self._check_obs(episode.module, request.obs)
-        self._check_mask(episode.module, request.action_mask, "action_mask")
-        action = self._logged_action(episode.module, request.action)
-        masks = self._masks(episode.module, [request.action_mask])
+        check_obs(episode.module, request.obs)
+        check_mask(episode.module, request.action_mask, "action_mask")
+        action = logged_action(episode.module, request.action)
+        masks = stack_masks(episode.module, [request.action_mask])
         if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
-            raise _refuse(f"action {request.action!r} is one its action_mask forbids")
+            raise refusal(f"action {request.action!r} is one its action_mask forbids")
         logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks)
         if not abs(float(logged.logp[0])) <= FLOAT32_MAX:  # the chunk holds it as a float32
-            raise _refuse(
+            raise refusal(
                 f"action {request.action!r} has log-prob {float(logged.logp[0])} under the current policy "
                 "(too far from its distribution for float32); not recorded"
             )
@@ -186,9 +179,9 @@ class ServingService:
     def log_returns(self, client: ClientInfo, request: LogReturns) -> None:
         episode = self._episode(client, request.episode_id)
         if episode.steps.num_actions[episode.slot] == 0:
-            raise _refuse(f"LOG_RETURNS for episode {request.episode_id!r}, which has no action yet to reward")
+            raise refusal(f"LOG_RETURNS for episode {request.episode_id!r}, which has no action yet to reward")
         if not episode.steps.reward(episode.slot, float(request.reward)):
-            raise _refuse(
+            raise refusal(
                 f"LOG_RETURNS reward {request.reward!r} would make the last action's reward leave float32's range "
                 "(rewards are trained as float32); not added"
             )
@@ -196,8 +189,8 @@ class ServingService:
     def end_episode(self, client: ClientInfo, request: EndEpisode) -> None:
         episode = self._episode(client, request.episode_id)
         if not (request.is_terminated or request.is_truncated):
-            raise _refuse("END_EPISODE needs is_terminated or is_truncated true (an episode that goes on is not ended)")
-        self._check_obs(episode.module, request.obs)
+            raise refusal("END_EPISODE needs is_terminated or is_truncated true (an episode that goes on is not ended)")
+        check_obs(episode.module, request.obs)
         if episode.steps.in_flight(episode.slot):  # its final observation (no chunk is cut before it)
             episode.steps.observe(episode.slot, request.obs, limit=np.iinfo(np.int64).max, version=0)
         self._end(client, request.episode_id, request.is_terminated, request.is_truncated,
@@ -239,65 +232,13 @@ class ServingService:
     def _episode(self, client: ClientInfo, episode_id: str) -> ServedEpisode:
         episode = self._episodes.get(client.id, {}).get(episode_id)
         if episode is None:
-            raise _refuse(
+            raise refusal(
                 f"episode {episode_id!r} is not open on this connection (never started, ended, or timed out); "
                 "start one with START_EPISODE",
                 ErrorCode.UNKNOWN_EPISODE,
             )
         episode.last_seen = time.monotonic()
         return episode
-
-    @staticmethod
-    def _check_obs(module: Module, obs: np.ndarray, what: str = "obs") -> None:
-        space = module.observation_space
-        if obs.shape != space.shape:
-            raise _refuse(
-                f"{what} must have shape {list(space.shape)} for module {module.module_id!r}, got {list(obs.shape)}"
-            )
-        try:
-            check_image_values(obs[None], space, what, f" (module {module.module_id!r})")
-        except ValueError as exc:
-            raise _refuse(str(exc)) from None
-
-    @classmethod
-    def _group_obs(cls, module: Module, requests: ActionRequests, indices: list[int], batch: bool) -> np.ndarray:
-        """The observations of one module's requests [n, *shape], checked against its space;
-        an error names the first bad request."""
-        obs = requests.obs
-        if isinstance(obs, np.ndarray) and obs.shape[1:] == module.observation_space.shape:
-            group = obs if len(indices) == len(obs) else obs[indices]
-            try:
-                check_image_values(group, module.observation_space, "obs")
-                return group
-            except ValueError:
-                pass  # named below
-        for i in indices:
-            cls._check_obs(module, obs[i], f"batch[{i}].obs" if batch else "obs")
-        return np.stack([obs[i] for i in indices])
-
-    @classmethod
-    def _group_masks(cls, module: Module, requests: ActionRequests, indices: list[int], batch: bool) -> np.ndarray | None:
-        """The action masks of one module's requests [n, k], checked; None for a module without masking."""
-        masks = [requests.action_masks[i] for i in indices]
-        for i, mask in zip(indices, masks):
-            cls._check_mask(module, mask, f"batch[{i}].action_mask" if batch else "action_mask")
-        return cls._masks(module, masks)
-
-    @staticmethod
-    def _check_mask(module: Module, mask: np.ndarray | None, what: str) -> None:
-        if mask is not None:
-            try:
-                check_action_mask(mask[None], module, what, per_step=False)
-            except ValueError as exc:
-                raise _refuse(str(exc)) from None
-
-    @staticmethod
-    def _masks(module: Module, masks: list[np.ndarray | None]) -> np.ndarray | None:
-        """The requests' masks [n, k] (all allowed where one gave none); None for a module without masking."""
-        if not module.action_masking:
-            return None
-        width = num_logits(module.action_space)
-        return np.stack([np.ones(width, np.float32) if mask is None else mask for mask in masks])
 
     def _record(
         self,
@@ -356,45 +297,6 @@ class ServingService:
                       episode.episode_id, len(data["actions"]), exc)
             return
         self.training.ingest(client, [chunk], sampling=False)
-
-    # -- Actions --------------------------------------------------------------------
-
-    @staticmethod
-    def _env_actions(module: Module, actions: np.ndarray) -> list:
-        """What the clients apply, one per row: the index, or the sample clipped to the box's bounds."""
-        space = module.action_space
-        if isinstance(space, (DiscreteSpace, MultiDiscreteSpace)):
-            return actions.tolist()
-        low = -np.inf if space.low is None else space.low
-        high = np.inf if space.high is None else space.high
-        return np.clip(actions, low, high).tolist()
-
-    @staticmethod
-    def _logged_action(module: Module, action) -> np.ndarray:
-        """A LOG_ACTION's action as an array, checked against the module's action space."""
-        space = module.action_space
-        if isinstance(space, DiscreteSpace):
-            if isinstance(action, bool) or not isinstance(action, int) or not 0 <= action < space.n:
-                raise _refuse(f"action must be an integer in 0..{space.n - 1} for module {module.module_id!r}, got {action!r}")
-            return np.asarray(action, dtype=np.int64)
-        if isinstance(space, MultiDiscreteSpace):
-            if (
-                not isinstance(action, list)
-                or len(action) != len(space.nvec)
-                or not all(type(a) is int and 0 <= a < n for a, n in zip(action, space.nvec))
-            ):
-                raise _refuse(
-                    f"action must be a list of {len(space.nvec)} integers, each in 0..nvec[i]-1 for "
-                    f"MultiDiscrete({list(space.nvec)}) (module {module.module_id!r}), got {action!r}"
-                )
-            return np.asarray(action, dtype=np.int64)
-        array = np.asarray(action, dtype=np.float32)
-        if array.shape != space.shape or not np.isfinite(array).all():
-            raise _refuse(
-                f"action must be finite numbers of shape {list(space.shape)} for module {module.module_id!r}, "
-                f"got {action!r}"
-            )
-        return array
 
     # -- Timeouts -------------------------------------------------------------------
 
