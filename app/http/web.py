@@ -12,6 +12,11 @@ Everything is served from this machine: `npm ci` installs the pinned vendor pack
 node_modules is missing the gateway still starts and logs a warning; /vendor/ answers
 404 with the fix, and the pages say which files are missing.
 
+Installed from a wheel, the same files come from inside the package: the build copies
+static/ and the vendor files the pages load into app/http/web_files/, one folder per
+URL prefix above (pyproject.toml's [tool.setuptools] tables). A checkout has no such
+folder, so there (an editable install too) they come from the repository root as above.
+
 These routes stay open when auth is on: they serve the project's own code and the API's
 description, never data; the pages ask for the token and send it on every API call.
 """
@@ -25,20 +30,31 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 log = logging.getLogger("app.http.web")
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: app/http/web.py
-STATIC_DIR = ROOT / "static"
-NODE_MODULES = ROOT / "node_modules"
-VENDOR_DIRS = {  # URL prefix under /vendor/ -> the npm package's folder of browser files
-    "ort": NODE_MODULES / "onnxruntime-web" / "dist",
-    "uplot": NODE_MODULES / "uplot" / "dist",
-    "swagger-ui": NODE_MODULES / "swagger-ui-dist",
-}
-MISSING_VENDOR_HINT = "front-end packages are not installed: run `npm ci` in the repository root"
+WEB_FILES = Path(__file__).resolve().parent / "web_files"  # only in an installed wheel
+if WEB_FILES.is_dir():
+    STATIC_DIR = WEB_FILES / "static"
+    VENDOR_DIRS = {  # URL prefix under /vendor/ -> the wheel's copy of the npm package's browser files
+        "ort": WEB_FILES / "ort",
+        "uplot": WEB_FILES / "uplot",
+        "swagger-ui": WEB_FILES / "swagger_ui",
+    }
+    MISSING_VENDOR_HINT = "the wheel was built without the front-end packages: run `npm ci` before building it"
+else:
+    ROOT = Path(__file__).resolve().parents[2]  # the checkout: app/http/web.py
+    STATIC_DIR = ROOT / "static"
+    NODE_MODULES = ROOT / "node_modules"
+    VENDOR_DIRS = {  # URL prefix under /vendor/ -> the npm package's folder of browser files
+        "ort": NODE_MODULES / "onnxruntime-web" / "dist",
+        "uplot": NODE_MODULES / "uplot" / "dist",
+        "swagger-ui": NODE_MODULES / "swagger-ui-dist",
+    }
+    MISSING_VENDOR_HINT = "front-end packages are not installed: run `npm ci` in the repository root"
 
 # A browser refuses an ES module (.mjs) served with a non-JavaScript type, and compiles
 # .wasm in streaming mode only when it comes as application/wasm; the machine's
@@ -71,7 +87,7 @@ class _Files(StaticFiles):
         """Starlette fails every request when the folder is missing; get_response says why instead."""
 
     async def get_response(self, path: str, scope: Scope):
-        if not Path(self.directory).is_dir():
+        if not await run_in_threadpool(Path(self.directory).is_dir):  # a stat, off the event loop
             raise HTTPException(404, self.missing_detail)
         response = await super().get_response(path, scope)
         response.headers["Cache-Control"] = self.cache_control

@@ -1,0 +1,267 @@
+"""The package as a user gets it (issue 33): `python -m build` makes a wheel that holds the
+code, the dashboard (static/) and the vendor files the pages load; installed (not
+editable) into a fresh virtual environment, its `rllink-gateway` console script serves
+/, /docs and everything they load from the package itself, and a reference client run
+from that environment trains CartPole to a target.
+
+- The wheel is built as `python -m build` builds it (an sdist, then the wheel from the
+  sdist, so the sdist must carry static/ and the vendor files too), from a clean copy of
+  the checkout, without build isolation: the test lock's setuptools builds it, offline.
+- The fresh venv gets no copy of the third-party packages: a .pth file in its
+  site-packages names the project's .venv site-packages, which puts that folder on
+  sys.path as a plain path entry; the .pth files inside it (the checkout's editable
+  install) are not run, so `app` is the wheel's (checked below). The wheel goes in
+  before that .pth exists, so pip sees no other rllink-gateway to replace.
+- Every process runs from a temporary folder, with no PYTHONPATH: nothing of the
+  checkout is reachable, and the pages load nothing from other hosts.
+- The wheel's metadata declares a distribution for every third-party module that the
+  gateway's code imports (app/, less app/clients/ and app/cluster/, whose packages are
+  the `client` and `ray` extras).
+
+Slow (a build, a venv, a gateway and a training run: about 30 s here); skipped when
+node_modules is missing (`npm ci`), as the wheel would lack the vendor files.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib.metadata import packages_distributions
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from app.http import web
+
+from .gateway_process import PING, GatewayProcess, _wait_until_ready, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+WEB_FILES = "app/http/web_files"  # where pyproject.toml puts the browser side in the wheel
+# Of each npm package, exactly the files the pages load (onnxruntime-web's dist is 139 MB).
+WHEEL_VENDOR_FILES = {
+    "ort": {"ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"},
+    "uplot": {"uPlot.esm.js", "uPlot.min.css"},
+    "swagger_ui": {"swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png", "LICENSE", "NOTICE"},
+}
+MAX_WHEEL_BYTES = 8_000_000  # about 4.5 MB: the ort wasm (14 MB) compresses to about 3.5 MB
+# Loaded at run time by import(`${base}...`) (static/charts.js, static/onnx_policy.js and
+# onnxruntime-web itself), so not found by following the pages' links and imports.
+RUNTIME_VENDOR_FILES = {
+    "/vendor/uplot/uPlot.esm.js": "text/javascript",
+    "/vendor/uplot/uPlot.min.css": "text/css",
+    "/vendor/ort/ort.wasm.min.mjs": "text/javascript",
+    "/vendor/ort/ort-wasm-simd-threaded.mjs": "text/javascript",
+    "/vendor/ort/ort-wasm-simd-threaded.wasm": "application/wasm",
+}
+TARGET_RETURN = 200  # CartPole: a random policy scores about 22; 200 takes about 11k env steps here
+MAX_ENV_STEPS = 40_000
+CLIENT_TIMEOUT_S = 150
+
+# src="..." / href="..." in HTML; import ... from '...' and import('...') in our ES modules.
+HTML_REFS = re.compile(r"""\b(?:src|href)\s*=\s*["']([^"']+)["']""")
+JS_IMPORTS = re.compile(r"""(?:\bfrom|\bimport\s*\(?)\s*["']([^"']+)["']""")
+
+
+def _clean_env() -> dict[str, str]:
+    """This environment, less what could put the checkout on a child's sys.path."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"$ {' '.join(cmd)}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result
+
+
+def _clean_copy(dest: Path) -> None:
+    """The checkout's files as git sees them (tracked, and untracked but not ignored), with
+    npm's node_modules linked in: what a fresh clone after `npm ci` holds. A build in the
+    checkout itself would see what earlier builds left there (setuptools reuses the file
+    list of a stale *.egg-info/SOURCES.txt), so a file could reach the wheel that
+    pyproject.toml no longer asks for."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, check=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():  # not a tracked file deleted in the working tree
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    (dest / "node_modules").symlink_to(ROOT / "node_modules")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if missing := web.missing_vendor_dirs():
+        pytest.skip(f"{web.MISSING_VENDOR_HINT} (missing {', '.join(missing)})")
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("the wheel is built from the checkout's files as git lists them: no git, or not a checkout")
+    source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
+    _clean_copy(source)
+    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)], cwd=out, timeout=240)
+    (built,) = out.glob("*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel installed, and the project's .venv packages on its path."""
+    venv = tmp_path_factory.mktemp("venv")
+    cwd = tmp_path_factory.mktemp("cwd")
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=cwd, timeout=60)
+    python = venv / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+          "--disable-pip-version-check", "--quiet", str(wheel)], cwd=cwd, timeout=120)
+    site_packages = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                         cwd=cwd, timeout=30).stdout.strip()
+    ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}  # this (the project's) .venv
+    (Path(site_packages) / "rllink-test-deps.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
+    return venv
+
+
+def test_the_wheel_holds_the_code_the_dashboard_and_only_the_vendor_files_the_pages_load(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    modules = {path.relative_to(ROOT).as_posix() for path in (ROOT / "app").rglob("*.py") if "__pycache__" not in path.parts}
+    assert modules - names == set(), "modules missing from the wheel: a new subpackage goes in pyproject.toml's `packages`"
+    static = {f"{WEB_FILES}/static/{path.relative_to(ROOT / 'static').as_posix()}"
+              for path in (ROOT / "static").rglob("*") if path.is_file()}
+    assert static and static - names == set(), "static/ files missing from the wheel"
+    for folder, files in WHEEL_VENDOR_FILES.items():
+        assert {n.rsplit("/", 1)[1] for n in names if n.startswith(f"{WEB_FILES}/{folder}/")} == files, folder
+    assert wheel.stat().st_size < MAX_WHEEL_BYTES
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Top-level third-party module -> the files of the gateway's code that import it."""
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / "app").rglob("*.py"):
+        if path.relative_to(ROOT / "app").parts[0] in ("clients", "cluster") or "__pycache__" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in ("app", "__future__"):
+                    found.setdefault(top, set()).add(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_the_wheel_declares_every_third_party_package_the_gateway_imports(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = archive.read(metadata).decode().splitlines()
+    requirements = [Requirement(line.split(":", 1)[1]) for line in lines if line.startswith("Requires-Dist:")]
+    declared = {canonicalize_name(r.name) for r in requirements if r.marker is None or "extra" not in str(r.marker)}
+    providers = packages_distributions()  # module -> the installed distributions that provide it
+    imports = _third_party_imports()
+    assert {"torch", "fastapi", "onnxruntime", "yaml"} <= imports.keys()  # the scan finds imports at all
+    undeclared = {
+        module: sorted(files) for module, files in imports.items()
+        if not {canonicalize_name(d) for d in providers.get(module, [module])} & declared
+    }
+    assert undeclared == {}, "imported by the gateway, not in pyproject.toml's [project] dependencies"
+
+
+@contextmanager
+def _console_script_gateway(venv: Path, cwd: Path) -> Iterator[GatewayProcess]:
+    """The wheel's `rllink-gateway` on free ports, from `cwd`; SIGINT (then SIGKILL) on exit."""
+    http_port, tcp_port = free_port(), free_port()
+    cmd = [str(venv / "bin" / "rllink-gateway"), "--http-port", str(http_port), "--tcp-port", str(tcp_port),
+           "--checkpoint-dir", str(cwd / "checkpoints"), "--log-level", "info"]
+    log_path = cwd / "gateway.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=_clean_env(), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    gateway = GatewayProcess(proc, http_port, tcp_port, log_path)
+    try:
+        _wait_until_ready(gateway, 90, PING)
+        yield gateway
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
+
+
+def _crawl(http: httpx.Client, base_url: str, start: list[str]) -> dict[str, httpx.Response]:
+    """GET the pages and all they reference on this gateway, following HTML's src/href and
+    our ES modules' imports; fail on a reference to another host."""
+    seen: dict[str, httpx.Response] = {}
+    todo = list(start)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        response = seen[path] = http.get(path)
+        media_type = response.headers.get("content-type", "").split(";")[0]
+        if media_type == "text/html":
+            refs = HTML_REFS.findall(response.text)
+        elif media_type == "text/javascript" and path.startswith("/static/"):
+            refs = JS_IMPORTS.findall(response.text)
+        else:
+            continue
+        for ref in refs:
+            if ref.startswith(("data:", "#")):
+                continue
+            url = urlsplit(urljoin(base_url + path, ref))
+            assert url.netloc == urlsplit(base_url).netloc, f"{path} loads {ref} from another host"
+            todo.append(url.path)
+    return seen
+
+
+def test_the_installed_wheel_serves_the_pages_offline_and_trains_cartpole(venv: Path, tmp_path: Path) -> None:
+    python = str(venv / "bin" / "python")
+    where = json.loads(_run([python, "-c", (
+        "import json, app, app.http.web as web; "
+        "print(json.dumps([app.__file__, str(web.STATIC_DIR), *map(str, web.VENDOR_DIRS.values())]))"
+    )], cwd=tmp_path, timeout=60).stdout)
+    for path in where:  # the wheel's code and files, not the checkout's (editable) ones
+        assert Path(path).is_relative_to(venv), path
+
+    with _console_script_gateway(venv, tmp_path) as gateway:
+        with httpx.Client(base_url=gateway.base_url, timeout=30) as http:
+            served = _crawl(http, gateway.base_url, ["/", "/docs", "/openapi.json"])
+            for path, media_type in RUNTIME_VENDOR_FILES.items():
+                served[path] = response = http.get(path)
+                assert response.headers["content-type"].split(";")[0] == media_type, path
+        print("served:", " ".join(sorted(served)))
+        failed = {path: response.status_code for path, response in served.items() if response.status_code != 200}
+        assert failed == {}, gateway.log_tail()
+        for expected in ("/static/cartpole.html", "/static/dashboard.js", "/static/charts.js", "/static/rllink.js",
+                         "/static/style.css", "/vendor/swagger-ui/swagger-ui-bundle.js",
+                         "/vendor/swagger-ui/swagger-ui.css"):
+            assert expected in served, f"no page references {expected}"
+        assert served["/static/dashboard.js"].content == (ROOT / "static" / "dashboard.js").read_bytes()
+
+        client = subprocess.run(
+            [python, "-m", "app.clients.cartpole", "--transport", "tcp", "--port", str(gateway.tcp_port),
+             "--target-return", str(TARGET_RETURN), "--max-env-steps", str(MAX_ENV_STEPS)],
+            cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
+        )
+    print(client.stdout[-2000:], client.stderr[-2000:])
+    assert client.stdout.strip(), f"the client exited with {client.returncode}:\n{client.stderr[-4000:]}"
+    summary = json.loads(client.stdout.strip().splitlines()[-1])
+    assert summary["reached_target"] and client.returncode == 0, summary
+    assert summary["mean_return_last_20"] >= TARGET_RETURN
