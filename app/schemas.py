@@ -12,7 +12,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
 import numpy as np
 from pydantic import (
@@ -730,15 +730,15 @@ class Error(_Message):
     details: Any | None = None
 
 
-_REQUESTS = (
-    Ping, GetConfig, GetState, Episodes, EpisodesAndGetState,
-    StartEpisode, GetAction, LogAction, LogReturns, EndEpisode,
-)
-_RESPONSES = (Pong, SetConfig, SetState, EpisodeStarted, Action, Error)
-# Union[...] of a tuple of classes: the one spelling `X | Y` has no form for.
-Request = Annotated[Union[_REQUESTS], Field(discriminator="type")]  # noqa: UP007
-Response = Annotated[Union[_RESPONSES], Field(discriminator="type")]  # noqa: UP007
-RLlinkMessage = Annotated[Union[_REQUESTS + _RESPONSES], Field(discriminator="type")]  # noqa: UP007
+# The unions spelled out once: pydantic picks the class by `type`, mypy reads the members.
+Request = Annotated[
+    Ping | GetConfig | GetState | Episodes | EpisodesAndGetState | StartEpisode | GetAction | LogAction | LogReturns | EndEpisode,
+    Field(discriminator="type"),
+]
+Response = Annotated[Pong | SetConfig | SetState | EpisodeStarted | Action | Error, Field(discriminator="type")]
+_REQUESTS: tuple[type[BaseModel], ...] = get_args(get_args(Request)[0])
+_RESPONSES: tuple[type[BaseModel], ...] = get_args(get_args(Response)[0])
+RLlinkMessage = Annotated[Union[_REQUESTS + _RESPONSES], Field(discriminator="type")]  # noqa: UP007 - of a tuple
 
 REQUEST_TYPES = frozenset(cls.model_fields["type"].default for cls in _REQUESTS)
 RESPONSE_TYPES = frozenset(cls.model_fields["type"].default for cls in _RESPONSES)

@@ -22,7 +22,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import orjson
@@ -45,6 +45,8 @@ _KNOWN = frozenset(_ARRAYS + _SCALARS)
 _MAX_ID_LENGTH = {"agent_id": 256, "module_id": 64, "episode_id": 256}  # as EpisodeChunk's fields
 _OUTCOMES = frozenset({"win", "loss", "draw"})
 _CHUNK_DEFAULTS = {name: field.default for name, field in EpisodeChunk.model_fields.items()}
+# What a number field holds per step (`_row_shape`): rows of this shape or width, or single numbers (None).
+RowShape: TypeAlias = "tuple[int, ...] | int | None"
 
 
 def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
@@ -61,12 +63,12 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     chunks = body.count(b'"obs"')
     if chunks >= MIN_CHUNKS and len(body) <= chunks * LISTS_MAX_BYTES_PER_CHUNK and b'"action_mask"' not in body:
         try:
-            data = orjson.loads(body)
+            decoded = orjson.loads(body)
         except orjson.JSONDecodeError:
             return None
-        if type(data) is dict and (columns := pack(data.get("episodes"))) is not None:
-            data["episodes"] = columns
-            return data
+        if type(decoded) is dict and (columns := pack(decoded.get("episodes"))) is not None:
+            decoded["episodes"] = columns
+            return decoded
     data = loads_with_arrays(body, keys)
     if data is not None and chunks >= MIN_CHUNKS and (columns := pack(data.get("episodes"))) is not None:
         data["episodes"] = columns
@@ -179,7 +181,7 @@ def pack(episodes: Any) -> ChunkColumns | None:
         return None
     if any(not _REQUIRED <= chunk.keys() <= _KNOWN for chunk in episodes):
         return None
-    by_shape: dict[tuple, list[int]] = {}
+    by_shape: dict[tuple[tuple[str, RowShape], ...], list[int]] = {}
     for position, chunk in enumerate(episodes):
         by_shape.setdefault(tuple((name, _row_shape(chunk[name])) for name in _ARRAYS if name in chunk), []).append(position)
     groups = []
@@ -190,10 +192,11 @@ def pack(episodes: Any) -> ChunkColumns | None:
     return ChunkColumns(len(episodes), groups)
 
 
-def _row_shape(value: Any) -> Any:
+def _row_shape(value: Any) -> RowShape:
     """What a number field holds per step: rows of some width, or single numbers (None)."""
     if type(value) is np.ndarray:
-        return value.shape[1:]
+        row_shape: tuple[int, ...] = value.shape[1:]
+        return row_shape
     return len(value[0]) if type(value) is list and value and type(value[0]) is list else None
 
 
@@ -238,11 +241,11 @@ def _array_column(name: str, values: list[np.ndarray]) -> np.ndarray | None:
         return None
 
 
-def _float_column(values: list[list], rows: bool) -> np.ndarray | None:
+def _float_column(values: list[list[Any]], rows: bool) -> np.ndarray | None:
     """float32 [sum of lengths] (or [rows, width]) from the chunks' lists, or None."""
     if any(type(_first_number(value)) is bool for value in values):
         return None  # EpisodeChunk's fast path declines these: its general path decides
-    items = []
+    items: list[Any] = []
     deque(map(items.extend, values), 0)
     width = len(items[0]) if rows and type(items[0]) is list else None
     if rows and width is None:
@@ -250,7 +253,7 @@ def _float_column(values: list[list], rows: bool) -> np.ndarray | None:
     return fast_floats(items, np.float32, width, from_json=True)
 
 
-def _actions_column(values: list[list]) -> np.ndarray | None:
+def _actions_column(values: list[list[Any]]) -> np.ndarray | None:
     """Discrete actions as int64, vector Box actions as float32 rows, or None (rows of
     integers too: MultiDiscrete's, which the columns do not take)."""
     first = values[0][0]
@@ -258,11 +261,13 @@ def _actions_column(values: list[list]) -> np.ndarray | None:
         return None if type(_first_number(first)) is int else _float_column(values, rows=True)
     if type(first) is not int or any(type(value[0]) is bool for value in values):
         return None
-    items = []
+    items: list[Any] = []
     deque(map(items.extend, values), 0)
     array = np.empty(len(items), np.int64)
     try:
-        struct.pack_into(f"{len(items)}q", array, 0, *items)  # refuses floats, lists and ints beyond int64
+        # Refuses floats, lists and ints beyond int64. (The ignore: numpy's stub gives ndarray
+        # `__buffer__` from Python 3.12 on only, though it has the buffer protocol on every one.)
+        struct.pack_into(f"{len(items)}q", array, 0, *items)  # type: ignore[arg-type]
     except (struct.error, TypeError, ValueError, OverflowError):
         return None
     return array
@@ -274,7 +279,7 @@ def _short_ids(values: list[Any], name: str) -> bool:
     return all(value is None or (type(value) is str and len(value) <= limit) for value in values)
 
 
-def _first_number(value: list) -> Any:
+def _first_number(value: list[Any]) -> Any:
     """The first item of a (nested) list: what EpisodeChunk's fast paths look at first."""
     while type(value) is list and value:
         value = value[0]

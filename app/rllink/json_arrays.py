@@ -25,14 +25,19 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast, overload
 
 import numpy as np
 
+# A flag, not `simdjson = None`: the module's name then keeps its type for mypy, and every
+# use of it comes after a check of the flag.
 try:
     import simdjson
 except ImportError:  # a platform without a pysimdjson wheel: orjson decodes everything
-    simdjson = None
+    _HAVE_SIMDJSON = False
+else:
+    _HAVE_SIMDJSON = True
 
 log = logging.getLogger("app.rllink.json_arrays")
 
@@ -43,6 +48,8 @@ _DTYPES = {"i": np.dtype(np.int64), "d": np.dtype(np.float64)}
 # Bodies up to this size are parsed by one parser kept per thread, which keeps about
 # 3.5x the largest of them; a fresh parser's buffers cost ~40 us of page faults a body.
 REUSED_PARSER_MAX_BODY_BYTES = 1 << 20
+# What the conversion makes of a JSON value: orjson's types, with arrays for number lists.
+Decoded: TypeAlias = "dict[str, Decoded] | list[Decoded] | np.ndarray | int | float | str | bool | None"
 
 
 class _Declined(Exception):
@@ -51,7 +58,7 @@ class _Declined(Exception):
 
 def loads_with_arrays(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     """The decoded JSON object, the number lists under `keys` as arrays; or None."""
-    if simdjson is None:
+    if not _HAVE_SIMDJSON:
         _say_simdjson_is_missing()
         return None
     if body.startswith(_BYTE_ORDER_MARK):
@@ -86,8 +93,11 @@ class _KeptParser(threading.local):
     """One parser per thread. (A parser refuses to parse while a document of it lives;
     none outlives `loads_with_arrays`.)"""
 
+    parser: simdjson.Parser  # unset without pysimdjson, where nothing parses
+
     def __init__(self) -> None:
-        self.parser = simdjson.Parser() if simdjson is not None else None
+        if _HAVE_SIMDJSON:
+            self.parser = simdjson.Parser()
 
 
 _kept = _KeptParser()
@@ -105,9 +115,16 @@ class _Converter:
         self.keys = keys  # whose number lists become arrays
         self.arrays = 0  # JSON lists converted: checked against the '[' in the body
 
-    def convert(self, node: Any, numbers_wanted: bool = False) -> Any:
-        kind = type(node)
-        if kind is simdjson.Object:
+    @overload
+    def convert(self, node: simdjson.Object, numbers_wanted: bool = False) -> dict[str, Decoded]: ...
+    @overload
+    def convert(self, node: simdjson.SimValue, numbers_wanted: bool = False) -> Decoded: ...
+
+    def convert(self, node: simdjson.SimValue, numbers_wanted: bool = False) -> Decoded:
+        """The node as orjson would decode it, its number lists under `keys` as arrays."""
+        # type(node) twice, not once in a variable: as quick (CPython specializes type(x)),
+        # and mypy narrows `node` only on the call itself.
+        if type(node) is simdjson.Object:
             # Its items() and values() would convert whole subtrees to Python objects, and
             # node[key] finds a key's first value (orjson keeps the last), in a linear scan.
             # A key holding NUL is looked up only up to it (it would find the key "" or
@@ -116,18 +133,22 @@ class _Converter:
             if len(keys) > _MAX_KEYS or len(set(keys)) != len(keys) or any("\x00" in key for key in keys):
                 raise _Declined
             return {key: self.convert(node[key], key in self.keys) for key in keys}
-        if kind is simdjson.Array:
+        if type(node) is simdjson.Array:
             if numbers_wanted and (array := self._numbers(node)) is not None:
                 return array
             self.arrays += 1
             return [self.convert(item) for item in node]
+        # A number, string, boolean or null: the parser makes no subclass of Object or Array.
+        # (Said to mypy alone: cast() would cost a call per value, 2% of a body of short chunks.)
+        if TYPE_CHECKING:
+            assert not isinstance(node, (simdjson.Object, simdjson.Array))
         return node
 
     def _numbers(self, node: simdjson.Array) -> np.ndarray | None:
         """The array of a list whose first item (or first item's first item...) is a
         number; None for other lists. A list that starts like numbers but is not a
         rectangular list of them is declined: orjson's path says what it is."""
-        shape = []
+        shape: list[int] = []
         first = node
         while type(first) is simdjson.Array:
             if not len(first):
@@ -136,9 +157,12 @@ class _Converter:
                 return None
             shape.append(len(first))
             first = first[0]
-        if type(first) is int:  # bool is a type of its own: lists starting with one stay lists
+        # bool is a type of its own: lists starting with one stay lists. (The ignores: simdjson's
+        # stub makes first[0] an Array, where it is any item.)
+        codes: tuple[Literal["i", "d"], ...]  # as_buffer's item types
+        if type(first) is int:  # type: ignore[comparison-overlap]
             codes = ("i", "d")  # int64, or float64 if a float is among the ints
-        elif type(first) is float:
+        elif type(first) is float:  # type: ignore[comparison-overlap]
             codes = ("d",)
         else:
             return None
@@ -169,10 +193,13 @@ class _Converter:
 
 def _rows_have_lengths(node: simdjson.Array, shape: list[int]) -> bool:
     """Every row of `node`, at every depth but the last, is a list of shape[depth] items."""
+    # Its items read as the rows they must be: a number among them has no len() (TypeError);
+    # a string or object of a row's length fails as_buffer() or the size check after.
+    rows = cast("Sequence[simdjson.Array]", node)
     try:
-        lengths = list(map(len, node))  # a number among the rows has no len()
+        lengths = list(map(len, rows))
     except TypeError:
         return False
     if lengths != [shape[1]] * shape[0]:
         return False
-    return len(shape) == 2 or all(_rows_have_lengths(row, shape[1:]) for row in node)
+    return len(shape) == 2 or all(_rows_have_lengths(row, shape[1:]) for row in rows)

@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, final
 
 import msgpack
 import orjson
@@ -47,8 +47,7 @@ log = logging.getLogger("app.rllink.protocol")
 HEADER_SIZE = 8
 MAX_BODY_SIZE = 10**HEADER_SIZE - 1
 
-
-class ErrorCode(str, enum.Enum):
+class ErrorCode(str, enum.Enum):  # noqa: UP042 - StrEnum would change how a code formats
     """Stable codes of the `ERROR` message; the README lists what each means."""
 
     BAD_HEADER = "bad_header"  # fatal: the 8-byte header is not ASCII digits
@@ -217,7 +216,8 @@ def encode_body(message: BaseModel, encoding: Encoding) -> bytes:
     """Serialise a message; JSON is formatted like RLlib's own (`json.dumps` defaults)."""
     data = message.model_dump(mode="json", exclude_none=True)
     if encoding is Encoding.MSGPACK:
-        return msgpack.packb(data)
+        packed: bytes = msgpack.packb(data)  # msgpack has no type hints
+        return packed
     return json.dumps(data).encode()
 
 
@@ -251,14 +251,15 @@ class ReplyEncoder:
 
     def __init__(self) -> None:
         self._set_state: dict[Encoding, tuple[int, str, dict[str, str], bytes]] = {}  # version, files, frame
-        self._fieldless: dict[tuple[type, Encoding], bytes] = {}
-        self._has_fields: set[type] = set()
+        self._fieldless: dict[tuple[type[BaseModel], Encoding], bytes] = {}
+        self._has_fields: set[type[BaseModel]] = set()
 
     def encode(self, message: BaseModel, encoding: Encoding) -> bytes:
-        cls = type(message)
-        if cls is Action and encoding is Encoding.JSON:
+        # type(message) in each test, not once in a variable: as quick (CPython specializes
+        # type(x)), and mypy narrows `message` only on the call itself.
+        if type(message) is Action and encoding is Encoding.JSON:
             return encode_frame(compact_action_body(message))
-        if cls is SetState:
+        if type(message) is SetState:
             cached = self._set_state.get(encoding)
             if (
                 cached is not None
@@ -267,9 +268,10 @@ class ReplyEncoder:
                 and cached[2] == message.onnx_files  # the same strings: compared by identity
             ):
                 return cached[3]
-            frame = encode_message(message, encoding)
-            self._set_state[encoding] = (message.weights_seq_no, message.onnx_file, message.onnx_files, frame)
-            return frame
+            encoded = encode_message(message, encoding)
+            self._set_state[encoding] = (message.weights_seq_no, message.onnx_file, message.onnx_files, encoded)
+            return encoded
+        cls = type(message)
         if cls in self._has_fields:
             return encode_message(message, encoding)
         if (frame := self._fieldless.get((cls, encoding))) is None:
@@ -298,6 +300,7 @@ class RequestReceived:
         return self.request.type not in NO_REPLY_TYPES
 
 
+@final  # for mypy: where `type(item) is FrameRejected` is false, the item is not one
 @dataclass(frozen=True)
 class FrameRejected:
     """A frame refused with an error; its reply is `error.to_message()`."""
@@ -373,7 +376,7 @@ class Session:
         self._encoder = encoder or ReplyEncoder()
         self._next_seq = 0
         self._unanswered: collections.deque[int] = collections.deque()  # seqs owed a reply, oldest first
-        self._ready: dict[int, tuple[Event, bytes]] = {}  # replies produced ahead of an older one
+        self._ready: dict[int, tuple[Event, bytes | None]] = {}  # replies produced ahead of an older one (None: owed none)
         self._broken = False  # the stream lost its frame boundaries: nothing more is cut
         self._ended = False  # a fatal error was admitted: nothing after it is read
 
@@ -444,7 +447,9 @@ class Session:
             return None
         seq = self._next_seq
         self._next_seq += 1
-        return self._admit(FrameRejected(error, Encoding.JSON, seq))
+        rejected = FrameRejected(error, Encoding.JSON, seq)
+        self._admit(rejected)
+        return rejected
 
     def _with_chunks(self, data: dict[str, Any], frame: bytes) -> dict[str, Any]:
         """The message with its columns as validated chunks; if they may be invalid, its body
@@ -459,7 +464,7 @@ class Session:
         if not isinstance(message_type, str) or message_type not in REQUEST_TYPES:
             raise self._unknown_type(message_type)
         try:
-            request = request_adapter.validate_python(data, context=self._contexts[encoding])
+            request: Request = request_adapter.validate_python(data, context=self._contexts[encoding])
         except ValidationError as exc:
             raise _describe_validation_error(message_type, exc) from None
         if isinstance(request, Episodes):
@@ -479,7 +484,8 @@ class Session:
             return event
         if isinstance(event, RequestReceived) and isinstance(event.request, Ping):
             token = event.request.token
-            if self._check_token(token.get_secret_value() if token else None):
+            check_token = cast("Callable[[str | None], bool]", self._check_token)  # set while not authenticated
+            if check_token(token.get_secret_value() if token else None):
                 self.authenticated = True
                 return event
         error = ProtocolError(ErrorCode.UNAUTHORIZED, UNAUTHORIZED_FIRST_MESSAGE, fatal=True)

@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
@@ -58,7 +58,8 @@ class ConfigRefused(ValueError):
         super().__init__(message)
         self.index, self.message, self.wrong_algorithm = index, message, wrong_algorithm
 
-    def __reduce__(self):  # pickled whole (a Ray learner returns it to the front-end)
+    def __reduce__(self) -> tuple[type[ConfigRefused], tuple[int, str, bool]]:
+        """Pickled whole (a Ray learner returns it to the front-end)."""
         return ConfigRefused, (self.index, self.message, self.wrong_algorithm)
 
 
@@ -91,7 +92,10 @@ class LocalTrainingService:
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.device = resolve_device(settings.device)
         trainable = self.policies.trainable
-        self._configs: dict[str, PPOConfig | SACConfig] = {m.module_id: m.sac if m.off_policy else m.ppo for m in trainable}
+        # PolicySet gives every trainable module its PPO hyperparameters, and its SAC ones if it trains with SAC.
+        self._configs: dict[str, PPOConfig | SACConfig] = {
+            m.module_id: cast(SACConfig, m.sac) if m.off_policy else cast(PPOConfig, m.ppo) for m in trainable
+        }
         off_policy = {m.module_id for m in trainable if m.off_policy}
         self._owed_updates = dict.fromkeys(off_policy, 0.0)  # SAC's gradient steps owed, as its last step left them
         self._learners = learner_host(settings, self.policies)
@@ -103,7 +107,7 @@ class LocalTrainingService:
             if module.self_play is not None
         }
         self._exports: dict[str, PolicyState] = {}  # each learner's latest export
-        self._saved_ratings: dict[str, dict] = {}  # each league's ratings as last written (League.ratings)
+        self._saved_ratings: dict[str, dict[str, Any]] = {}  # each league's ratings as last written (League.ratings)
         self._step_listeners: list[Callable[[], None]] = []
         self._registry = ClientRegistry()
         self._store = PolicyStore()
@@ -209,7 +213,7 @@ class LocalTrainingService:
         """Publish every module's latest export as one version; self-play draws its opponents."""
         states = {}
         for module in self.policies.modules.values():
-            if module.trainable:
+            if module.opponent_of is None:  # trainable
                 states[module.module_id] = self._exports[module.module_id]
             else:
                 learner = self._exports[module.opponent_of]
@@ -262,7 +266,9 @@ class LocalTrainingService:
             return
         for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending
             self.metrics.record_chunk(client.id, chunk)
-            if chunk.outcome is not None and (league := self.leagues.get(chunk.module_id)) is not None:
+            if chunk.outcome is None or chunk.module_id is None:  # no game ended; or a chunk of no module, in no league
+                continue
+            if (league := self.leagues.get(chunk.module_id)) is not None:
                 version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
                 league.record_game(chunk.outcome, version)
         self._scheduler.add(client, episodes)
@@ -270,7 +276,8 @@ class LocalTrainingService:
     def must_wait(self) -> bool:
         """Whether EPISODES_AND_GET_STATE waits for training: always while learning on-policy,
         else only while the learner is more than max_training_backlog env steps behind."""
-        owed = sum(updates / self._configs[m].utd_ratio for m, updates in self._owed_updates.items())
+        # _owed_updates holds SAC's modules only.
+        owed = sum(updates / cast(SACConfig, self._configs[m]).utd_ratio for m, updates in self._owed_updates.items())
         backlog = self._scheduler.pending_env_steps + self._scheduler.training_env_steps + owed
         return self.force_on_policy or backlog > self.settings.max_training_backlog
 
@@ -323,7 +330,9 @@ class LocalTrainingService:
 
     def module_ppo_config(self, module_id: str) -> PPOConfig:
         cfg = self._configs[module_id]
-        return cfg if isinstance(cfg, PPOConfig) else self.policies.modules[module_id].ppo
+        if isinstance(cfg, PPOConfig):
+            return cfg
+        return cast(PPOConfig, self.policies.modules[module_id].ppo)  # a trainable module has one, SAC's too
 
     def module_sac_config(self, module_id: str) -> SACConfig | None:
         """A SAC module's hyperparameters; None for a PPO module."""
@@ -420,6 +429,6 @@ class LocalTrainingService:
         await self._save_leagues()  # a new snapshot, and the ratings so far (after clients heard of the version)
 
 
-def _log_failure(call: Future) -> None:
+def _log_failure(call: Future[None]) -> None:
     if not call.cancelled() and (exc := call.exception()) is not None:
         logger.error("the learners could not take new hyperparameters: %r", exc)
