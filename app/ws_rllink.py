@@ -16,8 +16,8 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from app.application.admission import token_matches
 from app.http.auth import bearer_token
 from app.http.dependencies import get_gateway
-from app.rllink.protocol import ErrorCode, ProtocolError
 from app.transport.connection import refuse, serve
+from rllink.errors import ErrorCode, ProtocolError
 
 log = logging.getLogger("app.ws_rllink")
 

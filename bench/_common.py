@@ -28,7 +28,7 @@ ROOT = Path(os.environ.get("BENCH_GATEWAY_ROOT") or Path(__file__).resolve().par
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from app.rllink.protocol import FrameDecoder, encode_frame  # noqa: E402
+from rllink.framing import FrameDecoder, encode_frame  # noqa: E402
 
 
 def _own_module(name: str, relative_path: str):
@@ -44,7 +44,7 @@ def _own_module(name: str, relative_path: str):
 # The launcher the tests use, and the thread-less WebSocket client the tests share.
 _launcher = _own_module("gateway_process", "tests/gateway_process.py")
 GatewayProcess, free_port, gateway_process = _launcher.GatewayProcess, _launcher.free_port, _launcher.gateway_process
-BlockingWebSocket = _own_module("blocking_ws", "app/clients/blocking_ws.py").BlockingWebSocket
+BlockingWebSocket = _own_module("blocking_ws", "clients/python/rllink_clients/blocking_ws.py").BlockingWebSocket
 
 HOST = "127.0.0.1"
 PING_BODY = b'{"type": "PING"}'

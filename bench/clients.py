@@ -44,7 +44,7 @@ from _common import (  # noqa: E402
     running_gateway,
 )
 
-from app.rllink.protocol import FrameDecoder, encode_frame  # noqa: E402
+from rllink.framing import FrameDecoder, encode_frame  # noqa: E402
 
 STEPS = 10  # per EPISODES message
 TRAINING_LINE = re.compile(r"weights_seq_no \d+: \d+ steps")

@@ -51,7 +51,7 @@ import onnxruntime as ort  # noqa: E402
 from _common import HOST, emit, episodes_bodies, percentile, proc_usage, raise_fd_limit, rounded, running_gateway  # noqa: E402
 from latency import _trainer, training_windows  # noqa: E402
 
-from app.rllink.protocol import encode_frame  # noqa: E402
+from rllink.framing import encode_frame  # noqa: E402
 
 OBS = [0.01, -0.02, 0.03, 0.04]
 PAUSED = ("--train-batch-size", "1000000000", "--barrier-timeout-s", "1000000")

@@ -52,7 +52,7 @@ from _common import (  # noqa: E402
     tcp_connect,
 )
 
-from app.rllink.protocol import FrameDecoder, encode_frame  # noqa: E402
+from rllink.framing import FrameDecoder, encode_frame  # noqa: E402
 
 STEPS_PER_CHUNK = 500
 TRAINING_LINE = re.compile(r"weights_seq_no (\d+): (\d+) steps .* in ([\d.]+)s")

@@ -3,8 +3,8 @@
     python bench/learn.py [--seeds 0 1 2 3 4] [--transport tcp|ws]
 
 For each seed, a fresh gateway (`python -m app --seed N`, its embedded defaults) in a
-subprocess and the reference client (`app.clients.gym_client.run`, what
-`python -m app.clients.cartpole` runs) in this process: GET_CONFIG, GET_STATE, then
+subprocess and the reference client (`rllink_clients.gym_client.run`, what
+`python -m rllink_clients.cartpole` runs) in this process: GET_CONFIG, GET_STATE, then
 EPISODES_AND_GET_STATE every `env_steps_per_sample` steps, until the mean return of
 its last 20 episodes is at least 450 (or the step budget is spent). Seconds run from
 the client's GET_CONFIG to the reply that completes the run (gateway start excluded).
@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
 from _common import HOST, emit, running_gateway  # noqa: E402
 
-from app.clients.gym_client import run  # noqa: E402
-from app.clients.rllink_client import RLlinkClient  # noqa: E402
+from rllink_clients.gym_client import run  # noqa: E402
+from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
 TARGET_RETURN = 450.0
 

@@ -31,7 +31,7 @@ Per task and seed, one side after the other:
 - **gateway**: a fresh gateway process (`python -m app --seed N`) with the task's settings
   as `RLLINK_*` environment variables (each task declares them below; other `RLLINK_*`
   variables of this shell are not passed on), and `clients` reference clients
-  (`app.clients.gym_client.run`, what `python -m app.clients.cartpole` runs) over TCP,
+  (`rllink_clients.gym_client.run`, what `python -m rllink_clients.cartpole` runs) over TCP,
   each with its share of the budget (one in this process, several in processes). Wall
   time: the longest client's run (from its GET_CONFIG to its last reply, gateway start
   excluded, as bench/learn.py), plus, for an off-policy learner, the wait until the
@@ -314,8 +314,8 @@ def gateway_environment(values: dict[str, str]) -> Iterator[None]:
 
 def client_run(port: int, env_id: str, max_env_steps: int, seed: int) -> dict[str, Any]:
     """One reference client over TCP until its share of the budget is spent (no target)."""
-    from app.clients.gym_client import run
-    from app.clients.rllink_client import RLlinkClient
+    from rllink_clients.gym_client import run
+    from rllink_clients.rllink_client import RLlinkClient
 
     cpu_started = time.process_time()
     with RLlinkClient("tcp", HOST, port, timeout=600) as client:

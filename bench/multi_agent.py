@@ -15,7 +15,7 @@ plays (parameter sharing):
    idle client that has sent experience) and measured as it measures (pre-encoded
    frames, client processes sending batches + PING as fast as they can, a batch counted
    when its PONG comes back; `ingest.run_clients`). The messages are what the reference
-   multi-agent client (app/clients/multi_agent.py) sends with the gateway's default
+   multi-agent client (clients/python/rllink_clients/multi_agent.py) sends with the gateway's default
    `env_steps_per_sample` of 500: after each scene step it checks whether 500 agent steps
    are complete, so a scene of 64 CartPoles sends 64 chunks of 8 steps (512 agent steps),
    one of 8 sends 8 chunks of 63 (504); each chunk with its `agent_id` (cart_i), the
@@ -36,7 +36,7 @@ plays (parameter sharing):
 
 2. Learning: CartPole-v1 to a mean return of 450 over the last 20 episodes of the shared
    module, with scenes cartpole:1, cartpole:8 and cartpole:64 (agents cart_0..cart_N-1,
-   each on its own CartPole-v1, app.clients.multi_agent.make_scene), the reference
+   each on its own CartPole-v1, rllink_clients.multi_agent.make_scene), the reference
    multi-agent client (`run_scene`) over TCP in this process, a fresh gateway
    (`--seed N`) per run, with the README's settings for many agents sharing a policy
    (`scene_flags`: about 48 steps per agent per request; from 2,048 steps a request, 4
@@ -82,7 +82,8 @@ from _common import (  # noqa: E402
     running_gateway,
 )
 
-from app.rllink.protocol import RequestReceived, Session, encode_frame  # noqa: E402
+from app.rllink.protocol import RequestReceived, Session
+from rllink.framing import encode_frame  # noqa: E402
 
 MODULE_ID = "cart"
 CARTPOLE_SPACES = {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"type": "discrete", "n": 2}}
@@ -288,8 +289,8 @@ def scene_flags(agents: int) -> tuple[str, ...]:
 
 
 def learn_once(agents: int, seed: int, args) -> dict:
-    from app.clients.multi_agent import make_scene, run_scene
-    from app.clients.rllink_client import RLlinkClient
+    from rllink_clients.multi_agent import make_scene, run_scene
+    from rllink_clients.rllink_client import RLlinkClient
 
     flags = () if args.defaults else scene_flags(agents)
     with running_gateway(*POLICY_FLAGS, "--seed", str(seed), *flags) as gateway:

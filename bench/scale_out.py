@@ -44,7 +44,7 @@ from _common import (  # noqa: E402
 from ingest import DISTINCT_MESSAGES, HARD_TIMEOUT_S, STEPS, _client  # noqa: E402
 from latency import TcpPinger, summary  # noqa: E402
 
-from app.rllink.protocol import FrameDecoder, encode_frame  # noqa: E402
+from rllink.framing import FrameDecoder, encode_frame  # noqa: E402
 
 NO_TRAINING = ["--train-batch-size", "1000000000", "--barrier-timeout-s", "3600", "--decode-workers", "0"]
 PING_SAMPLES = 500

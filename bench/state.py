@@ -28,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from _common import emit, percentile, rounded  # noqa: E402
 
-from app.rllink.protocol import Encoding, decode_body, encode_message  # noqa: E402
+from app.rllink.protocol import decode_body, encode_message  # noqa: E402
 from app.schemas import SetState  # noqa: E402
 from app.settings.config import Settings  # noqa: E402
 from app.training.learner import Learner  # noqa: E402
 from app.training.onnx_export import GZIP_LEVEL, export_onnx, load_payload, policy_state  # noqa: E402
+from rllink.framing import Encoding
 
 
 def main() -> None:

@@ -24,9 +24,9 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from app.clients import gym_client
-from app.clients.gym_client import RunResult
 from app.http.web import MISSING_VENDOR_HINT, missing_vendor_dirs
+from rllink_clients import gym_client
+from rllink_clients.gym_client import RunResult
 
 from .helpers import RunningGateway, gateway_settings, running_gateway
 

@@ -14,9 +14,10 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports(include=["app"]):
-    from app.rllink.protocol import ErrorCode, FrameRejected, RequestReceived, Session
+    from app.rllink.protocol import FrameRejected, RequestReceived, Session
     from app.settings.policies import PolicySet
     from app.spaces.models import BoxSpace, DiscreteSpace
+    from rllink.errors import ErrorCode
 
 SPACES = [
     PolicySet.single(BoxSpace(shape=(4,)), DiscreteSpace(n=2)),

@@ -25,10 +25,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from app.clients.blocking_ws import BlockingWebSocket
-from app.clients.rllink_client import RLlinkClient
 from app.main import create_app
-from app.rllink.protocol import FrameDecoder, decode_body, encode_frame
+from app.rllink.protocol import decode_body
 from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, num_dist_inputs
 from app.serving.service import ServingService
 from app.settings.config import Settings
@@ -38,6 +36,9 @@ from app.startup.server import uvicorn_options
 from app.telemetry.traffic import TrafficStats
 from app.training.service import LocalTrainingService
 from app.transport.decode_workers import DecodeWorkers
+from rllink.framing import FrameDecoder, encode_frame
+from rllink_clients.blocking_ws import BlockingWebSocket
+from rllink_clients.rllink_client import RLlinkClient
 
 from .gateway_process import PING, PONG  # noqa: F401 -- the documented frames, re-exported for the tests
 
@@ -303,7 +304,7 @@ class TcpPeer(_FramePeer):
 
 
 class WsPeer(_FramePeer):
-    """A raw WebSocket connection to `/rllink` (app.clients.blocking_ws): sends payloads
+    """A raw WebSocket connection to `/rllink` (rllink_clients.blocking_ws): sends payloads
     as binary messages, reads whole messages, and exposes the socket to cut."""
 
     def __init__(self, gateway: RunningGateway, timeout_s: float = 30) -> None:

@@ -12,18 +12,18 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.clients.choice_envs import MASKED_PICK_ENV_ID, TWO_TARGETS_ENV_ID
-from app.clients.gym_client import run
-from app.clients.thin_client import run_thin
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import PolicySet
-from app.spaces.action_dists import sample_actions
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.learner import Learner
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
+from rllink.action_dists import sample_actions
+from rllink_clients.choice_envs import MASKED_PICK_ENV_ID, TWO_TARGETS_ENV_ID
+from rllink_clients.gym_client import run
+from rllink_clients.thin_client import run_thin
 
 from .helpers import TcpPeer, frame, gateway_settings, running_gateway, wait_until
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from app.rllink.protocol import ARRAYS_MIN_BODY_BYTES, encode_frame
+from app.rllink.protocol import ARRAYS_MIN_BODY_BYTES
 from app.spaces.models import BoxSpace
+from rllink.framing import encode_frame
 
 from .helpers import PING, RunningGateway, TcpPeer, chunk, frame, gateway_settings, running_gateway
 

@@ -20,7 +20,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.spaces.action_dists import actions_logp
+from rllink.action_dists import actions_logp
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page
 from .helpers import OBS_DIM, gateway_settings, running_gateway

@@ -18,9 +18,9 @@ import onnxruntime as ort
 import pytest
 
 from app.settings.config import Settings
-from app.spaces.action_dists import actions_logp
 from app.spaces.models import observation_parts
 from app.training.onnx_export import load_payload
+from rllink.action_dists import actions_logp
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page
 from .helpers import gateway_settings, running_gateway

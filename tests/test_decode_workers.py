@@ -17,11 +17,12 @@ import pytest
 import uvloop
 
 from app.rllink.json_arrays import loads_with_arrays
-from app.rllink.protocol import FrameDecoder, FrameRejected, RequestReceived, Session, encode_frame
+from app.rllink.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS
 from app.settings.policies import PolicySet
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 from app.transport.decode_workers import OFFLOAD_MIN_BODY_BYTES, DecodeWorkers
+from rllink.framing import FrameDecoder, encode_frame
 
 from .helpers import chunk, frame, gateway_settings, running_gateway, wait_until
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.rllink.protocol import ErrorCode
 from app.settings.config import Settings
+from rllink.errors import ErrorCode
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"

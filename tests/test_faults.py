@@ -20,8 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.clients.rllink_client import RLlinkClient
-from app.rllink.protocol import Encoding
+from rllink.framing import Encoding
+from rllink_clients.rllink_client import RLlinkClient
 
 from .helpers import RunningGateway, TcpPeer, WsPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 

@@ -29,10 +29,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.rllink.protocol import Encoding, ErrorCode, FrameRejected, RequestReceived, Session, decode_body, encode_frame
+from app.rllink.protocol import FrameRejected, RequestReceived, Session, decode_body
 from app.schemas import Episodes, _fast_indices, fast_floats, num_dist_inputs
 from app.settings.policies import PolicySet
 from app.spaces.models import DiscreteSpace
+from rllink.errors import ErrorCode
+from rllink.framing import Encoding, encode_frame
 
 from .helpers import CARTPOLE, FUZZ, SPACES, numbers, odd_numbers, structured_messages
 

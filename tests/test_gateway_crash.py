@@ -12,10 +12,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.clients.rllink_client import RLlinkClient
 from app.settings.hyperparameters import DEFAULT_MODULE_ID
 from app.training.checkpoints import CHECKPOINT_FILE
 from app.training.onnx_export import load_payload
+from rllink_clients.rllink_client import RLlinkClient
 
 from .gateway_process import gateway_process
 from .helpers import chunk

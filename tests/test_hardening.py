@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from websockets.sync.client import connect
 
-from app.clients.rllink_client import RLlinkClient
-from app.rllink.protocol import encode_frame
+from rllink.framing import encode_frame
+from rllink_clients.rllink_client import RLlinkClient
 
 from .helpers import (
     PING,

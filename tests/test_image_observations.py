@@ -11,13 +11,13 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.clients.gym_client import run
-from app.clients.pixel_envs import PIXEL_GRID_DICT_ENV_ID, PIXEL_GRID_ENV_ID
 from app.settings.config import Settings
 from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.startup.cli import parse_command_line
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
+from rllink_clients.gym_client import run
+from rllink_clients.pixel_envs import PIXEL_GRID_DICT_ENV_ID, PIXEL_GRID_ENV_ID
 
 from .helpers import TcpPeer, frame, gateway_settings, running_gateway, wait_until
 

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 
 from app.rllink import protocol
 from app.rllink.json_arrays import loads_with_arrays
-from app.rllink.protocol import FrameRejected, RequestReceived, Session, encode_frame
+from app.rllink.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, Episodes
+from rllink.framing import encode_frame
 
 from .helpers import FUZZ, SPACES, chunk, json_values, structured_messages
 

@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 
-from app.clients.gym_client import run
 from app.settings.hyperparameters import PPOConfig
 from app.training.learner_host import LEARNER_NICENESS
+from rllink_clients.gym_client import run
 
 from .helpers import chunk, gateway_settings, running_gateway, wait_until
 

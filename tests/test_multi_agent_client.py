@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from app.clients.games import (
+from rllink_clients.games import (
     CoordinationGame,
     CountdownGame,
     counter_of,
@@ -25,7 +25,7 @@ from app.clients.games import (
     random_opponent,
     scripted_opponent,
 )
-from app.clients.multi_agent import (
+from rllink_clients.multi_agent import (
     GatewayConfig,
     ModulePolicies,
     PlayedAction,
@@ -35,8 +35,8 @@ from app.clients.multi_agent import (
     parse_target,
     run_scene,
 )
-from app.clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
-from app.clients.rllink_client import RLlinkClient
+from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
+from rllink_clients.rllink_client import RLlinkClient
 
 from .helpers import RunningGateway, gateway_settings, running_gateway
 

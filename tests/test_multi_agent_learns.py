@@ -1,5 +1,5 @@
 """Multi-agent training that really learns: the reference multi-agent client
-(app/clients/multi_agent.py) against a real gateway over real sockets.
+(clients/python/rllink_clients/multi_agent.py) against a real gateway over real sockets.
 
 Each test stops at its goal or at a generous limit of env steps, never of seconds, so a
 slow machine takes longer but does not fail; a test fails only if learning does.
@@ -14,9 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
-from app.clients.games import CoordinationGame, CountdownGame, random_opponent
-from app.clients.multi_agent import SceneResult, make_scene, run_scene
-from app.clients.rllink_client import RLlinkClient
+from rllink_clients.games import CoordinationGame, CountdownGame, random_opponent
+from rllink_clients.multi_agent import SceneResult, make_scene, run_scene
+from rllink_clients.rllink_client import RLlinkClient
 
 from .helpers import RunningGateway, gateway_settings, running_gateway
 

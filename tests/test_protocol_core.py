@@ -9,22 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.rllink.protocol import (
-    Encoding,
-    ErrorCode,
-    FrameDecoder,
-    FrameRejected,
-    ProtocolError,
-    ReplyEncoder,
-    RequestReceived,
-    Session,
-    decode_body,
-    encode_frame,
-    encode_message,
-)
+from app.rllink.protocol import FrameRejected, ReplyEncoder, RequestReceived, Session, decode_body, encode_message
 from app.schemas import EpisodesAndGetState, Ping, Pong, SetState
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
+from rllink.errors import ErrorCode, ProtocolError
+from rllink.framing import Encoding, FrameDecoder, encode_frame
 
 from .helpers import chunk, frame
 

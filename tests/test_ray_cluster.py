@@ -14,10 +14,10 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster as RayCluster  # noqa: E402
 
-from app.clients.gym_client import RunResult, run  # noqa: E402
-from app.clients.rllink_client import RLlinkClient  # noqa: E402
 from app.cluster.launch import Cluster, start_cluster  # noqa: E402
 from app.settings.config import Settings  # noqa: E402
+from rllink_clients.gym_client import RunResult, run  # noqa: E402
+from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
 from .helpers import wait_until  # noqa: E402
 

@@ -14,18 +14,18 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.clients.gym_client import OnnxPolicy, run
-from app.clients.thin_client import run_thin
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import SACConfig
-from app.spaces.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import export_onnx
 from app.training.sac import SquashedGaussianActor
 from app.training.sac_learner import SACLearner
 from app.training.service import LocalTrainingService
+from rllink.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
+from rllink_clients.gym_client import OnnxPolicy, run
+from rllink_clients.thin_client import run_thin
 
 from .helpers import gateway_settings, learner_of, running_gateway, wait_until
 

@@ -1,7 +1,7 @@
 """The gateway's thin-client step table cuts the same chunks as the client's AgentTrajectory.
 
 app.serving.step_table records a module's open episodes as rows of shared arrays;
-app.clients.trajectory.AgentTrajectory (the multi-agent client's) records one episode at a time
+rllink_clients.trajectory.AgentTrajectory (the multi-agent client's) records one episode at a time
 and is the reference: for any sequence of batched steps, rewards and episode ends, with
 versions changing between steps, both must give the same chunks, in the same order,
 that validate to the same EpisodeChunks.
@@ -14,12 +14,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.clients.trajectory import AgentTrajectory, PlayedAction
 from app.schemas import EpisodeChunk
 from app.serving.step_table import INITIAL_SLOTS, INITIAL_STEPS, StepTable
 from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from rllink_clients.trajectory import AgentTrajectory, PlayedAction
 
 OBS = BoxSpace(shape=(3,))
 ACTION_SPACES = {

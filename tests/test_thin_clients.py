@@ -9,8 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from app.clients.gym_client import run
-from app.clients.thin_client import run_thin
+from rllink_clients.gym_client import run
+from rllink_clients.thin_client import run_thin
 
 from .helpers import TcpPeer, WsPeer, frame, gateway_settings, running_gateway, wait_until
 

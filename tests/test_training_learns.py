@@ -2,7 +2,7 @@
 each test takes a few seconds here, longer on a slower machine: it waits for the target).
 
 A real gateway (uvicorn + TCP bridge) and the reference clients of
-`app.clients.gym_client`, which do over the wire what RLlib's reference client does:
+`rllink_clients.gym_client`, which do over the wire what RLlib's reference client does:
 GET_CONFIG, GET_STATE, then sample actions from the downloaded ONNX policy, send
 EPISODES_AND_GET_STATE every `env_steps_per_sample` steps and wait for SET_STATE.
 `bench/learn.py` measures the same over several seeds.
@@ -17,8 +17,8 @@ import httpx
 import numpy as np
 import pytest
 
-from app.clients.gym_client import RunResult, run
 from app.spaces.models import BoxSpace
+from rllink_clients.gym_client import RunResult, run
 
 from .helpers import RunningGateway, gateway_settings, running_gateway
 

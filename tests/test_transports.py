@@ -13,7 +13,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from app.rllink.protocol import Encoding, encode_frame
+from rllink.framing import Encoding, encode_frame
 
 from .helpers import (
     PING,

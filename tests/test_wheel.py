@@ -15,7 +15,7 @@ from that environment trains CartPole to a target.
 - Every process runs from a temporary folder, with no PYTHONPATH: nothing of the
   checkout is reachable, and the pages load nothing from other hosts.
 - The wheel's metadata declares a distribution for every third-party module that the
-  gateway's code imports (app/, less app/clients/ and app/cluster/, whose packages are
+  gateway's code imports (app/, less clients/python/rllink_clients/ and app/cluster/, whose packages are
   the `client` and `ray` extras).
 
 Slow (a build, a venv, a gateway and a training run: about 30 s here); skipped when
@@ -256,7 +256,7 @@ def test_the_installed_wheel_serves_the_pages_offline_and_trains_cartpole(venv: 
         assert served["/static/dashboard.js"].content == (ROOT / "static" / "dashboard.js").read_bytes()
 
         client = subprocess.run(
-            [python, "-m", "app.clients.cartpole", "--transport", "tcp", "--port", str(gateway.tcp_port),
+            [python, "-m", "rllink_clients.cartpole", "--transport", "tcp", "--port", str(gateway.tcp_port),
              "--target-return", str(TARGET_RETURN), "--max-env-steps", str(MAX_ENV_STEPS)],
             cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
         )

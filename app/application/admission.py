@@ -5,9 +5,9 @@ from __future__ import annotations
 import hmac
 from collections.abc import Collection
 
-from app.rllink.protocol import ErrorCode, ProtocolError
 from app.settings.config import Settings
 from app.training.registry import ClientInfo
+from rllink.errors import ErrorCode, ProtocolError
 
 
 def token_matches(settings: Settings, presented: str | None) -> bool:

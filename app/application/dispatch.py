@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from app.application.admission import admission_error, token_matches
-from app.rllink.protocol import ProtocolError, ReplyEncoder, Session
+from app.rllink.protocol import ReplyEncoder, Session
 from app.schemas import (
     Action,
     EndEpisode,
@@ -39,6 +39,7 @@ from app.spaces.onnx_names import ACTION_MASK_INPUT
 from app.training.interface import TrainingService
 from app.training.policy_store import PolicySetState
 from app.training.registry import ClientInfo
+from rllink.errors import ProtocolError
 
 Reply = Pong | SetConfig | SetState | EpisodeStarted | Action
 

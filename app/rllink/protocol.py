@@ -1,8 +1,8 @@
 """The RLlink protocol without I/O: bytes in, events out; messages in, bytes out.
 
-`FrameDecoder` cuts a byte stream into frame bodies, `decode_body`/`encode_body`
-handle JSON and msgpack, and `Session` ties them to the message schemas for one
-connection. Both transports (TCP bridge, WebSocket) feed the same `Session`.
+`FrameDecoder` (the wire format's, rllink.framing) cuts a byte stream into frame bodies,
+`decode_body`/`encode_body` handle JSON and msgpack (large episode bodies straight into
+arrays), and `Session` ties them to the message schemas for one connection. Both transports (TCP bridge, WebSocket) feed the same `Session`.
 
 Error policy: a frame whose header is corrupt or too large closes the connection
 (the stream can no longer be trusted or is not worth reading); a well-framed frame
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import enum
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast, final
 
@@ -41,133 +40,17 @@ from app.schemas import (
     request_adapter,
 )
 from app.settings.policies import PolicySet
+from rllink.errors import ErrorCode, ProtocolError
+from rllink.framing import Encoding, FrameDecoder, detect_encoding, encode_frame, loads_body
 
 log = logging.getLogger("app.rllink.protocol")
 
-HEADER_SIZE = 8
-MAX_BODY_SIZE = 10**HEADER_SIZE - 1
-
-class ErrorCode(str, enum.Enum):  # noqa: UP042 - StrEnum would change how a code formats
-    """Stable codes of the `ERROR` message; the README lists what each means."""
-
-    BAD_HEADER = "bad_header"  # fatal: the 8-byte header is not ASCII digits
-    FRAME_TOO_LARGE = "frame_too_large"  # fatal: the header announces more than max_frame_bytes
-    BAD_JSON = "bad_json"  # the body is not a JSON object
-    BAD_MSGPACK = "bad_msgpack"  # the body looks like msgpack but does not decode to a map
-    UNKNOWN_TYPE = "unknown_type"  # missing `type`, or not a request type
-    INVALID_MESSAGE = "invalid_message"  # a known request whose fields are wrong, or over a limit
-    INTERNAL_ERROR = "internal_error"  # the gateway failed; the request was not processed
-    UNKNOWN_EPISODE = "unknown_episode"  # a thin client's episode that is not open on this connection
-    TOO_MANY_EPISODES = "too_many_episodes"  # START_EPISODE over max_open_episodes(_per_connection)
-    # Raised by the connection layer, not the session; all fatal.
-    UNAUTHORIZED = "unauthorized"  # auth is on and the client did not present the token
-    TOO_MANY_CONNECTIONS = "too_many_connections"  # a connection limit is reached
-    FRAME_TIMEOUT = "frame_timeout"  # a started frame was not finished within frame_timeout_s
-    IDLE_TIMEOUT = "idle_timeout"  # nothing sent nor awaited for idle_timeout_s
-
-
-class Encoding(enum.Enum):
-    """How a frame body is encoded; replies use the encoding of the request."""
-
-    JSON = "json"
-    MSGPACK = "msgpack"
-
-
-class ProtocolError(Exception):
-    """A frame the gateway refuses; `fatal` errors close the connection."""
-
-    def __init__(self, code: ErrorCode, message: str, *, fatal: bool = False, details: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.fatal = fatal
-        self.details = details
-
-    def to_message(self) -> Error:
-        return Error(code=self.code.value, message=self.message, details=self.details)
-
-
-# -- Framing -----------------------------------------------------------------------
-
-
-def encode_frame(body: bytes) -> bytes:
-    """Prefix a body with its 8-digit length header."""
-    if len(body) > MAX_BODY_SIZE:
-        raise ValueError(f"body of {len(body)} bytes does not fit an 8-digit header")
-    return b"%08d" % len(body) + body
-
-
-class FrameDecoder:
-    """Incremental frame decoder: feed any slices of the stream, iterate whole bodies out."""
-
-    def __init__(self, max_frame_bytes: int = MAX_BODY_SIZE) -> None:
-        self.max_frame_bytes = max_frame_bytes
-        self._buffer = bytearray()
-        self._pos = 0  # start of the unread part of _buffer
-        self._body_size: int | None = None  # size of the frame being read, once its header is in
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held of a frame not yet complete (0 between frames)."""
-        return len(self._buffer) - self._pos
-
-    def feed(self, data: bytes) -> None:
-        """Append received bytes."""
-        if self._pos:
-            del self._buffer[: self._pos]
-            self._pos = 0
-        self._buffer += data
-
-    def frames(self) -> Iterator[bytes]:
-        """Yield the body of every complete frame fed so far.
-
-        Raises a fatal `ProtocolError` on a bad or oversized header, after yielding the
-        frames before it; the decoder is unusable afterwards, as the stream has lost its
-        frame boundaries.
-        """
-        buffer = self._buffer
-        while True:
-            if self._body_size is None:
-                if len(buffer) - self._pos < HEADER_SIZE:
-                    return
-                self._body_size = self._parse_header(bytes(buffer[self._pos : self._pos + HEADER_SIZE]))
-                self._pos += HEADER_SIZE
-            end = self._pos + self._body_size
-            if len(buffer) < end:
-                return
-            with memoryview(buffer) as view:  # one copy, not two as bytes(buffer[a:b])
-                body = view[self._pos : end].tobytes()
-            self._pos = end
-            self._body_size = None
-            yield body
-
-    def _parse_header(self, header: bytes) -> int:
-        if not (header.isascii() and header.isdigit()):
-            raise ProtocolError(
-                ErrorCode.BAD_HEADER,
-                f"a frame must start with 8 ASCII digits giving the body length, got {header!r}",
-                fatal=True,
-            )
-        size = int(header)
-        if size > self.max_frame_bytes:
-            raise ProtocolError(
-                ErrorCode.FRAME_TOO_LARGE,
-                f"frame body of {size} bytes exceeds the limit of {self.max_frame_bytes} bytes",
-                fatal=True,
-                details={"size": size, "max_frame_bytes": self.max_frame_bytes},
-            )
-        return size
+def error_reply(error: ProtocolError) -> Error:
+    """The `ERROR` message that tells the client of `error`."""
+    return Error(code=error.code.value, message=error.message, details=error.details)
 
 
 # -- Bodies ------------------------------------------------------------------------
-
-_MSGPACK_MAP_FIRST_BYTES = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
-
-
-def detect_encoding(body: bytes) -> Encoding:
-    """msgpack if the body starts like a msgpack map, JSON otherwise."""
-    return Encoding.MSGPACK if body[:1] and body[0] in _MSGPACK_MAP_FIRST_BYTES else Encoding.JSON
-
 
 # JSON bodies from this size on (episode chunks, in practice) are parsed with their
 # number lists as numpy arrays; below it, orjson alone is quicker.
@@ -188,28 +71,14 @@ def decode_body(body: bytes, columns: bool = True) -> tuple[dict[str, Any], Enco
     numpy arrays already (see `app.rllink.json_arrays`); the schemas take either. Several chunks
     may come as one `ChunkColumns` instead (`app.rllink.chunk_columns`), unless `columns` is false.
     """
-    encoding = detect_encoding(body)
-    if encoding is Encoding.MSGPACK:
-        try:
-            data = msgpack.unpackb(body, raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several unrelated types
-            raise ProtocolError(ErrorCode.BAD_MSGPACK, f"body is not valid msgpack: {exc}") from None
-        if not isinstance(data, dict):  # pragma: no cover - the first byte promised a map
-            raise ProtocolError(ErrorCode.BAD_MSGPACK, "body must be a msgpack map")
-        return data, encoding
     if (
         len(body) >= ARRAYS_MIN_BODY_BYTES
         and carries_episodes(body)
+        and detect_encoding(body) is Encoding.JSON
         and (data := (loads_episodes if columns else loads_with_arrays)(body, ARRAY_FIELDS)) is not None
     ):
-        return data, encoding
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError(ErrorCode.BAD_JSON, f"body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ProtocolError(ErrorCode.BAD_JSON, f"body must be a JSON object, got {type(data).__name__}")
-    return data, encoding
+        return data, Encoding.JSON
+    return loads_body(body)
 
 
 def encode_body(message: BaseModel, encoding: Encoding) -> bytes:
@@ -303,7 +172,7 @@ class RequestReceived:
 @final  # for mypy: where `type(item) is FrameRejected` is false, the item is not one
 @dataclass(frozen=True)
 class FrameRejected:
-    """A frame refused with an error; its reply is `error.to_message()`."""
+    """A frame refused with an error; its reply is `error_reply(error)`."""
 
     error: ProtocolError
     encoding: Encoding
@@ -535,7 +404,7 @@ class Session:
         (or handled, if it owes nothing) waits here for it.
         """
         if isinstance(event, FrameRejected):
-            reply = event.error.to_message()
+            reply = error_reply(event.error)
         elif reply is None and event.expects_reply:
             raise ValueError(f"{event.request.type} needs a reply")
         self._ready[event.seq] = (event, None if reply is None else self._encoder.encode(reply, event.encoding))

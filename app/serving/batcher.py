@@ -20,10 +20,10 @@ import numpy as np
 import onnxruntime as ort
 
 from app.settings.policies import Module
-from app.spaces.action_dists import actions_logp, sample_actions
 from app.spaces.models import ActionSpace, BoxSpace, MultiDiscreteSpace
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState
+from rllink.action_dists import actions_logp, sample_actions
 
 
 @dataclass

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.rllink.protocol import ErrorCode, ProtocolError
 from app.schemas import ActionRequests, check_action_mask, check_image_values
 from app.settings.policies import Module
 from app.spaces.models import DiscreteSpace, MultiDiscreteSpace, num_logits
+from rllink.errors import ErrorCode, ProtocolError
 
 
 def refusal(message: str, code: ErrorCode = ErrorCode.INVALID_MESSAGE) -> ProtocolError:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.rllink.protocol import ErrorCode
 from app.schemas import (
     FLOAT32_MAX,
     Action,
@@ -48,6 +47,7 @@ from app.settings.config import Settings
 from app.settings.policies import Module, PolicySet, UnknownModule, indices_by_module
 from app.training.interface import TrainingService
 from app.training.registry import ClientInfo
+from rllink.errors import ErrorCode
 
 log = logging.getLogger("app.serving")
 

@@ -6,7 +6,7 @@ lists appended, a tuple made). Here every open episode of a module is a slot, a 
 each column, and a batch's observations, actions and log-probs each go in with one
 assignment.
 
-The steps are those of app.clients.trajectory.AgentTrajectory, which the multi-agent client
+The steps are those of rllink_clients.trajectory.AgentTrajectory, which the multi-agent client
 records with (tests/test_step_table.py compares the two): a slot's observations number
 one more than its complete steps, the last being the one its episode acts on next; an
 action waiting for its next observation is "in flight", and rewards add to it. The

@@ -19,13 +19,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from app.spaces.action_dists import MASK_PENALTY
 from app.spaces.models import IMAGE_MAX, MultiDiscreteSpace
 from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, OUTPUT_NAME
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
 from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 from app.training.sac_discrete import CategoricalActor
+from rllink.action_dists import MASK_PENALTY
 
 OPSET = 13
 IR_VERSION = 7

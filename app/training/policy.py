@@ -16,9 +16,9 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
 from app.schemas import num_dist_inputs
-from app.spaces.action_dists import MASK_PENALTY
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_logits
 from app.training.encoders import ObservationEncoder
+from rllink.action_dists import MASK_PENALTY
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:

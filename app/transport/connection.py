@@ -18,19 +18,12 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from app.application.dispatch import Application, Reply
-from app.rllink.protocol import (
-    ErrorCode,
-    Event,
-    FrameRejected,
-    ProtocolError,
-    RequestReceived,
-    carries_episodes,
-    encode_message,
-)
+from app.rllink.protocol import Event, FrameRejected, RequestReceived, carries_episodes, encode_message
 from app.schemas import Episodes, EpisodesAndGetState, Error
 from app.telemetry.traffic import TrafficStats
 from app.transport.decode_workers import DecodeWorkers
 from app.transport.read_deadline import ReadDeadline
+from rllink.errors import ErrorCode, ProtocolError
 
 log = logging.getLogger("app.transport.connection")
 

@@ -1,4 +1,4 @@
-// Small tasks for the kit's richer action spaces, as app/clients/choice_envs.py has them
+// Small tasks for the kit's richer action spaces, as clients/python/rllink_clients/choice_envs.py has them
 // for Python: a MultiDiscrete action, and action masks. A forbidden or malformed action
 // throws InvalidActionException, which ends the example (exit 4): a run that finishes
 // never took one.

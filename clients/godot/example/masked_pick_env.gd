@@ -1,4 +1,4 @@
-# A game with illegal moves, for action masks: app/clients/choice_envs.py's MaskedPick
+# A game with illegal moves, for action masks: clients/python/rllink_clients/choice_envs.py's MaskedPick
 # in GDScript. Six items with values drawn uniformly in [0, 1], three of them forbidden
 # at random each step. Observation: the six values, then the mask (1 allowed). The
 # action picks an item; its value is the reward. Truncated after 10 steps. Picking among

@@ -9,8 +9,8 @@ EPISODES_AND_GET_STATE sends a chunk per agent: its own obs, actions, rewards an
 flags, under the episode id its episode's agents share. Frozen self-play opponents
 (`trainable: false`) and local `opponents` are played, never sent.
 
-    python -m app.clients.multi_agent --scene cartpole:8,pendulum:1 --target-return 150
-    python -m app.clients.multi_agent --transport ws --port 8000 --scene countdown --opponent random
+    python -m rllink_clients.multi_agent --scene cartpole:8,pendulum:1 --target-return 150
+    python -m rllink_clients.multi_agent --transport ws --port 8000 --scene countdown --opponent random
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from app.clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
-from app.clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
-from app.clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
-from app.clients.rllink_client import RLlinkClient
-from app.clients.trajectory import AgentTrajectory, PlayedAction
+from rllink_clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
+from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
+from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
+from rllink_clients.rllink_client import RLlinkClient
+from rllink_clients.trajectory import AgentTrajectory, PlayedAction
 
-log = logging.getLogger("app.clients")
+log = logging.getLogger("rllink_clients")
 
 DEFAULT_MODULE_ID = "default_policy"  # the one module of a gateway that announces no `policies`
 SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian", "squashed_gaussian")
@@ -473,7 +473,7 @@ def _log_progress(result: SceneResult, modules: Iterable[str]) -> None:
     )
 
 
-# --- `python -m app.clients.multi_agent` -------------------------------------------------
+# --- `python -m rllink_clients.multi_agent` -------------------------------------------------
 
 DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
 GYM_SCENE_ENVS = {
@@ -509,7 +509,7 @@ def parse_target(text: str | None) -> float | dict[str, float] | None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m app.clients.multi_agent", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rllink_clients.multi_agent", description=__doc__.splitlines()[0])
     parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")

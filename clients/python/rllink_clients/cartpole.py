@@ -1,8 +1,8 @@
-"""`python -m app.clients.cartpole`: train CartPole-v1 through a running gateway.
+"""`python -m rllink_clients.cartpole`: train CartPole-v1 through a running gateway.
 
-    python -m app.clients.cartpole --transport tcp --port 5555 --target-return 450
-    python -m app.clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
-    python -m app.clients.cartpole --inference server      # a thin client: the gateway acts
+    python -m rllink_clients.cartpole --transport tcp --port 5555 --target-return 450
+    python -m rllink_clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
+    python -m rllink_clients.cartpole --inference server      # a thin client: the gateway acts
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import json
 import logging
 import sys
 
-from app.clients.gym_client import run
-from app.clients.rllink_client import RLlinkClient
-from app.clients.thin_client import run_thin
+from rllink_clients.gym_client import run
+from rllink_clients.rllink_client import RLlinkClient
+from rllink_clients.thin_client import run_thin
 
 DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m app.clients.cartpole", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rllink_clients.cartpole", description=__doc__.splitlines()[0])
     parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")

@@ -16,10 +16,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from app.clients.gym_client import RunResult, budget_spent, env_action, flat_observation
-from app.clients.rllink_client import RLlinkClient
+from rllink_clients.gym_client import RunResult, budget_spent, env_action, flat_observation
+from rllink_clients.rllink_client import RLlinkClient
 
-log = logging.getLogger("app.clients")
+log = logging.getLogger("rllink_clients")
 
 PROGRESS_EVERY_EPISODES = 20
 

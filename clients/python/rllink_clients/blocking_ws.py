@@ -72,7 +72,7 @@ class BlockingWebSocket:
         self.sock.settimeout(remaining)
         try:
             data = self.sock.recv(1 << 16)
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError("no WebSocket message in time") from None
         if data:
             self.protocol.receive_data(data)

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from app.clients.multi_agent_env import ALL, StepResult, one_hot
+from rllink_clients.multi_agent_env import ALL, StepResult, one_hot
 
 
 class CoordinationGame:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import msgpack
 from websockets.sync.client import ClientConnection, connect
 
-from app.rllink.protocol import Encoding, FrameDecoder, decode_body, encode_frame
+from rllink.framing import Encoding, FrameDecoder, encode_frame, loads_body
 
 Transport = Literal["tcp", "ws"]
 
@@ -89,7 +89,7 @@ class RLlinkClient:
         while not self._pending:
             self._decoder.feed(self._read())
             self._pending.extend(self._decoder.frames())
-        data, _ = decode_body(self._pending.pop(0))
+        data, _ = loads_body(self._pending.pop(0))
         return data
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:

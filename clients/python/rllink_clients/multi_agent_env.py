@@ -45,7 +45,7 @@ class GymnasiumScene:
     back with the reset observation on the next step, sitting that one step out (as
     gymnasium's own next-step autoreset does). A client starts a new trajectory, with an
     episode id of its own, whenever an agent that was done appears again
-    (`app.clients.multi_agent.SceneCollector`), so each sub-episode is its own episode.
+    (`rllink_clients.multi_agent.SceneCollector`), so each sub-episode is its own episode.
     """
 
     def __init__(self, env_ids_by_agent: dict[str, str], seed: int | None = None) -> None:

@@ -22,10 +22,10 @@ import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 
-from app.clients.rllink_client import RLlinkClient
-from app.spaces.action_dists import sample_actions
+from rllink.action_dists import sample_actions
+from rllink_clients.rllink_client import RLlinkClient
 
-log = logging.getLogger("app.clients")
+log = logging.getLogger("rllink_clients")
 
 RLLIB_REFERENCE_INPUT_NAME = "onnx::Gemm_0"  # what RLlib's client feeds when the config names nothing
 _DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_categorical", "box": "gaussian"}
