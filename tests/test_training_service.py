@@ -288,17 +288,17 @@ async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):
 
 async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
     async with running(make_settings(tmp_path)) as service:
-        service.set_config(DEFAULT_MODULE_ID, service.checked_config(DEFAULT_MODULE_ID, "ppo", {"learning_rate": 0.0123, "ent_coef": 0.02}))
+        service.change_config([(DEFAULT_MODULE_ID, "ppo", {"learning_rate": 0.0123, "ent_coef": 0.02})])
         assert service.ppo_config.learning_rate == 0.0123
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
         assert helpers.learner_of(service).optimizer.param_groups[0]["lr"] == 0.0123
         for bad, why in (({"learning_rate": -1}, "greater than 0"), ({"hidden_sizes": [8]}, "hidden_sizes cannot change"),
                          ({"normalize_obs": True}, "normalize_obs cannot change"), ({"no_such_thing": 1}, "unknown PPO")):
             with pytest.raises(ValueError, match=why):
-                service.checked_config(DEFAULT_MODULE_ID, "ppo", bad)
+                service.change_config([(DEFAULT_MODULE_ID, "ppo", {"ent_coef": 0.03}), (DEFAULT_MODULE_ID, "ppo", bad)])
         with pytest.raises(ValueError, match="trains with ppo, not sac"):
-            service.checked_config(DEFAULT_MODULE_ID, "sac", {"tau": 0.01})
-        assert service.ppo_config.learning_rate == 0.0123
+            service.change_config([(DEFAULT_MODULE_ID, "sac", {"tau": 0.01})])
+        assert service.ppo_config.learning_rate == 0.0123 and service.ppo_config.ent_coef == 0.02  # all or none
 
 
 async def test_stop_releases_waiters_and_saves(tmp_path):

@@ -25,8 +25,9 @@ from app.schemas import ARRAY_FIELDS, EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig
 from app.settings.logs import configure_logging
+from app.training.module_configs import ConfigRefused
 from app.training.registry import ClientInfo
-from app.training.service import ConfigRefused, LocalTrainingService
+from app.training.service import LocalTrainingService
 
 log = logging.getLogger("app.cluster")
 

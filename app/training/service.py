@@ -11,8 +11,9 @@ A composition of parts, each with one job:
 Here they are wired together: a training step trains every module that has data in
 the batch, in the learners' thread or process (learner_host.py) so the event loop keeps
 serving; then all modules are published as one new version (one gateway-wide
-weights_seq_no) and logged. The service keeps each module's hyperparameters and SAC's
-owed gradient steps itself, so that it never has to ask the learners.
+weights_seq_no) and logged. The service keeps each module's hyperparameters
+(`ModuleConfigs`, module_configs.py) and SAC's owed gradient steps itself, so that it
+never has to ask the learners.
 
 All methods are called from the asyncio event loop.
 """
@@ -28,7 +29,7 @@ from typing import Any, cast
 
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig, SACConfig, check_hyperparameter_names
+from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import PolicySet
 from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
@@ -36,6 +37,7 @@ from app.training.device import resolve_device
 from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.learner_host import learner_host
 from app.training.metrics import TrainingMetrics
+from app.training.module_configs import ModuleConfigs
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
@@ -46,40 +48,9 @@ __all__ = ["ClientInfo", "LocalTrainingService", "PolicySetState"]
 
 logger = logging.getLogger("app.training")
 
-class WrongAlgorithm(ValueError):
-    """Hyperparameters of another algorithm than the module trains with."""
-
-
-class ConfigRefused(ValueError):
-    """One change of `change_config` refused (nothing changed): the `index` of the change,
-    and whether it names the wrong algorithm (else a value is invalid or fixed)."""
-
-    def __init__(self, index: int, message: str, wrong_algorithm: bool) -> None:
-        super().__init__(message)
-        self.index, self.message, self.wrong_algorithm = index, message, wrong_algorithm
-
-    def __reduce__(self) -> tuple[type[ConfigRefused], tuple[int, str, bool]]:
-        """Pickled whole (a Ray learner returns it to the front-end)."""
-        return ConfigRefused, (self.index, self.message, self.wrong_algorithm)
-
 
 class LearnerUnreachable(RuntimeError):
     """The learner (on Ray: another process) did not answer in time; it may still make the change."""
-
-
-FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
-    "ppo": {
-        "hidden_sizes": "the weights have that shape",
-        "normalize_obs": "the checkpoint holds its statistics, or none",
-        "normalize_reward": "the checkpoint holds its statistics, or none",
-    },
-    "sac": {
-        "hidden_sizes": "the weights have that shape",
-        "buffer_size": "the replay buffer is allocated",
-        "alpha": "with autotune it is learned; set it at start-up",
-        "autotune": "set it at start-up",
-    },
-}
 
 
 class LocalTrainingService:
@@ -92,10 +63,7 @@ class LocalTrainingService:
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.device = resolve_device(settings.device)
         trainable = self.policies.trainable
-        # PolicySet gives every trainable module its PPO hyperparameters, and its SAC ones if it trains with SAC.
-        self._configs: dict[str, PPOConfig | SACConfig] = {
-            m.module_id: cast(SACConfig, m.sac) if m.off_policy else cast(PPOConfig, m.ppo) for m in trainable
-        }
+        self._configs = ModuleConfigs(self.policies)
         off_policy = {m.module_id for m in trainable if m.off_policy}
         self._owed_updates = dict.fromkeys(off_policy, 0.0)  # SAC's gradient steps owed, as its last step left them
         self._learners = learner_host(settings, self.policies)
@@ -326,61 +294,26 @@ class LocalTrainingService:
     @property
     def ppo_config(self) -> PPOConfig:
         """The default module's PPO hyperparameters."""
-        return self.module_ppo_config(self.policies.default_module_id)
+        return self._configs.ppo_of(self.policies.default_module_id)
 
     def module_ppo_config(self, module_id: str) -> PPOConfig:
-        cfg = self._configs[module_id]
-        if isinstance(cfg, PPOConfig):
-            return cfg
-        return cast(PPOConfig, self.policies.modules[module_id].ppo)  # a trainable module has one, SAC's too
+        return self._configs.ppo_of(module_id)
 
     def module_sac_config(self, module_id: str) -> SACConfig | None:
-        """A SAC module's hyperparameters; None for a PPO module."""
-        cfg = self._configs[module_id]
-        return cfg if isinstance(cfg, SACConfig) else None
+        return self._configs.sac_of(module_id)
 
     def algorithm_of(self, module_id: str) -> str:
-        """What a trainable module trains with: "ppo" or "sac"."""
-        return "sac" if isinstance(self._configs[module_id], SACConfig) else "ppo"
-
-    def checked_config(
-        self, module_id: str, algorithm: str, changes: dict[str, Any], base: PPOConfig | SACConfig | None = None
-    ) -> PPOConfig | SACConfig:
-        """A module's hyperparameters of `algorithm` (`base`, default its current ones) with
-        `changes`. Raises ValueError for an unknown or frozen module, another algorithm than
-        the module's, unknown or invalid values, and values fixed while training."""
-        if module_id not in self._configs:
-            raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {', '.join(self._configs)}")
-        if (trains := self.algorithm_of(module_id)) != algorithm:
-            raise WrongAlgorithm(f"{module_id!r} trains with {trains}, not {algorithm}: change its {trains} hyperparameters")
-        model = SACConfig if algorithm == "sac" else PPOConfig
-        current = base or self._configs[module_id]
-        check_hyperparameter_names(changes, model)
-        updated = model.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
-        for name, why in FIXED_WHILE_TRAINING[algorithm].items():
-            if getattr(updated, name) != getattr(current, name):
-                raise ValueError(f"{name} cannot change while training ({why})")
-        return updated
+        return self._configs.algorithm_of(module_id)
 
     def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> None:
-        """Check every change (module_id, algorithm, values), then make them all: a module's
-        later changes build on its earlier ones. Raises ConfigRefused for the first bad
-        one, and then nothing changes."""
-        updated: dict[str, PPOConfig | SACConfig] = {}
-        for index, (module_id, algorithm, values) in enumerate(changes):
-            try:
-                updated[module_id] = self.checked_config(module_id, algorithm, values, updated.get(module_id))
-            except WrongAlgorithm as exc:
-                raise ConfigRefused(index, str(exc), wrong_algorithm=True) from None
-            except ValueError as exc:
-                raise ConfigRefused(index, str(exc), wrong_algorithm=False) from None
-        for module_id, cfg in updated.items():
+        """Check every change (module_id, algorithm, values), then make them all. Raises
+        ConfigRefused for the first bad one, and then nothing changes."""
+        for module_id, cfg in self._configs.checked_all(changes).items():
             self.set_config(module_id, cfg)
 
     def set_config(self, module_id: str, cfg: PPOConfig | SACConfig) -> None:
-        """Use `cfg` (from checked_config) from the module's next training step on."""
-        if cfg != self._configs[module_id]:
-            self._configs[module_id] = cfg
+        """Use `cfg` (checked: ModuleConfigs.checked) from the module's next training step on."""
+        if self._configs.replace(module_id, cfg):
             self._learners.submit("set_config", module_id, cfg).add_done_callback(_log_failure)
             logger.info("%s hyperparameters of %s are now %s", self.algorithm_of(module_id).upper(), module_id, cfg.model_dump())
 
