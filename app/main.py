@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None, service: TrainingService | None
         app.add_middleware(
             CORSMiddleware,
             allow_origins=gateway.settings.cors_origins,
-            allow_methods=["GET", "PATCH"],
+            allow_methods=["GET", "HEAD", "PATCH"],
             allow_headers=["Authorization", "Content-Type", "If-None-Match"],
             expose_headers=["ETag", "X-Weights-Seq-No"],
         )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 
 from app.settings.config import Settings
@@ -32,6 +33,24 @@ class TcpBridge:
         """The port actually bound (useful when configured as 0)."""
         assert self._server is not None, "the bridge is not started"
         return self._server.sockets[0].getsockname()[1]
+
+    def check_address(self) -> None:
+        """Bind the bridge's address as `start` will, and let it go at once: the OSError
+        `start` would raise for the address (the port taken, say), before anything starts.
+        A port of 0 is always free."""
+        host, port = self._settings.tcp_bind_host, self._settings.tcp_port
+        if port == 0:
+            return
+        # As asyncio.start_server binds: every address the host names, each reusable
+        # (a port left in TIME_WAIT is free), IPv6 ones for IPv6 only.
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        ):
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
 
     async def start(self) -> None:
         """Listen; raises OSError if the address is taken or the TLS files cannot be read."""

@@ -14,7 +14,7 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports(include=["app"]):
-    from app.rllink.protocol import FrameRejected, RequestReceived, Session
+    from app.rllink.protocol import FrameRejected, RequestReceived, Session, error_reply
     from app.settings.policies import PolicySet
     from app.spaces.models import BoxSpace, DiscreteSpace
     from rllink.errors import ErrorCode
@@ -37,7 +37,7 @@ def test_one_input(data: bytes) -> None:
         if isinstance(event, FrameRejected):
             if event.error.code is ErrorCode.INTERNAL_ERROR:
                 raise AssertionError(f"internal_error: {event.error.message}")
-            session.reply(event.error.to_message(), event.encoding)
+            session.reply(error_reply(event.error), event.encoding)
             if event.fatal and index != len(events) - 1:
                 raise AssertionError("a fatal event that is not the last")
         elif not isinstance(event, RequestReceived):

@@ -3,6 +3,8 @@ with httpx against a running gateway where real clients use RLlink meanwhile."""
 
 from __future__ import annotations
 
+import socket
+
 import httpx
 import numpy as np
 import onnx
@@ -26,6 +28,8 @@ def train_once(gateway, transport: str = "tcp", steps: int = 10) -> dict:
 def test_health(rest):
     body = rest.get("/api/health").json()
     assert body["status"] == "ok" and body["weights_seq_no"] == 0 and body["uptime_s"] >= 0
+    head = rest.head("/api/health")  # for probes that check with HEAD
+    assert head.status_code == 200 and head.content == b"" and head.headers["content-type"] == "application/json"
 
 
 def test_metrics_follow_training_and_traffic(gateway, http):
@@ -124,7 +128,7 @@ def test_patch_config_null_leaves_a_value_but_turns_target_kl_off(rest):
 def test_a_wrong_method_gets_405_naming_every_allowed_one(rest):
     response = rest.request("OPTIONS", "/api/config")
     assert response.status_code == 405 and response.headers["allow"] == "GET, PATCH"
-    assert rest.delete("/api/model.onnx").headers["allow"] == "GET"
+    assert rest.delete("/api/model.onnx").headers["allow"] == "GET, HEAD"
 
 
 def test_model_download_with_etag_and_304(gateway, http):
@@ -148,6 +152,40 @@ def test_model_download_with_etag_and_304(gateway, http):
     assert logits.shape == (3, 2)
 
 
+def test_head_of_the_model_has_the_headers_of_get_and_no_body(rest):
+    for path in ("/api/model.onnx", "/api/policies/default_policy/model.onnx"):
+        got, head = rest.get(path), rest.head(path)
+        assert head.status_code == 200 and head.content == b"", path
+        for name in ("etag", "x-weights-seq-no", "content-type", "content-disposition", "cache-control"):
+            assert head.headers[name] == got.headers[name], (path, name)
+        assert head.headers["etag"] == '"0"' and int(head.headers["content-length"]) == len(got.content) > 0
+        assert rest.head(path, headers={"If-None-Match": '"0"'}).status_code == 304
+        assert rest.head(path, params={"version": 99}).status_code == 404
+        assert rest.head(path, params={"version": -1}).status_code == 422
+    assert rest.head("/api/policies/nobody/model.onnx").status_code == 404
+
+
+def test_head_of_the_model_from_a_real_server_sends_no_body(gateway, http):
+    """Over a socket: the HEAD answer ends with its headers, the next answer on the
+    connection follows at once (a body, even one the server was not meant to send,
+    would come in between)."""
+    size = len(http.get("/api/model.onnx").content)
+    with socket.create_connection(("127.0.0.1", gateway.http_port), timeout=30) as sock:
+        sock.sendall(
+            b"HEAD /api/model.onnx HTTP/1.1\r\nHost: gateway\r\n\r\n"
+            b"GET /api/health HTTP/1.1\r\nHost: gateway\r\nConnection: close\r\n\r\n"
+        )
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+    head, rest_of_it = received.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    headers = {name.lower(): value for name, _, value in (line.partition(": ") for line in lines[1:])}
+    assert lines[0] == "HTTP/1.1 200 OK", lines
+    assert headers["etag"] == '"0"' and headers["x-weights-seq-no"] == "0" and headers["content-length"] == str(size)
+    assert rest_of_it.startswith(b"HTTP/1.1 200 OK\r\n"), rest_of_it[:200]  # the health check's answer, no model bytes before it
+
+
 def test_rest_needs_the_token_when_auth_is_on(tmp_path):
     with in_process(tmp_path, auth_token="hunter2") as rest:
         denied = rest.get("/api/metrics")
@@ -155,6 +193,8 @@ def test_rest_needs_the_token_when_auth_is_on(tmp_path):
         assert rest.get("/api/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
         assert rest.get("/api/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
         assert rest.get("/api/model.onnx?token=hunter2").status_code == 200
+        assert rest.head("/api/model.onnx").status_code == 401
+        assert rest.head("/api/model.onnx?token=hunter2").status_code == 200
         assert rest.get("/metrics", headers={"Authorization": "Bearer hunter2"}).status_code == 200
         assert rest.get("/metrics").status_code == 401
         assert rest.get("/api/health").status_code == 200  # liveness stays open
@@ -165,8 +205,14 @@ def test_cors_is_explicit(tmp_path):
     with in_process(tmp_path, cors_origins=[origin]) as rest:
         allowed = rest.get("/api/metrics", headers={"Origin": origin})
         other = rest.get("/api/metrics", headers={"Origin": "http://evil.example"})
+        preflight = rest.options(
+            "/api/model.onnx",
+            headers={"Origin": origin, "Access-Control-Request-Method": "HEAD", "Access-Control-Request-Headers": "authorization"},
+        )
     assert allowed.headers["access-control-allow-origin"] == origin
     assert "access-control-allow-origin" not in other.headers
+    # A game page may check the model's version with HEAD before downloading it.
+    assert preflight.status_code == 200 and "HEAD" in preflight.headers["access-control-allow-methods"]
 
 
 def test_openapi_describes_every_route(rest):

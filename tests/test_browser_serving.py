@@ -54,6 +54,13 @@ def test_pages_and_vendor_files_are_served_with_the_types_browsers_require(rest)
         assert response.headers["content-type"].split(";")[0] == media_type, path
 
 
+def test_the_pages_answer_head_with_their_headers_and_no_body(rest):
+    for path in ("/", "/docs"):
+        got, head = rest.get(path), rest.head(path)
+        assert head.status_code == 200 and head.content == b"", path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningGateway]:
     with running_gateway(gateway_settings(Path(tmp_path_factory.mktemp("serving")))) as gateway:

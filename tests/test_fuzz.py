@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.rllink.protocol import FrameRejected, RequestReceived, Session, decode_body
+from app.rllink.protocol import FrameRejected, RequestReceived, Session, decode_body, error_reply
 from app.schemas import Episodes, _fast_indices, fast_floats, num_dist_inputs
 from app.settings.policies import PolicySet
 from app.spaces.models import DiscreteSpace
@@ -61,7 +61,7 @@ def check_events(session: Session, events: list) -> None:
             assert event.error.code is not ErrorCode.INTERNAL_ERROR, event.error.message
             assert event.error.message
             # The ERROR reply encodes, in the client's encoding, and reads back.
-            reply = session.reply(event.error.to_message(), event.encoding)
+            reply = session.reply(error_reply(event.error), event.encoding)
             body, encoding = decode_body(reply[8:])
             assert int(reply[:8]) == len(reply) - 8 and encoding is event.encoding
             assert body["type"] == "ERROR" and body["code"] == event.error.code.value

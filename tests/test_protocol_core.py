@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.rllink.protocol import FrameRejected, ReplyEncoder, RequestReceived, Session, decode_body, encode_message
+from app.rllink.protocol import FrameRejected, ReplyEncoder, RequestReceived, Session, decode_body, encode_message, error_reply
 from app.schemas import EpisodesAndGetState, Ping, Pong, SetState
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
@@ -85,7 +85,7 @@ def test_well_framed_bad_bodies_get_a_non_fatal_error(body, code):
     assert isinstance(event, FrameRejected) and event.error.code is code and not event.fatal
     (after,) = session.receive_data(b'00000016{"type": "PING"}')
     assert isinstance(after, RequestReceived)
-    assert [reply for _, reply in session.send(event)] == [encode_message(event.error.to_message(), event.encoding)]
+    assert [reply for _, reply in session.send(event)] == [encode_message(error_reply(event.error), event.encoding)]
 
 
 def test_episode_aliases_from_docs_and_reference_client_are_accepted():
@@ -164,7 +164,7 @@ def test_episodes_owe_no_reply_but_an_error_for_them_keeps_its_turn():
     refused, ping = session.receive_data(frame({"type": "EPISODES", "episodes": [episode()]}) + PING)
     assert session.send(ping, Pong()) == []
     error = ProtocolError(ErrorCode.INVALID_MESSAGE, "no such episode")
-    released = session.send(refused, error.to_message())  # a failure found while handling it: an ERROR, in its turn
+    released = session.send(refused, error_reply(error))  # a failure found while handling it: an ERROR, in its turn
     assert [json.loads(reply[8:])["type"] for _, reply in released] == ["ERROR", "PONG"]
 
 

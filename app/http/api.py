@@ -29,9 +29,10 @@ from app.http.rest_models import (
 )
 from app.settings.hyperparameters import DEFAULT_MODULE_ID
 from app.settings.policies import Module
-from app.training.onnx_export import PolicyState
 from app.training.interface import TrainingService
-from app.training.service import ConfigRefused, LearnerUnreachable
+from app.training.module_configs import ConfigRefused
+from app.training.onnx_export import PolicyState
+from app.training.service import LearnerUnreachable
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -77,6 +78,13 @@ def health(gateway: Gateway = Depends(get_gateway)) -> Health:
         weights_seq_no=gateway.service.current_state().weights_seq_no,
         uptime_s=time.monotonic() - gateway.traffic.started_at,
     )
+
+
+# HEAD too, for probes and monitors that check with it: the same status and headers, no body.
+health_router.add_api_route(
+    "/health", health, methods=["HEAD"], name="health_head", response_model=Health,
+    summary="Liveness: the status of GET /api/health, no body",
+)
 
 
 @router.get("/metrics", response_model=Metrics, summary="Training progress, learner stats and traffic")
@@ -172,7 +180,10 @@ def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
         400: {"description": "The body could not be read (not UTF-8 text)."},
         404: {"description": "`policies` names a module the gateway does not have."},
         409: {"description": "Hyperparameters of an algorithm that no module, or not that module, trains with."},
-        503: {"description": "On Ray: the learner did not answer in time (it may be restarting); GET /api/config shows whether the change was made."},
+        503: {
+            "description": "On Ray: the learner did not answer in time (it may be restarting); "
+            "GET /api/config shows whether the change was made."
+        },
     },
 )
 def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
@@ -206,19 +217,28 @@ def _refuse(loc: list[str], message: str) -> NoReturn:
     raise HTTPException(status_code=422, detail=[{"loc": loc, "msg": message, "type": "value_error"}])
 
 
+MODEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"content": {ONNX_MEDIA_TYPE: {}}, "description": "The ONNX model."},
+    304: {"description": "The client's copy (If-None-Match) is current."},
+    404: {"description": "That version is not kept."},
+}
+# HEAD: what GET would answer, headers only (ETag, X-Weights-Seq-No, Content-Length),
+# so that a client can see whether its copy is current, and how large the file is. The
+# same endpoint answers it: the server sends no body to a HEAD request (HTTP's rule,
+# which uvicorn keeps), the Content-Length stays the file's.
+HEAD_DESCRIPTION = "As GET, with the same headers (`ETag`, `X-Weights-Seq-No`, `Content-Length`) and no body."
+HEAD_RESPONSES = {**MODEL_RESPONSES, 200: {**MODEL_RESPONSES[200], "description": "The ONNX model's headers, no body."}}
+
+
 @router.get(
     "/model.onnx",
     response_class=Response,
     summary="The policy as a plain ONNX file",
     description=(
         "The current policy, or the kept version given by `?version=`. `ETag` is the weights version; "
-        "send it back in `If-None-Match` to get 304 when nothing changed."
+        "send it back in `If-None-Match` to get 304 when nothing changed. HEAD answers the same headers, no body."
     ),
-    responses={
-        200: {"content": {ONNX_MEDIA_TYPE: {}}, "description": "The ONNX model."},
-        304: {"description": "The client's copy (If-None-Match) is current."},
-        404: {"description": "That version is not kept."},
-    },
+    responses=MODEL_RESPONSES,
 )
 def model_onnx(
     version: int | None = Query(None, ge=0, description="A kept older version; default the current one."),
@@ -226,6 +246,12 @@ def model_onnx(
     gateway: Gateway = Depends(get_gateway),
 ) -> Response:
     return onnx_response(gateway, gateway.policies.default_module_id, version, if_none_match)
+
+
+router.add_api_route(
+    "/model.onnx", model_onnx, methods=["HEAD"], name="model_onnx_head", response_class=Response,
+    summary="The policy's ONNX file: its headers only", description=HEAD_DESCRIPTION, responses=HEAD_RESPONSES,
+)
 
 
 def onnx_response(gateway: Gateway, module_id: str, version: int | None, if_none_match: str | None) -> Response:
@@ -270,16 +296,15 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
     return listed
 
 
+MODULE_MODEL_RESPONSES = {**MODEL_RESPONSES, 404: {"description": "No such module, or that version is not kept."}}
+
+
 @router.get(
     "/policies/{module_id}/model.onnx",
     response_class=Response,
     summary="One module's policy as a plain ONNX file",
     description="As `/api/model.onnx`, for any module (a self-play opponent's is the snapshot it plays now).",
-    responses={
-        200: {"content": {ONNX_MEDIA_TYPE: {}}, "description": "The ONNX model."},
-        304: {"description": "The client's copy (If-None-Match) is current."},
-        404: {"description": "No such module, or that version is not kept."},
-    },
+    responses=MODULE_MODEL_RESPONSES,
 )
 def module_model_onnx(
     module_id: str,
@@ -291,6 +316,13 @@ def module_model_onnx(
         modules = ", ".join(gateway.policies.modules)
         raise HTTPException(status_code=404, detail=f"no module {module_id!r}; modules: {modules}")
     return onnx_response(gateway, module_id, version, if_none_match)
+
+
+router.add_api_route(
+    "/policies/{module_id}/model.onnx", module_model_onnx, methods=["HEAD"], name="module_model_onnx_head",
+    response_class=Response, summary="One module's ONNX file: its headers only", description=HEAD_DESCRIPTION,
+    responses={**HEAD_RESPONSES, 404: MODULE_MODEL_RESPONSES[404]},
+)
 
 
 async def method_not_allowed(request: Request, exc: Exception) -> Response:

@@ -108,11 +108,12 @@ def warn_if_vendor_missing() -> None:
 def mount_web(app: FastAPI) -> None:
     """Add the dashboard, the static and vendor files, and /docs to the app."""
 
-    @app.get("/", include_in_schema=False)
+    # HEAD too, as the static files answer it: a load balancer's or a script's check that the page is there.
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": STATIC_CACHE})
 
-    @app.get("/docs", include_in_schema=False)
+    @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     async def docs() -> HTMLResponse:
         return get_swagger_ui_html(
             openapi_url=app.openapi_url,

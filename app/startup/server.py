@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import uvicorn
 
-from app.gateway import StartupError
+from app.gateway import Gateway, PortsInUse, StartupError
 from app.main import create_app
 from app.settings.config import Settings
 
@@ -34,22 +34,68 @@ def uvicorn_options(settings: Settings) -> dict:
     return options
 
 
+HTTP_BACKLOG = 2048  # uvicorn's own backlog
+EVERY_INTERFACE = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}  # such a host -> the loopback address shown for it
+
+
 def bind_http(settings: Settings) -> socket.socket:
-    """The listening socket for HTTP and WebSocket, or a StartupError saying what to change."""
+    """The listening socket for HTTP and WebSocket, or a StartupError saying what to change
+    (`PortsInUse` when the port is taken).
+
+    It listens from now on, so the port is the gateway's while the rest starts: a
+    connection made meanwhile waits in the backlog until uvicorn serves it, none is
+    refused."""
+    where = f"{settings.host}:{settings.http_port}"
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     try:
-        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise StartupError(f"cannot listen for HTTP on {where}: {exc.strerror or exc}; check --host and --http-port") from None
+    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((settings.host, settings.http_port))
+        sock.listen(HTTP_BACKLOG)  # not just bound: a port only bound is still another program's to listen on first
     except OSError as exc:
-        where = f"{settings.host}:{settings.http_port}"
+        sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise StartupError(
-                f"HTTP port {where} is already in use: stop the program using it, or choose another port "
-                "with --http-port (0 picks a free one)"
-            ) from None
+            raise PortsInUse(("HTTP", where)) from None
         raise StartupError(f"cannot listen for HTTP on {where}: {exc.strerror or exc}; check --host and --http-port") from None
     sock.set_inheritable(True)
+    return sock
+
+
+def take_ports(settings: Settings, gateway: Gateway) -> socket.socket:
+    """Before anything starts: the HTTP socket (listening), and the TCP bridge's port
+    tried (`Gateway.start` binds it). Every port in use is named in one `PortsInUse`,
+    so that one try tells a person all there is to change; one port given to both is
+    refused as such (the second would find the first "in use")."""
+    shared = settings.http_port == settings.tcp_port != 0 and (
+        settings.host == settings.tcp_bind_host or {settings.host, settings.tcp_bind_host} & set(EVERY_INTERFACE)
+    )
+    if gateway.tcp_bridge is not None and shared:
+        raise StartupError(
+            f"HTTP and TCP cannot both listen on port {settings.http_port}: choose another port for one "
+            "with --http-port or --tcp-port (0 picks a free one)"
+        )
+    in_use: list[PortsInUse] = []
+    sock = None
+    try:
+        sock = bind_http(settings)
+    except PortsInUse as exc:
+        in_use.append(exc)
+    try:
+        gateway.check_tcp_port()
+    except PortsInUse as exc:
+        in_use.append(exc)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
+    if in_use:
+        if sock is not None:
+            sock.close()
+        raise PortsInUse.joined(in_use)
+    assert sock is not None
     return sock
 
 
@@ -57,12 +103,12 @@ GC_GEN0_THRESHOLD = 50_000  # allocations between young collections (CPython's d
 
 
 async def serve(settings: Settings) -> None:
-    """Bind HTTP, start the gateway (restore, workers, TCP), then serve until stopped."""
+    """Take the ports, start the gateway (restore, workers, TCP), then serve until stopped."""
     loop = type(asyncio.get_running_loop())
     log.info("event loop: %s.%s", loop.__module__, loop.__qualname__)
     app = create_app(settings)
     gateway = app.state.gateway
-    sock = bind_http(settings)
+    sock = take_ports(settings, gateway)
     try:
         await gateway.start()
         # The ~200k objects the imports made (torch's mostly) live as long as the process:
@@ -77,10 +123,59 @@ async def serve(settings: Settings) -> None:
         # own objects seldom form cycles.
         gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
         config = uvicorn.Config(app, log_level=settings.log_level.lower(), lifespan="on", **uvicorn_options(settings))
-        await uvicorn.Server(config).serve(sockets=[sock])
+        tcp_port = gateway.tcp_bridge.port if gateway.tcp_bridge is not None else None
+        addresses = where_to_connect(settings, sock.getsockname()[1], tcp_port)
+        await _Server(config, on_started=lambda: log_addresses(addresses)).serve(sockets=[sock])
     finally:
         await gateway.stop()
         sock.close()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling `on_started` once it serves (uvicorn logs no address
+    for sockets it was handed)."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and not self.should_exit:
+            self._on_started()
+
+
+def _host_port(host: str, port: int) -> str:
+    """host:port as a URL names it (IPv6 in brackets), a host of every interface as this machine's loopback."""
+    host = EVERY_INTERFACE.get(host, host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def where_to_connect(settings: Settings, http_port: int, tcp_port: int | None) -> list[tuple[str, str]]:
+    """(what, address) for every way in, at the ports actually bound (`tcp_port` None: the
+    bridge is off). A host of every interface is shown by this machine's loopback
+    address, and a last line says that it listens on every interface."""
+    http, ws = ("https", "wss") if settings.tls_enabled else ("http", "ws")
+    web = _host_port(settings.host, http_port)
+    lines = [
+        ("dashboard", f"{http}://{web}/"),
+        ("API docs", f"{http}://{web}/docs"),
+        ("WebSocket", f"{ws}://{web}/rllink"),
+        ("TCP", "off (--no-tcp-enabled)" if tcp_port is None
+         else _host_port(settings.tcp_bind_host, tcp_port) + (" (TLS)" if settings.tls_enabled else "")),
+    ]
+    listening = [("HTTP", settings.host)] + ([("TCP", settings.tcp_bind_host)] if tcp_port is not None else [])
+    if everywhere := [f"{what} on {host or 'every address'}" for what, host in listening if host in EVERY_INTERFACE]:
+        lines.append(("", f"(listening on every interface: {', '.join(everywhere)}; "
+                          "from another machine, use this machine's name or address)"))
+    return lines
+
+
+def log_addresses(addresses: list[tuple[str, str]]) -> None:
+    """The block of addresses, once the gateway serves."""
+    log.info("the gateway is serving:")
+    for what, address in addresses:
+        log.info("  %-10s %s", what, address)
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from app.application.dispatch import Application, Reply
-from app.rllink.protocol import Event, FrameRejected, RequestReceived, carries_episodes, encode_message
+from app.rllink.protocol import Event, FrameRejected, RequestReceived, carries_episodes, encode_message, error_reply
 from app.schemas import Episodes, EpisodesAndGetState, Error
 from app.telemetry.traffic import TrafficStats
 from app.transport.decode_workers import DecodeWorkers
@@ -212,11 +212,11 @@ class Connection(Generic[Tag]):
                 error.details = {"episode_id": episode_id}
             log.info("%s: %s refused: %s: %s", self.name, event.request.type, error.code.value, error.message)
             self._traffic.errors[error.code.value] += 1
-            return error.to_message()
+            return error_reply(error)
         except Exception:
             log.exception("%s: failed to handle %s", self.name, event.request.type)
             self._traffic.errors[ErrorCode.INTERNAL_ERROR.value] += 1
-            return ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}").to_message()
+            return error_reply(ProtocolError(ErrorCode.INTERNAL_ERROR, f"the gateway failed to handle {event.request.type}"))
 
 
 async def refuse(
@@ -225,7 +225,7 @@ async def refuse(
     """Answer a connection refused before it had a session with its ERROR, then close it."""
     traffic.errors[error.code.value] += 1
     try:
-        await send(encode_message(error.to_message()))
+        await send(encode_message(error_reply(error)))
     finally:
         await close()
 

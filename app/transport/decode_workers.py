@@ -35,7 +35,7 @@ import socket
 import struct
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -132,8 +132,12 @@ class DecodeWorkers:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
         try:
+            # A session of its own: Ctrl+C in a terminal interrupts the gateway's process
+            # group, and the gateway stops its workers itself (end of input), in order; a
+            # worker interrupted too would print a KeyboardInterrupt traceback and be replaced.
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "app.transport.decode_workers", *self._keys, stdin=its, stdout=its, env=_WORKER_ENV
+                sys.executable, "-m", "app.transport.decode_workers", *self._keys,
+                stdin=its, stdout=its, env=_WORKER_ENV, start_new_session=True,
             )
         except OSError as exc:
             ours.close()
@@ -290,10 +294,19 @@ class _Worker:
         await self._on_exit(self)
 
     async def stop(self) -> None:
-        """Close its input (it exits at end of input), kill it if it does not."""
+        """End its input (it exits at end of input), kill it if it does not.
+
+        Only our sending half is shut: a worker still starting up can still say it is
+        ready (and one decoding, send its results) before it reads the end and exits.
+        Closing the whole socket would make those writes fail in the worker: a
+        BrokenPipeError there, while the gateway gives up starting, say.
+        """
         self.alive = self.ready = False
         if self._process.returncode is None:
-            self._writer.close()
+            if self._writer.can_write_eof() and not self._writer.transport.is_closing():
+                self._writer.write_eof()
+            else:
+                self._writer.close()
             try:
                 await asyncio.wait_for(self._process.wait(), _STOP_TIMEOUT_S)
             except TimeoutError:
@@ -324,9 +337,21 @@ def _dumps(result: dict[str, Any] | None) -> bytes:
 
 
 def main(keys: frozenset[str]) -> None:
-    """The worker: decode each body from stdin, write each result to stdout."""
+    """The worker: decode each body from stdin, write each result to stdout, until the
+    end of stdin. The gateway may go first (it stopped, or was killed): then the worker
+    ends without a word, as it would at the end of its input."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print must not corrupt the results
+    try:
+        _serve(keys, stdin, stdout)
+    except (BrokenPipeError, ConnectionResetError):
+        # The gateway's end is gone. Python would flush stdout again on the way out and
+        # print that error once more: stdout becomes /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        sys.exit(0)
+
+
+def _serve(keys: frozenset[str], stdin: BinaryIO, stdout: BinaryIO) -> None:
     stdout.write(_LENGTH.pack(0))  # ready: imported, bodies may come
     stdout.flush()
     while len(header := stdin.read(_LENGTH.size)) == _LENGTH.size:
