@@ -15,7 +15,8 @@ from pydantic import ValidationError
 from app.gateway import StartupError
 from app.settings.config import Settings
 from app.settings.logs import configure_logging
-from app.startup.cli import ConfigFileError, parse_command_line
+from app.startup import export
+from app.startup.cli import ConfigFileError, cli_prog_name, parse_command_line
 from app.startup.server import event_loop_factory, serve
 
 log = logging.getLogger("app")
@@ -24,6 +25,8 @@ EXIT_STARTUP_ERROR = 2
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["export"]:  # a run's model as a file, no server (app/startup/export.py)
+        sys.exit(export.main(sys.argv[2:], cli_prog_name()))
     try:
         settings = parse_command_line()
     except ConfigFileError as exc:

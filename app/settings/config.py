@@ -134,6 +134,14 @@ class Settings(BaseSettings):
         description="Write TensorBoard event files here (per module: returns, lengths, losses, entropy, KL; "
         "env steps/s); with --run-id: <runs-dir>/<run-id>/tensorboard unless set; unset: none written.",
     )
+    models_dir: Path | None = Field(
+        None,
+        description="Each module's published models as .onnx files, <models-dir>/<module_id>/latest.onnx and "
+        "v<weights_seq_no>.onnx (what a game ships); unset: beside checkpoint_dir (with --run-id: <runs-dir>/<run-id>/models).",
+    )
+    models_kept: int = Field(
+        10, ge=0, le=100_000, description="Versions of each module kept as v<weights_seq_no>.onnx beside latest.onnx (0: latest only)."
+    )
     config: Path | None = Field(
         None, description="A YAML file of settings (the names of this list); flags and RLLINK_ variables override it."
     )
@@ -220,11 +228,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _run_directory(self) -> Settings:
-        """With a run id, the checkpoints and event files go in the run's folder unless set."""
+        """With a run id, the checkpoints and event files go in the run's folder unless set;
+        the models go beside the checkpoints unless set."""
         if self.run_id is not None and "checkpoint_dir" not in self.model_fields_set:
             self.checkpoint_dir = self.runs_dir / self.run_id / "checkpoints"
         if self.run_id is not None and "tensorboard_dir" not in self.model_fields_set:
             self.tensorboard_dir = self.runs_dir / self.run_id / "tensorboard"
+        if self.models_dir is None:
+            self.models_dir = self.checkpoint_dir.parent / "models"
         return self
 
     @property

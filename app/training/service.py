@@ -20,11 +20,13 @@ All methods are called from the asyncio event loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, cast
 
 from app.schemas import EpisodeChunk
@@ -37,6 +39,7 @@ from app.training.device import resolve_device
 from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.learner_host import learner_host
 from app.training.metrics import TrainingMetrics
+from app.training.model_files import ModelFiles
 from app.training.module_configs import ModuleConfigs
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
@@ -79,6 +82,8 @@ class LocalTrainingService:
         self._step_listeners: list[Callable[[], None]] = []
         self._registry = ClientRegistry()
         self._store = PolicyStore()
+        self._model_files = ModelFiles(cast(Path, settings.models_dir), settings.models_kept)  # set by Settings
+        self._model_writes: set[asyncio.Future[None]] = set()  # referenced until done
         self._scheduler = BatchScheduler(
             registry=self._registry,
             metrics=self.metrics,
@@ -136,10 +141,12 @@ class LocalTrainingService:
         for module_id in self.leagues:
             await self._restore_league(module_id, restored=module_id in restored)
         self._publish(max(restored.values(), default=0))
+        self._write_model_files()
 
     async def stop(self) -> None:
         """Let a running training step finish, drop what is pending, save every checkpoint."""
         await self._scheduler.stop()
+        await asyncio.gather(*self._model_writes)
         await self._learners.call("save_all")
         await self._save_leagues()
         await self._learners.stop()
@@ -188,6 +195,12 @@ class LocalTrainingService:
                 states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
         self._store.publish(PolicySetState(weights_seq_no, states, self.policies.default_module_id))
         self.metrics.weights_seq_no = weights_seq_no
+
+    def _write_model_files(self) -> None:
+        """The version just published as .onnx files, on the learner thread, in order with its
+        calls; nobody waits for it (the waiters of the version are released meanwhile)."""
+        self._model_writes.add(task := asyncio.ensure_future(self._learners.run(self._model_files.write, self._store.current)))
+        task.add_done_callback(self._model_writes.discard)
 
     # -- Clients ------------------------------------------------------------------
 
@@ -360,6 +373,7 @@ class LocalTrainingService:
                 " ".join(f"{name} {value:.4g}" for name, value in stats.items()),
             )
         await self._save_leagues()  # a new snapshot, and the ratings so far (after clients heard of the version)
+        self._write_model_files()
 
 
 def _log_failure(call: Future[None]) -> None:
