@@ -468,8 +468,23 @@ class Ping(_Message):
     )
 
 
+class DeclaredSpaces(BaseModel):
+    """One module's spaces as the game declares them in `GET_CONFIG`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    observation_space: ObservationSpace | None = None
+    action_space: Space | None = None
+
+
 class GetConfig(_Message):
+    """May carry the game's own spaces (RLLINK.md, "Spaces the game declares"): the default
+    module's, or `policies` by module id; the gateway checks them against its modules."""
+
     type: Literal["GET_CONFIG"] = "GET_CONFIG"
+    observation_space: ObservationSpace | None = None
+    action_space: Space | None = None
+    policies: dict[str, DeclaredSpaces] | None = None
 
 
 class GetState(_Message):

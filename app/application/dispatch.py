@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from app.application.admission import admission_error, token_matches
+from app.application.declared_spaces import declared_mismatch
 from app.rllink.protocol import ReplyEncoder, Session
 from app.schemas import (
     Action,
@@ -96,6 +97,8 @@ class Application:
             case Ping():
                 return Pong()
             case GetConfig():
+                if (mismatch := declared_mismatch(request, self._policies)) is not None:
+                    raise mismatch
                 training.start_sampling(client)
                 return self.set_config()
             case GetState():

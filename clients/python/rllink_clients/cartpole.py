@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 
-from rllink_clients.gym_client import run
+from rllink_clients.gym_client import ConfigRefused, RunResult, run
 from rllink_clients.rllink_client import RLlinkClient
 from rllink_clients.thin_client import run_thin
 
@@ -42,16 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     port = args.port or DEFAULT_PORTS[args.transport]
     with RLlinkClient(args.transport, args.host, port) as client:
-        if args.inference == "server":
-            result = run_thin(
-                client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
-                max_seconds=args.max_seconds, seed=args.seed,
-            )
-        else:
-            result = run(
-                client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
-                max_seconds=args.max_seconds, seed=args.seed, plain=args.plain,
-            )
+        try:
+            result = _train(client, args)
+        except ConfigRefused as exc:
+            print(f"cannot train {args.env} through this gateway: {exc}", file=sys.stderr)
+            return 2
     summary = {
         "reached_target": result.reached_target, "env_steps": result.env_steps, "episodes": result.episodes,
         "seconds": round(result.seconds, 2), "mean_return_last_20": round(result.mean_return, 1),
@@ -59,6 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary))
     return 0 if result.reached_target or args.target_return is None else 1
+
+
+def _train(client: RLlinkClient, args: argparse.Namespace) -> RunResult:
+    if args.inference == "server":
+        return run_thin(
+            client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
+            max_seconds=args.max_seconds, seed=args.seed,
+        )
+    return run(
+        client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
+        max_seconds=args.max_seconds, seed=args.seed, plain=args.plain,
+    )
 
 
 if __name__ == "__main__":

@@ -145,6 +145,37 @@ def env_action(action: Any, space: dict) -> Any:
     return action
 
 
+def declared_spaces(env: gym.Env) -> dict[str, Any]:
+    """The env's spaces as GET_CONFIG may declare them (RLLINK.md, "Spaces the game
+    declares"), so a gateway set up for another env says so at once: a vector observation's
+    shape, and a Discrete's n, a MultiDiscrete's nvec or a vector action's shape. Bounds and
+    other kinds of space are left out (not checked)."""
+    declared: dict[str, Any] = {}
+    observations, actions = env.observation_space, env.action_space
+    if isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1:
+        declared["observation_space"] = {"type": "box", "shape": list(observations.shape)}
+    if isinstance(actions, gym.spaces.Discrete):
+        declared["action_space"] = {"type": "discrete", "n": int(actions.n)}
+    elif isinstance(actions, gym.spaces.MultiDiscrete):
+        declared["action_space"] = {"type": "multi_discrete", "nvec": [int(n) for n in actions.nvec]}
+    elif isinstance(actions, gym.spaces.Box) and len(actions.shape) == 1:
+        declared["action_space"] = {"type": "box", "shape": list(actions.shape)}
+    return declared
+
+
+class ConfigRefused(RuntimeError):
+    """The gateway answered GET_CONFIG with an ERROR (the env's spaces do not fit its module)."""
+
+
+def get_config(client: RLlinkClient, env: gym.Env, plain: bool = False) -> dict[str, Any]:
+    """SET_CONFIG, having declared the env's spaces (unless `plain`: as RLlib's client, nothing);
+    ConfigRefused with the gateway's words if they do not fit its module."""
+    config = client.request({"type": "GET_CONFIG", **({} if plain else declared_spaces(env))})
+    if config.get("type") != "SET_CONFIG":
+        raise ConfigRefused(str(config.get("message", config)))
+    return config
+
+
 def run(
     client: RLlinkClient,
     env_id: str = "CartPole-v1",
@@ -160,7 +191,8 @@ def run(
     limit, or `stop` is set (checked after each SET_STATE)."""
     result, started = RunResult(), time.monotonic()
     rng = np.random.default_rng(seed)
-    config = client.request({"type": "GET_CONFIG"})
+    env = gym.make(env_id)
+    config = get_config(client, env, plain)
     steps_per_sample = int(config["env_steps_per_sample"])
     input_name = config.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME)
     action_space = config.get("action_space", {"type": "discrete"})
@@ -170,7 +202,6 @@ def run(
     policy_of = lambda state: OnnxPolicy(state, input_name, action_space, rng, distribution, mask_input)  # noqa: E731
     policy = policy_of(client.request({"type": "GET_STATE"}))
 
-    env = gym.make(env_id)
     obs, info = env.reset(seed=seed)
     episode_id, episode_return = uuid.uuid4().hex, 0.0
     while True:

@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rllink_clients.gym_client import RunResult, budget_spent, env_action, flat_observation
+from rllink_clients.gym_client import RunResult, budget_spent, env_action, flat_observation, get_config
 from rllink_clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("rllink_clients")
@@ -46,10 +46,10 @@ def run_thin(
     """Play episodes with the gateway's actions until the target mean return (last 20
     episodes), a limit, or `stop` (checked after each episode)."""
     result, started = RunResult(), time.monotonic()
-    config = client.request({"type": "GET_CONFIG"})
+    env = gym.make(env_id)
+    config = get_config(client, env)
     action_space = config.get("action_space", {"type": "discrete"})
     masked = config.get("onnx_action_mask_input_name") is not None  # the env's info["action_mask"] goes along
-    env = gym.make(env_id)
     obs, info = env.reset(seed=seed)
     while True:
         client.send({"type": "START_EPISODE", "training_enabled": training_enabled})

@@ -1,0 +1,63 @@
+"""The spaces a game declares in `GET_CONFIG`, checked against the gateway's modules.
+
+What the game states must be true of the module: every field it gives (type, shape,
+bounds, dtype, n, nvec; a dict's keys) equals the module's; a field it leaves out is not
+checked. A mismatch is refused with `invalid_message` naming both spaces, before the
+client has sent a step, instead of surfacing at its first chunk.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from app.schemas import DeclaredSpaces, GetConfig
+from app.settings.policies import Module, PolicySet
+from rllink.errors import ErrorCode, ProtocolError
+
+
+def declared_mismatch(request: GetConfig, policies: PolicySet) -> ProtocolError | None:
+    """Why the spaces `request` declares do not fit the modules, or None."""
+    declared: dict[str, DeclaredSpaces] = dict(request.policies or {})
+    if request.observation_space is not None or request.action_space is not None:
+        declared.setdefault(
+            policies.default_module_id,
+            DeclaredSpaces(observation_space=request.observation_space, action_space=request.action_space),
+        )
+    for module_id, spaces in declared.items():
+        module = policies.modules.get(module_id)
+        if module is None:
+            return ProtocolError(
+                ErrorCode.INVALID_MESSAGE,
+                f"GET_CONFIG declares spaces for module {module_id!r}, which the gateway does not have; "
+                f"its modules: {', '.join(policies.modules)}",
+            )
+        for what, said, ours in (
+            ("observation_space", spaces.observation_space, module.observation_space),
+            ("action_space", spaces.action_space, module.action_space),
+        ):
+            if said is not None and _contradicts(said.model_dump(mode="json", exclude_unset=True), ours.model_dump(mode="json")):
+                return _refusal(module, what, said, ours)
+    return None
+
+
+def _contradicts(said: Any, ours: Any, key: str | None = None) -> bool:
+    """Whether a field the game gave differs from the module's (a dict space's keys must all match)."""
+    if isinstance(said, dict):
+        if not isinstance(ours, dict) or (key == "spaces" and said.keys() != ours.keys()):
+            return True
+        return any(name not in ours or _contradicts(value, ours[name], name) for name, value in said.items())
+    return bool(said != ours)
+
+
+def _refusal(module: Module, what: str, said: BaseModel, ours: BaseModel) -> ProtocolError:
+    game = json.dumps(said.model_dump(mode="json", exclude_unset=True))
+    gateway = json.dumps(ours.model_dump(mode="json", exclude_none=True))
+    return ProtocolError(
+        ErrorCode.INVALID_MESSAGE,
+        f"the game declares {what} {game} for module {module.module_id!r}, but the gateway's is {gateway}: "
+        f"start the gateway with the game's spaces (--{what.replace('_', '-')}, or policies) or change the game",
+        details={"module_id": module.module_id, "declared": json.loads(game), "gateway": json.loads(gateway)},
+    )
