@@ -49,7 +49,7 @@
  *   with it (sending nothing), or a `flush()` already under way does. `flush()` resolves
  *   once the gateway has handled everything sent before it.
  *
- * A Unity WebGL build reaches this module through clients/csharp/unity/Plugins/WebGL/
+ * A Unity WebGL build reaches this module through clients/unity/Runtime/Plugins/WebGL/
  * RLlink.jslib (C#: RLlinkWebGL.cs), which imports it, keeps the clients, and hands C#
  * tickets to poll for each request's result.
  */

@@ -1,4 +1,4 @@
-"""The Unity WebGL bridge (clients/csharp/unity/Plugins/WebGL/RLlink.jslib) in a real browser
+"""The Unity WebGL bridge (clients/unity/Runtime/Plugins/WebGL/RLlink.jslib) in a real browser
 against a real gateway, called the way a Unity WebGL build calls it.
 
 No Unity here: a harness page stands in for what Emscripten and IL2CPP provide. It
@@ -44,7 +44,7 @@ from .helpers import gateway_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
 
-JSLIB = Path(__file__).resolve().parents[1] / "clients" / "csharp" / "unity" / "Plugins" / "WebGL" / "RLlink.jslib"
+JSLIB = Path(__file__).resolve().parents[1] / "clients" / "unity" / "Runtime" / "Plugins" / "WebGL" / "RLlink.jslib"
 TOKEN = "webgl-bridge-token"
 
 HARNESS_HTML = """<!doctype html>

@@ -1,5 +1,6 @@
-"""The C# kit (clients/csharp/) in its real runtime: built with mono's mcs, the CartPole
-example trains against a real gateway over TCP.
+"""The C# kit in its real runtime: the Unity package clients/unity/ (its sources, one copy)
+built with mono's mcs by clients/csharp/build.sh, the console CartPole example trains
+against a real gateway over TCP.
 
 - Thin mode (the gateway acts), local inference (the kit's MlpPolicyRuntime runs each
   SET_STATE model in C#), and a batched GET_ACTION for several carts each reach a mean
@@ -17,6 +18,17 @@ example trains against a real gateway over TCP.
   kit sampled under).
 - MlpPolicyRuntime computes what onnxruntime computes on the gateway's models (a masked
   MultiDiscrete one too), and refuses an image policy's Conv, pointing to Sentis or thin mode.
+- A model bundled with a game, with no gateway: the gateway's GET /api/model.onnx written
+  to a file, loaded by MlpPolicyRuntime.FromFile (names and shape from the model itself)
+  and played by OnnxPolicy, gives onnxruntime's outputs and their most likely actions.
+- The Unity package: package.json, the two asmdefs (the Sentis versionDefines), a .meta
+  file for every asset (a Git-installed package needs them), no stand-in inside it;
+  Runtime, Editor and the CartPole sample compile as Unity's assemblies against the
+  stand-ins in clients/csharp/stubs/ (SentisPolicyRuntime with RLLINK_SENTIS, under both
+  of Sentis' namespaces). The sample's agent, an RLlinkAgent stepped by hand as Unity's
+  player loop steps it, trains CartPole in thin and local mode, then plays the gateway's
+  export with no gateway; the inspector's settings checks and its Test connection answer
+  as they should. Unity itself never runs here.
 
 Skipped when mono's `mcs` or `mono` is missing (Debian: apt-get install -y mono-mcs mono-runtime).
 """
@@ -41,7 +53,14 @@ from app.training.policy import ActorCritic
 from .helpers import RunningGateway, TcpProxy, gateway_settings, running_gateway
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
+PACKAGE = KIT.parent / "unity"
 BUILD = KIT / "build"
+UNITY_BUILD = BUILD / "unity"
+BUILT = [
+    "RLlink.dll", "CartPole.exe", "OnnxRun.exe", "PlayOnnx.exe",
+    "unity/RLlink.Runtime.dll", "unity/RLlink.Runtime.Sentis.check.dll", "unity/RLlink.Runtime.InferenceEngine.check.dll",
+    "unity/RLlink.Editor.dll", "unity/CartPoleSample.dll", "unity/AgentLoop.exe",
+]
 MISSING = [tool for tool in ("mcs", "mono") if shutil.which(tool) is None]
 
 pytestmark = pytest.mark.skipif(
@@ -58,7 +77,7 @@ def kit() -> Path:
     """build.sh, once per module; the path of CartPole.exe."""
     result = subprocess.run(["bash", str(KIT / "build.sh")], capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, f"build.sh failed:\n{result.stdout}\n{result.stderr}"
-    for name in ("RLlink.dll", "CartPole.exe", "OnnxRun.exe", "RLlinkUnity.check.dll"):
+    for name in BUILT:
         assert (BUILD / name).is_file(), name
     return BUILD / "CartPole.exe"
 
@@ -327,3 +346,192 @@ def test_mlp_policy_runtime_refuses_an_image_policy_pointing_to_sentis_or_thin_m
     result = onnx_run(path, [3, 10, 10], [json.dumps([0.0] * 300)])
     assert result.returncode == 3, result
     assert "has a Conv node" in result.stderr and "Sentis" in result.stderr and "thin mode" in result.stderr, result.stderr
+
+
+# -- A model bundled with the game: no gateway ---------------------------------------------
+
+
+def play_onnx(model: Path, lines: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["mono", str(BUILD / "PlayOnnx.exe"), str(model)],
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("gateway", ["cartpole", "masked-pick"])
+def test_the_gateways_exported_model_plays_from_a_file_as_onnxruntime_computes_it(kit, tmp_path, gateway):
+    # The gateway's plain ONNX file, as a game would bundle it; the C# side is given the
+    # file's path only: input names, observation shape and action space come from the model.
+    spaces = {} if gateway == "cartpole" else CHOICE_GATEWAYS["masked-pick"]
+    with running_gateway(gateway_settings(tmp_path, **spaces)) as running:
+        model = httpx.get(f"{running.base_url}/api/model.onnx", timeout=30).raise_for_status().content
+    path = tmp_path / "policy.onnx"
+    path.write_bytes(model)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    obs_size = 4 if gateway == "cartpole" else 12
+    rng = np.random.default_rng(7)
+    observations = rng.uniform(-3, 3, (32, obs_size)).astype(np.float32)
+    inputs = {"obs": observations}
+    if gateway == "cartpole":
+        lines = [json.dumps(o.tolist()) for o in observations]
+    else:
+        masks = (rng.random((32, 6)) < 0.5).astype(np.float32)
+        masks[np.arange(32), rng.integers(0, 6, 32)] = 1  # at least one allowed
+        masks[:4] = 1
+        inputs["action_mask"] = masks
+        lines = [json.dumps({"obs": o.tolist(), "action_mask": m.tolist()}) for o, m in zip(observations, masks)]
+
+    result = play_onnx(path, lines)
+    assert result.returncode == 0, result.stderr
+    header, *rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert header["input_name"] == "obs" and header["observation_shape"] == [obs_size]
+    assert header["action_mask_input_name"] == (None if gateway == "cartpole" else "action_mask")
+    assert header["action_space"] == ("Discrete(2)" if gateway == "cartpole" else "Discrete(6)")
+    outputs = np.array([row["outputs"] for row in rows], dtype=np.float32)
+    expected = session.run(None, inputs)[0]
+    assert outputs.shape == expected.shape == (32, 2 if gateway == "cartpole" else 6)
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-6)
+    # OnnxPolicy plays the most likely action, never a forbidden one.
+    actions = np.array([row["action"] for row in rows])
+    np.testing.assert_array_equal(actions, expected.argmax(axis=1))
+    if gateway != "cartpole":
+        assert (masks[np.arange(32), actions] == 1).all()
+
+
+# -- The Unity package ------------------------------------------------------------------------
+
+
+def _meta_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("unity_meta", KIT / "tools" / "unity_meta.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_unity_package_has_its_manifest_assemblies_and_sample():
+    manifest = json.loads((PACKAGE / "package.json").read_text())
+    assert manifest["name"] == "com.rllink.gateway-client"
+    assert manifest["unity"] == "2021.3" and manifest["displayName"] and manifest["description"]
+    assert [int(part) for part in manifest["version"].split(".")] and len(manifest["version"].split(".")) == 3
+    [sample] = manifest["samples"]
+    assert sample["path"] == "Samples~/CartPole" and (PACKAGE / sample["path"] / "CartPoleAgent.cs").is_file()
+
+    runtime = json.loads((PACKAGE / "Runtime" / "RLlink.Runtime.asmdef").read_text())
+    editor = json.loads((PACKAGE / "Editor" / "RLlink.Editor.asmdef").read_text())
+    assert runtime["name"] == "RLlink.Runtime" and runtime["includePlatforms"] == []
+    assert editor["name"] == "RLlink.Editor" and editor["includePlatforms"] == ["Editor"]
+    assert editor["references"] == ["RLlink.Runtime"]  # by name: no GUIDs to keep in step
+    defines = {(d["name"], d["define"]) for d in runtime["versionDefines"]}
+    assert {("com.unity.sentis", "RLLINK_SENTIS"), ("com.unity.ai.inference", "RLLINK_SENTIS")} <= defines
+    assert {"Unity.Sentis", "Unity.InferenceEngine"} <= set(runtime["references"])
+    sentis = (PACKAGE / "Runtime" / "Unity" / "SentisPolicyRuntime.cs").read_text()
+    assert sentis.count("#if RLLINK_SENTIS") == 1 and sentis.rstrip().endswith("#endif")
+    assert sentis.index("#if RLLINK_SENTIS") < sentis.index("using Unity.Sentis;")
+
+    # The stand-ins stay out of the package (a Unity project would get two UnityEngines).
+    for source in PACKAGE.rglob("*.cs"):
+        text = source.read_text()
+        for stand_in in ("namespace UnityEngine", "namespace UnityEditor", "namespace Unity.Sentis", "RLLINK_STUBS"):
+            assert stand_in not in text, f"{source.relative_to(PACKAGE)}: {stand_in}"
+    assert not (KIT / "src").exists() and not (KIT / "unity").exists()  # one copy of the sources: the package's
+    # The agent's pointer to its README leads somewhere.
+    assert "clients/unity/README.md" in (PACKAGE / "Runtime" / "Unity" / "RLlinkAgent.cs").read_text()
+    assert (PACKAGE / "README.md").is_file() and (PACKAGE / "CHANGELOG.md").is_file()
+
+
+def test_every_asset_of_the_unity_package_has_its_meta_file():
+    # Unity ignores an asset without its .meta in an immutable (Git-installed) package.
+    tool = _meta_tool()
+    assert tool.problems() == [], "run .venv/bin/python clients/csharp/tools/unity_meta.py"
+    guids = {}
+    for asset in tool.assets():
+        meta = asset.with_name(asset.name + ".meta").read_text()
+        assert meta == tool.meta_text(asset), f"{asset.relative_to(PACKAGE)}.meta differs from what unity_meta.py writes"
+        guids[meta.split("guid: ")[1][:32]] = asset
+    assert len(guids) == len(tool.assets())
+    assert not list((PACKAGE / "Samples~").rglob("*.meta"))  # Unity writes those when a sample is imported
+    jslib = (PACKAGE / "Runtime" / "Plugins" / "WebGL" / "RLlink.jslib.meta").read_text()
+    assert "WebGL: WebGL\n    second:\n      enabled: 1" in jslib and "Any:\n    second:\n      enabled: 0" in jslib
+
+
+def test_sentis_policy_runtime_compiles_only_with_rllink_sentis_under_both_namespaces(kit):
+    # A type's name is in an assembly's metadata as UTF-8, NUL-terminated.
+    plain = (UNITY_BUILD / "RLlink.Runtime.dll").read_bytes()
+    assert b"SentisPolicyRuntime\x00" not in plain
+    for variant, stand_in in (("Sentis", "Sentis.stub"), ("InferenceEngine", "InferenceEngine.stub")):
+        checked = (UNITY_BUILD / f"RLlink.Runtime.{variant}.check.dll").read_bytes()
+        assert b"SentisPolicyRuntime\x00" in checked and stand_in.encode() + b"\x00" in checked, variant
+
+
+def agent_loop(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+    command = ["mono", str(UNITY_BUILD / "AgentLoop.exe"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    print(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}")
+    return result
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("inference", ["thin", "local"])
+def test_the_samples_rllinkagent_trains_cartpole_then_plays_the_export_without_a_gateway(kit, tmp_path, inference):
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        result = agent_loop("train", "--host", "127.0.0.1", "--port", str(gateway.tcp_port), "--inference", inference,
+                            "--target-return", str(TARGET), "--max-seconds", str(MAX_SECONDS))
+        after = metrics(gateway)
+        model = httpx.get(f"{gateway.base_url}/api/model.onnx", timeout=30).raise_for_status().content
+    run = reached(result)
+    assert run["mean"] >= TARGET and f"inference: {inference}" in result.stdout
+    assert after["weights_seq_no"] >= 1
+    if inference == "thin":
+        assert after["serving"]["actions_served_total"] >= run["env_steps"]
+    else:
+        assert after["serving"]["actions_served_total"] == 0 and after["num_env_steps_sampled_lifetime"] > 0
+
+    # The gateway is gone: the agent plays the exported policy from its bundledModel.
+    path = tmp_path / "cartpole.onnx.bytes"
+    path.write_bytes(model)
+    played = agent_loop("play", "--model", str(path), "--episodes", "20")
+    assert played.returncode == 0, played.stderr
+    mean = float(played.stdout.split("mean return ")[1].split()[0])
+    assert mean >= 100, played.stdout  # a random policy averages about 22
+
+
+@pytest.mark.e2e
+def test_the_inspectors_test_connection_shows_the_gateways_spaces_or_why_not(kit, tmp_path):
+    with running_gateway(gateway_settings(tmp_path, auth_token=TOKEN)) as gateway:
+        port = str(gateway.tcp_port)
+        right = agent_loop("test-connection", "--port", port, "--token", TOKEN, timeout=60)
+        via_url = agent_loop("test-connection", "--host", "ws://127.0.0.1:8000/rllink", "--port", port, "--token", TOKEN, timeout=60)
+        wrong = agent_loop("test-connection", "--port", port, "--token", "nope", timeout=60)
+        module = agent_loop("test-connection", "--port", port, "--token", TOKEN, "--module", "no_such_module", timeout=60)
+    gone = agent_loop("test-connection", "--port", port, timeout=60)
+    for ok in (right, via_url):
+        assert ok.returncode == 0, ok
+        assert f"ok: Connected to 127.0.0.1:{port}" in ok.stdout
+        assert "Module 'default_policy': observations Box(shape [4]), actions Discrete(2)" in ok.stdout
+    assert wrong.returncode == 1 and "[unauthorized]" in wrong.stdout and "Check the token" in wrong.stdout
+    assert "nope" not in wrong.stdout and TOKEN not in right.stdout
+    assert module.returncode == 1 and "no module 'no_such_module'" in module.stdout
+    assert gone.returncode == 1 and "[connection_closed]" in gone.stdout and "Is the gateway running" in gone.stdout
+
+
+def test_the_inspectors_settings_checks(kit, tmp_path):
+    mlp, image = tmp_path / "mlp.onnx", tmp_path / "image.onnx"
+    mlp.write_bytes(next(m for n, m, _ in _models() if n == "cartpole"))
+    image.write_bytes(export_onnx(ActorCritic(BoxSpace(shape=(3, 10, 10), dtype="uint8"), DiscreteSpace(n=4), (16,)), 1))
+    result = agent_loop("settings", "--model", str(mlp), "--bad-model", str(image), timeout=60)
+    assert result.returncode == 0, result.stderr
+    cases = {row["case"]: row["issues"] for row in map(json.loads, result.stdout.splitlines())}
+
+    def levels(case: str) -> list[str]:
+        return [issue.split(":")[0] for issue in cases[case]]
+
+    assert cases["defaults"] == [] and cases["webgl-url"] == []
+    assert levels("empty-host") == ["Error"] and "host is empty" in cases["empty-host"][0]
+    assert levels("bad-port") == ["Error"] and "70000" in cases["bad-port"][0]
+    assert levels("decision-period-0") == ["Warning"]
+    assert levels("webgl-tcp-host") == ["Error"] and "ws://HOST:8000/rllink" in cases["webgl-tcp-host"][0]
+    assert levels("webgl-local") == ["Warning"] and "thin mode" in cases["webgl-local"][0]
+    assert levels("url-in-editor") == ["Info"] and "TCP to 10.0.0.7:5555" in cases["url-in-editor"][0]
+    assert levels("bundled") == ["Info"] and "policy version 3, action space Discrete(2)" in cases["bundled"][0]
+    assert levels("bundled-unplayable") == ["Error"] and "Conv" in cases["bundled-unplayable"][0]
+    assert cases["tcp-host"] == ["10.0.0.7", "127.0.0.1"]

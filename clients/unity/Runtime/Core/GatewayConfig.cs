@@ -109,10 +109,16 @@ namespace RLlink
             };
             var outputs = Json.GetList(json, "onnx_output_names");
             if (outputs != null) module.OnnxOutputNames = outputs.ConvertAll(o => (string)o).ToArray();
-            string defaultDist = module.ActionSpace == null || module.ActionSpace.IsDiscrete ? "categorical"
-                : module.ActionSpace.IsMultiDiscrete ? "multi_categorical" : "gaussian";
-            module.ActionDistribution = Json.GetString(json, "action_distribution", defaultDist);
+            module.ActionDistribution = Json.GetString(json, "action_distribution", DefaultDistribution(module.ActionSpace));
             return module;
+        }
+
+        /// <summary>How PPO's policy for this action space samples: categorical (discrete),
+        /// multi_categorical (multi_discrete) or gaussian (box).</summary>
+        public static string DefaultDistribution(SpaceInfo actionSpace)
+        {
+            return actionSpace == null || actionSpace.IsDiscrete ? "categorical"
+                : actionSpace.IsMultiDiscrete ? "multi_categorical" : "gaussian";
         }
     }
 

@@ -22,9 +22,14 @@
 // millisecond on localhost; use local inference for a distant gateway). WebGL players
 // cannot open sockets: there the agent goes through the .jslib bridge
 // (Plugins/WebGL/RLlink.jslib) to static/rllink.js over the gateway's WebSocket, thin
-// mode only, and an action arrives a frame or so after it was asked for.
+// mode only, and an action arrives a frame or so after it was asked for. With a
+// bundledModel (the gateway's export of a trained policy) the agent plays it with no
+// gateway at all, on every platform (WebGL included).
 //
-// Not compiled by mono in CI except against stand-ins of UnityEngine (unity/stubs/).
+// The package's README.md (Packages/com.rllink.gateway-client/README.md; in the
+// repository clients/unity/README.md) has the set-up, thin vs local mode and WebGL.
+// CI compiles this file with mono against stand-ins of the UnityEngine types it uses
+// (clients/csharp/stubs/, outside the package); it has not been run in Unity by CI.
 
 using System;
 using System.Collections.Generic;
@@ -58,6 +63,11 @@ namespace RLlink.Unity
         public bool explore = true;
         public bool trainingEnabled = true;
         public int seed;
+
+        [Header("Play without a gateway")]
+        [Tooltip("A trained policy to play with no gateway: the gateway's GET /api/model.onnx saved as model.onnx.bytes "
+            + "(a TextAsset). Empty: train through the gateway")]
+        public TextAsset bundledModel;
 
         IAgentLink link;
         AgentAction lastAction;
@@ -103,10 +113,22 @@ namespace RLlink.Unity
             if (error.IsFatal) enabled = false;
         }
 
-        /// <summary>Local inference: the runtime that runs each SET_STATE model. By default the
-        /// kit's pure-C# MlpPolicyRuntime (enough for the gateway's MLPs); override to plug in
-        /// Sentis / Inference Engine (see clients/csharp/README.md).</summary>
+        /// <summary>Local inference: the runtime that runs each SET_STATE model (ONNX bytes that
+        /// arrive while the game runs). By default the kit's pure-C# MlpPolicyRuntime, which runs
+        /// the gateway's MLP policies; override for a runtime of your own (see the package's
+        /// README.md, "Thin or local inference").</summary>
         public virtual IPolicyRuntime CreatePolicyRuntime() { return new MlpPolicyRuntime(); }
+
+        /// <summary>
+        /// Playing without a gateway: the trained policy that acts, or null to train through the
+        /// gateway. By default <see cref="bundledModel"/>'s bytes run by MlpPolicyRuntime
+        /// (<c>OnnxPolicy.FromBytes</c>), playing the most likely action; override to run the
+        /// model with SentisPolicyRuntime (an image policy), or to set <c>Explore</c>.
+        /// </summary>
+        public virtual OnnxPolicy CreateBundledPolicy()
+        {
+            return bundledModel == null ? null : OnnxPolicy.FromBytes(bundledModel.bytes, seed);
+        }
 
         // -- What the hooks call ------------------------------------------------------------------
 
@@ -134,6 +156,22 @@ namespace RLlink.Unity
 
         protected virtual void OnEnable()
         {
+            OnnxPolicy bundled;
+            try
+            {
+                bundled = CreateBundledPolicy();
+            }
+            catch (Exception e)
+            {
+                Debug.LogError("RLlink: cannot play the bundled model: " + e.Message);
+                enabled = false;
+                return;
+            }
+            if (bundled != null)
+            {
+                link = new PolicyAgentLink(bundled);
+                return;
+            }
             try
             {
                 link = RLlinkConnections.Link(this);
@@ -272,6 +310,43 @@ namespace RLlink.Unity
         public void Close() { if (release != null) release(); }
     }
 
+    /// <summary>An agent playing a trained policy in the game itself (OnnxPolicy): no gateway,
+    /// no training; rewards and episode ends stay in the game. The agent makes a new one
+    /// (CreateBundledPolicy) each time it is enabled.</summary>
+    public sealed class PolicyAgentLink : IAgentLink
+    {
+        readonly OnnxPolicy policy;
+        AgentAction action;
+
+        public PolicyAgentLink(OnnxPolicy policy)
+        {
+            if (policy == null) throw new ArgumentNullException("policy");
+            this.policy = policy;
+        }
+
+        public OnnxPolicy Policy { get { return policy; } }
+        public bool Ready { get { return true; } }
+        public void RequestAction(float[] obs, float[] actionMask) { action = policy.Act(obs, actionMask); }
+
+        public bool TryTakeAction(out AgentAction taken)
+        {
+            taken = action;
+            action = null;
+            return taken != null;
+        }
+
+        public void AddReward(float reward) { }
+        public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { }
+        public RLlinkException TakeError() { return null; }
+
+        /// <summary>Frees the runtime if it holds resources (SentisPolicyRuntime's worker).</summary>
+        public void Close()
+        {
+            var resources = policy.Runtime as IDisposable;
+            if (resources != null) resources.Dispose();
+        }
+    }
+
     /// <summary>
     /// Connections shared by the agents of a scene: one per gateway in thin mode (the
     /// gateway batches their GET_ACTIONs into one forward pass), one per agent in local mode
@@ -293,7 +368,7 @@ namespace RLlink.Unity
             return new WebGLAgentLink(agent.host, agent.token, agent.rllinkModuleUrl,
                 Nullable(agent.agentId), Nullable(agent.moduleId), agent.explore, agent.trainingEnabled);
 #else
-            string key = agent.host + ":" + agent.port + "|" + agent.useTls + "|" + agent.token;
+            string key = RLlinkAgentSettings.TcpHost(agent.host) + ":" + agent.port + "|" + agent.useTls + "|" + agent.token;
             RLlinkClient client;
             Action release;
             if (agent.inference == InferenceMode.Thin)
@@ -335,7 +410,7 @@ namespace RLlink.Unity
         {
             return new RLlinkClient(new RLlinkClientOptions
             {
-                Host = agent.host,
+                Host = RLlinkAgentSettings.TcpHost(agent.host), // a WebGL URL (ws://host:8000/rllink) in the editor: its host
                 Port = agent.port,
                 Token = Nullable(agent.token),
                 UseTls = agent.useTls,

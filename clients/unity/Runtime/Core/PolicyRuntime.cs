@@ -1,6 +1,9 @@
-// Local inference: the hook where a game plugs in its ONNX runtime (Unity Sentis /
-// Inference Engine, onnxruntime, ...) for the model of each SET_STATE, and the sampling
-// of actions from the model's output, as the gateway samples them.
+// Local inference: the hook where a game plugs in its ONNX runtime (the kit's
+// MlpPolicyRuntime, onnxruntime in a .NET program, ...) for the model of each SET_STATE,
+// and the sampling of actions from the model's output, as the gateway samples them.
+// SET_STATE's model is ONNX bytes that arrive while the game runs; Unity's Sentis /
+// Inference Engine imports ONNX only in the Editor, so SentisPolicyRuntime plays models
+// bundled with the game (OnnxPolicy), not SET_STATE's.
 
 using System;
 using System.Collections.Generic;
@@ -35,7 +38,7 @@ namespace RLlink
     /// float32 [batch, k] (one value per logit, 1 allowed, 0 forbidden), and outputs
     /// <c>logits + (mask - 1) * 1e8</c> (Sub, Mul, Add nodes): sampled as usual, a forbidden
     /// action's probability is 0. AgentSession needs this interface for a masked module
-    /// (MlpPolicyRuntime has it; a Sentis runtime binds the second tensor in these two calls).
+    /// (MlpPolicyRuntime and SentisPolicyRuntime have it).
     /// </summary>
     public interface IMaskedPolicyRuntime : IPolicyRuntime
     {

@@ -4,7 +4,14 @@
 // such a policy holds. No package, no native code: it runs in the Unity editor and every
 // player (WebGL and consoles included), in mono and .NET. A model with any other operator
 // (the Conv of a policy on camera images, SAC's Concat) is refused at Load with its name:
-// run it with Sentis through IPolicyRuntime then, or play in thin mode.
+// play in thin mode then (or, for a model bundled with the game, SentisPolicyRuntime).
+//
+// Two ways in:
+// - Load(bytes, names, shape): each SET_STATE's model, with the names SET_CONFIG gives
+//   (AgentSession calls it during training);
+// - MlpPolicyRuntime.FromFile(path) / FromBytes(bytes): a model on its own, with no
+//   gateway (a trained policy bundled with the game: the gateway's GET /api/model.onnx):
+//   the input names and the observation shape come from the model itself.
 
 using System;
 using System.Collections.Generic;
@@ -44,13 +51,76 @@ namespace RLlink
         List<Node> nodes = new List<Node>();
         Dictionary<string, Tensor> initializers = new Dictionary<string, Tensor>();
         List<string> graphInputs = new List<string>();
+        Dictionary<string, int[]> graphInputShapes = new Dictionary<string, int[]>();
         string inputName, outputName, maskInputName;
         int[] observationShape;
 
         /// <summary>Metadata of the loaded model (weights_seq_no, spaces, output_layout, ...).</summary>
         public Dictionary<string, string> Metadata { get; private set; }
 
+        /// <summary>The observation input's name (the gateway's onnx_input_name, "obs" by default).</summary>
+        public string InputName { get { return inputName; } }
+        /// <summary>The action mask input's name, or null for a model without one.</summary>
+        public string ActionMaskInputName { get { return maskInputName; } }
+        /// <summary>The output that Run returns (output 0, action_dist_inputs).</summary>
+        public string OutputName { get { return outputName; } }
+        /// <summary>The shape of one observation (Run takes it flattened).</summary>
+        public int[] ObservationShape { get { return observationShape == null ? null : (int[])observationShape.Clone(); } }
+
         public MlpPolicyRuntime() { Metadata = new Dictionary<string, string>(); }
+
+        /// <summary>
+        /// A model from its ONNX file alone, with no gateway: e.g. the gateway's export
+        /// (<c>GET /api/model.onnx</c>) bundled with the game, for inference only. The
+        /// observation input is the model's first input (its metadata's <c>input_name</c>),
+        /// the action mask its second, if any; the observation shape is the first input's,
+        /// less the batch axis (or the metadata's <c>observation_space</c>).
+        /// </summary>
+        public static MlpPolicyRuntime FromFile(string path)
+        {
+            return FromBytes(File.ReadAllBytes(path));
+        }
+
+        /// <summary>As <see cref="FromFile"/>, from the file's bytes (a Unity TextAsset's
+        /// <c>bytes</c>: name the file <c>model.onnx.bytes</c>, or a download).</summary>
+        public static MlpPolicyRuntime FromBytes(byte[] onnxModel)
+        {
+            if (onnxModel == null || onnxModel.Length == 0) throw new ArgumentException("no ONNX model: the bytes are empty");
+            var runtime = new MlpPolicyRuntime();
+            runtime.Load(onnxModel, null, null, null, null);
+            runtime.DescribeFromModel();
+            return runtime;
+        }
+
+        /// <summary>Input names and observation shape from the loaded model itself.</summary>
+        void DescribeFromModel()
+        {
+            if (graphInputs.Count == 0) throw new InvalidDataException("the ONNX model declares no input");
+            string name;
+            inputName = Metadata.TryGetValue("input_name", out name) && graphInputs.Contains(name) ? name : graphInputs[0];
+            maskInputName = null;
+            foreach (string input in graphInputs)
+                if (input != inputName) { maskInputName = input; break; }
+            if (graphInputs.Count > 2)
+                throw new NotSupportedException("the model has " + graphInputs.Count + " inputs; a policy has its observation and, with action masking, the mask");
+            int[] dims;
+            observationShape = null;
+            if (graphInputShapes.TryGetValue(inputName, out dims) && dims.Length >= 2)
+            {
+                var shape = new int[dims.Length - 1];
+                Array.Copy(dims, 1, shape, 0, shape.Length);
+                if (Array.TrueForAll(shape, d => d > 0)) observationShape = shape;
+            }
+            string space;
+            if (observationShape == null && Metadata.TryGetValue("observation_space", out space))
+            {
+                var parsed = SpaceInfo.FromJson(Json.ParseObject(space));
+                if (parsed != null && parsed.Shape.Length > 0) observationShape = parsed.Shape;
+            }
+            if (observationShape == null)
+                throw new InvalidDataException("the model's input '" + inputName + "' has no fixed observation shape"
+                    + " (and no observation_space in its metadata): load it with Load(bytes, inputName, outputNames, observationShape)");
+        }
 
         public void Load(byte[] onnxModel, string inputName, string[] outputNames, int[] observationShape)
         {
@@ -65,22 +135,25 @@ namespace RLlink
             var newInitializers = new Dictionary<string, Tensor>();
             var metadata = new Dictionary<string, string>();
             var inputs = new List<string>();
+            var inputShapes = new Dictionary<string, int[]>();
             var graphOutputs = new List<string>();
             var model = new ProtoReader(onnxModel);
             while (model.Next())
             {
-                if (model.Field == 7) ReadGraph(model.Bytes(), newNodes, newInitializers, inputs, graphOutputs);
+                if (model.Field == 7) ReadGraph(model.Bytes(), newNodes, newInitializers, inputs, inputShapes, graphOutputs);
                 else if (model.Field == 14) ReadMetadata(model.Bytes(), metadata);
                 else model.Skip();
             }
             if (newNodes.Exists(node => node.OpType == "Conv"))
                 throw new NotSupportedException("MlpPolicyRuntime runs MLP policies on vector observations; this model has a Conv node"
-                    + " (a policy on camera images): run it with Unity Sentis / Inference Engine through IPolicyRuntime, or use thin mode");
+                    + " (a policy on camera images): train it in thin mode; a trained one bundled with the game can run with"
+                    + " Unity Sentis / Inference Engine (SentisPolicyRuntime)");
             foreach (var node in newNodes)
             {
                 if (Supported.Contains(node.OpType)) continue;
                 throw new NotSupportedException("MlpPolicyRuntime runs Gemm/Tanh/Flatten MLP policies (and their action mask's Sub/Mul/Add); this model has a "
-                    + node.OpType + " node: run it with Unity Sentis / Inference Engine through IPolicyRuntime, or use thin mode");
+                    + node.OpType + " node: train it in thin mode; a trained one bundled with the game can run with"
+                    + " Unity Sentis / Inference Engine (SentisPolicyRuntime)");
             }
             foreach (var initializer in newInitializers)
                 if (initializer.Value.DataType != 1)
@@ -89,6 +162,7 @@ namespace RLlink
             this.nodes = newNodes;
             this.initializers = newInitializers;
             this.graphInputs = inputs;
+            this.graphInputShapes = inputShapes;
             this.inputName = inputName;
             this.maskInputName = actionMaskInputName;
             this.outputName = outputNames != null && outputNames.Length > 0 ? outputNames[0] : graphOutputs[0];
@@ -251,7 +325,8 @@ namespace RLlink
 
         // -- The ONNX protobuf, as far as these models need it ------------------------------
 
-        static void ReadGraph(byte[] bytes, List<Node> nodes, Dictionary<string, Tensor> initializers, List<string> inputs, List<string> outputs)
+        static void ReadGraph(byte[] bytes, List<Node> nodes, Dictionary<string, Tensor> initializers, List<string> inputs,
+            Dictionary<string, int[]> inputShapes, List<string> outputs)
         {
             var graph = new ProtoReader(bytes);
             while (graph.Next())
@@ -269,14 +344,57 @@ namespace RLlink
                     case 11:
                     case 12:
                     {
+                        // ValueInfoProto: name (1), type (2)
                         var into = graph.Field == 11 ? inputs : outputs;
                         var info = new ProtoReader(graph.Bytes());
-                        while (info.Next()) { if (info.Field == 1) into.Add(info.String()); else info.Skip(); }
+                        string name = null;
+                        int[] shape = null;
+                        while (info.Next())
+                        {
+                            if (info.Field == 1) name = info.String();
+                            else if (info.Field == 2) shape = ReadTensorTypeShape(info.Bytes());
+                            else info.Skip();
+                        }
+                        if (name == null) break;
+                        into.Add(name);
+                        if (graph.Field == 11 && shape != null) inputShapes[name] = shape;
                         break;
                     }
                     default: graph.Skip(); break;
                 }
             }
+        }
+
+        /// <summary>A TypeProto's tensor shape: each dim's size, -1 for a symbolic one (the batch
+        /// axis); null when the type is not a tensor or has no shape.</summary>
+        static int[] ReadTensorTypeShape(byte[] typeProto)
+        {
+            var type = new ProtoReader(typeProto);
+            while (type.Next())
+            {
+                if (type.Field != 1) { type.Skip(); continue; } // tensor_type
+                var tensor = new ProtoReader(type.Bytes());
+                while (tensor.Next())
+                {
+                    if (tensor.Field != 2) { tensor.Skip(); continue; } // shape
+                    var dims = new List<int>();
+                    var shape = new ProtoReader(tensor.Bytes());
+                    while (shape.Next())
+                    {
+                        if (shape.Field != 1) { shape.Skip(); continue; } // dim
+                        int size = -1;
+                        var dim = new ProtoReader(shape.Bytes());
+                        while (dim.Next())
+                        {
+                            if (dim.Field == 1) size = (int)dim.Varint(); // dim_value; dim_param (2) stays -1
+                            else dim.Skip();
+                        }
+                        dims.Add(size);
+                    }
+                    return dims.ToArray();
+                }
+            }
+            return null;
         }
 
         static Node ReadNode(byte[] bytes)

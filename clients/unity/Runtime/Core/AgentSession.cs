@@ -4,8 +4,8 @@
 //
 // - Thin: the gateway runs the policy (START_EPISODE, GET_ACTION, LOG_RETURNS,
 //   END_EPISODE): one round trip per step, no model in the game.
-// - Local: the game runs the policy from SET_STATE through an IPolicyRuntime (Sentis,
-//   or the kit's MlpPolicyRuntime), samples actions, and sends its experience every
+// - Local: the game runs the policy from SET_STATE through an IPolicyRuntime (the kit's
+//   MlpPolicyRuntime, or a runtime of your own), samples actions, and sends its experience every
 //   env_steps_per_sample steps with EPISODES_AND_GET_STATE (RLlib's own way).
 //
 // Actions: an int (Discrete), an int[] (MultiDiscrete), a float[] (Box). For a module with
