@@ -73,8 +73,8 @@ def decode_body(body: bytes, columns: bool = True) -> tuple[dict[str, Any], Enco
     """
     if (
         len(body) >= ARRAYS_MIN_BODY_BYTES
+        and detect_encoding(body) is Encoding.JSON  # first: a msgpack body is never searched
         and carries_episodes(body)
-        and detect_encoding(body) is Encoding.JSON
         and (data := (loads_episodes if columns else loads_with_arrays)(body, ARRAY_FIELDS)) is not None
     ):
         return data, Encoding.JSON
