@@ -2,7 +2,8 @@
 
 `FrameDecoder` (the wire format's, rllink.framing) cuts a byte stream into frame bodies,
 `decode_body`/`encode_body` handle JSON and msgpack (large episode bodies straight into
-arrays), and `Session` ties them to the message schemas for one connection. Both transports (TCP bridge, WebSocket) feed the same `Session`.
+arrays), and `Session` ties them to the message schemas for one connection. Both
+transports (TCP bridge, WebSocket) feed the same `Session`.
 
 Error policy: a frame whose header is corrupt or too large closes the connection
 (the stream can no longer be trusted or is not worth reading); a well-framed frame
@@ -44,6 +45,7 @@ from rllink.errors import ErrorCode, ProtocolError
 from rllink.framing import Encoding, FrameDecoder, detect_encoding, encode_frame, loads_body
 
 log = logging.getLogger("app.rllink.protocol")
+
 
 def error_reply(error: ProtocolError) -> Error:
     """The `ERROR` message that tells the client of `error`."""
