@@ -74,15 +74,17 @@ def save_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
     return path
 
 
-def write_atomically(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """`write` into a temporary file beside `path`, synced, that then replaces `path`."""
+def write_atomically(path: Path, write: Callable[[IO[bytes]], None], sync: bool = True) -> None:
+    """`write` into a temporary file beside `path` that then replaces `path`; `sync`: flushed
+    to the disk first, so that not even a power cut leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -3,8 +3,9 @@
 `<models_dir>/<module_id>/latest.onnx` is always the newest; `v<weights_seq_no>.onnx`
 keeps each of the last `models_kept` versions (older ones are deleted). Files are written
 whole under a temporary name and renamed, so a game or a script that reads one never sees
-half a model. A module whose model did not change in a version (not trained in that step)
-is not written again. The same files are what `rllink-gateway export` reads for an older
+half a model (not synced to the disk: after a power cut, the checkpoint, which is, can
+export it again). A module whose model did not change in a version (not trained in that
+step) is not written again. The same files are what `rllink-gateway export` reads for an older
 version (app/startup/export.py).
 """
 
@@ -50,9 +51,9 @@ class ModelFiles:
             module_dir = self.directory / module_id
             try:
                 module_dir.mkdir(parents=True, exist_ok=True)
-                if self.kept > 0:
-                    write_atomically(module_dir / version_file(state.weights_seq_no), lambda f, data=state.onnx_bytes: f.write(data))
-                write_atomically(module_dir / LATEST_FILE, lambda f, data=state.onnx_bytes: f.write(data))
+                names = [version_file(state.weights_seq_no)] if self.kept > 0 else []
+                for name in [*names, LATEST_FILE]:
+                    write_atomically(module_dir / name, lambda f, data=state.onnx_bytes: f.write(data), sync=False)
                 for old in kept_versions(module_dir)[: -self.kept or None]:
                     (module_dir / version_file(old)).unlink(missing_ok=True)
             except OSError as exc:
