@@ -3,6 +3,8 @@
 # pyproject.toml and requirements/constraints.in, with pip-tools in a throwaway venv.
 # pip must find torch's CPU build: on the project's machines it lies in /opt/wheels
 # (PIP_FIND_LINKS); elsewhere add `--extra-index-url https://download.pytorch.org/whl/cpu`.
+# Run it with the Python CI sets up with (Debian's: PATH=/usr/bin:$PATH bash scripts/lock.sh), so
+# that no pin needs a newer Python than that one.
 set -euo pipefail
 cd "$(dirname "$0")/../requirements"
 tool="$(mktemp -d)/venv"
