@@ -17,7 +17,16 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 
-# The Python packages, exactly as locked (torch: its CPU build), then the project itself.
+# onnxruntime-web, uPlot and Swagger UI for the pages, as locked in package-lock.json.
+wanted="$(sha256sum package-lock.json | cut -d' ' -f1)"
+if [ "$(cat node_modules/.installed 2>/dev/null)" != "$wanted" ]; then
+  echo "setup: installing the front-end packages (npm ci)" >&2
+  npm ci --ignore-scripts --no-audit --no-fund --silent
+  echo "$wanted" > node_modules/.installed
+fi
+
+# The Python packages, exactly as locked (torch: its CPU build), then the project itself
+# (after npm: the project maps the vendor files the pages load into its package).
 stamp=".venv/.installed-$(basename "$lock" .txt)"
 wanted="$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
@@ -25,12 +34,4 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$lock"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
   echo "$wanted" > "$stamp"
-fi
-
-# onnxruntime-web, uPlot and Swagger UI for the pages, as locked in package-lock.json.
-wanted="$(sha256sum package-lock.json | cut -d' ' -f1)"
-if [ "$(cat node_modules/.installed 2>/dev/null)" != "$wanted" ]; then
-  echo "setup: installing the front-end packages (npm ci)" >&2
-  npm ci --ignore-scripts --no-audit --no-fund --silent
-  echo "$wanted" > node_modules/.installed
 fi
