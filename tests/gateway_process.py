@@ -73,23 +73,26 @@ def gateway_process(
     root: Path = ROOT,
     launcher: Sequence[str] = ("-m", "app"),
     auth_token: str | None = None,
+    executable: str = sys.executable,
+    env: dict[str, str] | None = None,
 ) -> Iterator[GatewayProcess]:
     """Run `python -m app` with these flags on free ports; stop it (SIGINT, then SIGKILL) on exit.
 
-    `root` is the checkout whose gateway runs; `launcher` replaces `-m app` (the
-    benchmarks run code before the app that way); with `auth_token`, auth is on and the
-    readiness PING carries the token.
+    `root` is the checkout whose gateway runs (its working directory); `launcher` replaces
+    `-m app` (the benchmarks run code before the app that way); with `auth_token`, auth is
+    on and the readiness PING carries the token. `executable` and `env`: another program
+    (an installed `rllink-gateway`, with no launcher) and its environment.
     """
     http_port, tcp_port = free_port(), free_port()
     cmd = [
-        sys.executable, *launcher,
+        executable, *launcher,
         "--http-port", str(http_port), "--tcp-port", str(tcp_port),
         "--checkpoint-dir", str(checkpoint_dir), "--log-level", log_level,
         *flags,
         *(["--auth-token", auth_token] if auth_token is not None else []),
     ]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     gateway = GatewayProcess(proc, http_port, tcp_port, log_path)
     try:
         _wait_until_ready(gateway, startup_s, _ping(auth_token))

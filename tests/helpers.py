@@ -8,6 +8,7 @@ No test module imports another, nor conftest.py: what two of them share lives he
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -557,3 +559,12 @@ class TcpProxy:
                 sock.close()
             except OSError:
                 pass
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A Python file that is no package's module (a MkDocs hook, a kit's tool), imported by its path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

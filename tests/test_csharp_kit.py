@@ -50,7 +50,7 @@ from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import RunningGateway, TcpProxy, gateway_settings, running_gateway
+from .helpers import RunningGateway, TcpProxy, gateway_settings, load_script, running_gateway
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
 PACKAGE = KIT.parent / "unity"
@@ -400,12 +400,7 @@ def test_the_gateways_exported_model_plays_from_a_file_as_onnxruntime_computes_i
 
 
 def _meta_tool():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("unity_meta", KIT / "tools" / "unity_meta.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(KIT / "tools" / "unity_meta.py", "unity_meta")
 
 
 def test_the_unity_package_has_its_manifest_assemblies_and_sample():

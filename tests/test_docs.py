@@ -14,6 +14,8 @@ import pytest
 from app.settings.config import Settings
 from rllink.errors import ErrorCode
 
+from .helpers import load_script
+
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
@@ -22,10 +24,7 @@ SITE_TEXT = "\n".join(page.read_text() for page in PAGES)
 
 def load_settings_hook():
     """docs/hooks/settings_table.py, the MkDocs hook that writes the settings tables."""
-    spec = importlib.util.spec_from_file_location("settings_table_hook", DOCS / "hooks" / "settings_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / "hooks" / "settings_table.py", "settings_table_hook")
 
 
 def test_every_setting_is_in_the_generated_table():

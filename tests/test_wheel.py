@@ -29,13 +29,11 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from importlib.metadata import packages_distributions
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -47,7 +45,7 @@ from packaging.utils import canonicalize_name
 
 from app.http import web
 
-from .gateway_process import PING, GatewayProcess, _wait_until_ready, free_port
+from .gateway_process import GatewayProcess, gateway_process
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -185,27 +183,12 @@ def test_the_wheel_declares_every_third_party_package_the_gateway_imports(wheel:
     assert undeclared == {}, "imported by the gateway, not in pyproject.toml's [project] dependencies"
 
 
-@contextmanager
-def _console_script_gateway(venv: Path, cwd: Path) -> Iterator[GatewayProcess]:
+def _console_script_gateway(venv: Path, cwd: Path) -> AbstractContextManager[GatewayProcess]:
     """The wheel's `rllink-gateway` on free ports, from `cwd`; SIGINT (then SIGKILL) on exit."""
-    http_port, tcp_port = free_port(), free_port()
-    cmd = [str(venv / "bin" / "rllink-gateway"), "--http-port", str(http_port), "--tcp-port", str(tcp_port),
-           "--checkpoint-dir", str(cwd / "checkpoints"), "--log-level", "info"]
-    log_path = cwd / "gateway.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=_clean_env(), stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    gateway = GatewayProcess(proc, http_port, tcp_port, log_path)
-    try:
-        _wait_until_ready(gateway, 90, PING)
-        yield gateway
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                gateway.kill()
+    return gateway_process(
+        cwd / "checkpoints", cwd / "gateway.log", root=cwd, launcher=(),
+        executable=str(venv / "bin" / "rllink-gateway"), env=_clean_env(),
+    )
 
 
 def _crawl(http: httpx.Client, base_url: str, start: list[str]) -> dict[str, httpx.Response]:

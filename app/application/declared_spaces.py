@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel
-
 from app.schemas import DeclaredSpaces, GetConfig
 from app.settings.policies import Module, PolicySet
 from rllink.errors import ErrorCode, ProtocolError
@@ -38,8 +36,11 @@ def declared_mismatch(request: GetConfig, policies: PolicySet) -> ProtocolError 
             ("observation_space", spaces.observation_space, module.observation_space),
             ("action_space", spaces.action_space, module.action_space),
         ):
-            if said is not None and _contradicts(said.model_dump(mode="json", exclude_unset=True), ours.model_dump(mode="json")):
-                return _refusal(module, what, said, ours)
+            if said is None:
+                continue
+            game = said.model_dump(mode="json", exclude_unset=True)
+            if _contradicts(game, ours.model_dump(mode="json")):
+                return _refusal(module, what, game, ours.model_dump(mode="json", exclude_none=True))
     return None
 
 
@@ -52,12 +53,11 @@ def _contradicts(said: Any, ours: Any, key: str | None = None) -> bool:
     return bool(said != ours)
 
 
-def _refusal(module: Module, what: str, said: BaseModel, ours: BaseModel) -> ProtocolError:
-    game = json.dumps(said.model_dump(mode="json", exclude_unset=True))
-    gateway = json.dumps(ours.model_dump(mode="json", exclude_none=True))
+def _refusal(module: Module, what: str, game: dict[str, Any], gateway: dict[str, Any]) -> ProtocolError:
     return ProtocolError(
         ErrorCode.INVALID_MESSAGE,
-        f"the game declares {what} {game} for module {module.module_id!r}, but the gateway's is {gateway}: "
-        f"start the gateway with the game's spaces (--{what.replace('_', '-')}, or policies) or change the game",
-        details={"module_id": module.module_id, "declared": json.loads(game), "gateway": json.loads(gateway)},
+        f"the game declares {what} {json.dumps(game)} for module {module.module_id!r}, but the gateway's is "
+        f"{json.dumps(gateway)}: start the gateway with the game's spaces (--{what.replace('_', '-')}, or policies) "
+        "or change the game",
+        details={"module_id": module.module_id, "declared": game, "gateway": gateway},
     )

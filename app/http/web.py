@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import logging
 import mimetypes
+import os
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
@@ -87,7 +87,8 @@ class _Files(StaticFiles):
         """Starlette fails every request when the folder is missing; get_response says why instead."""
 
     async def get_response(self, path: str, scope: Scope):
-        if not await run_in_threadpool(Path(self.directory).is_dir):  # a stat, off the event loop
+        # One stat, microseconds: cheaper on the event loop than a hop to the thread pool.
+        if not os.path.isdir(self.directory):  # noqa: ASYNC240
             raise HTTPException(404, self.missing_detail)
         response = await super().get_response(path, scope)
         response.headers["Cache-Control"] = self.cache_control

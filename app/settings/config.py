@@ -34,7 +34,7 @@ def default_decode_workers() -> int:
 
 
 class Settings(BaseSettings):
-    """Everything the gateway can be told; defaults train CartPole-v1 on localhost."""
+    """Everything the gateway can be told; defaults train CartPole-v1 on localhost (`export --help`: a run's model as a file)."""
 
     model_config = SettingsConfigDict(
         env_prefix="RLLINK_",

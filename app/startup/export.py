@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -64,7 +65,7 @@ def export_model(settings: Settings, module_id: str | None, version: int | None,
     module_id = module_id or policies.default_module_id
     if module_id not in policies.modules:
         raise ExportError(f"run {settings.run_id!r} has no module {module_id!r}; its modules: {', '.join(policies.modules)}")
-    models = Path(settings.models_dir or "") / module_id
+    models = cast(Path, settings.models_dir) / module_id  # set by Settings
     kept = kept_versions(models)
     if version is not None and version in kept:
         out.parent.mkdir(parents=True, exist_ok=True)

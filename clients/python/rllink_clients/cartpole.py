@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 
-from rllink_clients.gym_client import ConfigRefused, RunResult, run
+from rllink_clients.gym_client import GetConfigRefused, RunResult, run
 from rllink_clients.rllink_client import RLlinkClient
 from rllink_clients.thin_client import run_thin
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     with RLlinkClient(args.transport, args.host, port) as client:
         try:
             result = _train(client, args)
-        except ConfigRefused as exc:
+        except GetConfigRefused as exc:
             print(f"cannot train {args.env} through this gateway: {exc}", file=sys.stderr)
             return 2
     summary = {

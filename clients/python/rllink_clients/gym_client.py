@@ -163,16 +163,16 @@ def declared_spaces(env: gym.Env) -> dict[str, Any]:
     return declared
 
 
-class ConfigRefused(RuntimeError):
+class GetConfigRefused(RuntimeError):
     """The gateway answered GET_CONFIG with an ERROR (the env's spaces do not fit its module)."""
 
 
 def get_config(client: RLlinkClient, env: gym.Env, plain: bool = False) -> dict[str, Any]:
     """SET_CONFIG, having declared the env's spaces (unless `plain`: as RLlib's client, nothing);
-    ConfigRefused with the gateway's words if they do not fit its module."""
+    GetConfigRefused with the gateway's words if they do not fit its module."""
     config = client.request({"type": "GET_CONFIG", **({} if plain else declared_spaces(env))})
     if config.get("type") != "SET_CONFIG":
-        raise ConfigRefused(str(config.get("message", config)))
+        raise GetConfigRefused(str(config.get("message", config)))
     return config
 
 
