@@ -84,8 +84,11 @@ class TcpBridge:
         self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if (peername := writer.get_extra_info("peername")) is None:  # gone before we got to it
+            writer.close()
+            return
         self._handlers.add(task := asyncio.current_task())
-        host, port = writer.get_extra_info("peername")[:2]
+        host, port = peername[:2]
         transport = writer.transport
         _, high_water = transport.get_write_buffer_limits()
 
