@@ -216,7 +216,8 @@ def _round(round_no: int, games: list[str], version: int) -> list[dict]:
 
 
 def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(browser, tmp_path):
-    settings = gateway_settings(tmp_path, policies={"cart": CART, "duel": DUEL}, policy_mapping=MAPPING)
+    # env_steps_per_sample 1: at the barrier every module with data trains, each round a step of both
+    settings = gateway_settings(tmp_path, policies={"cart": CART, "duel": DUEL}, policy_mapping=MAPPING, env_steps_per_sample=1)
     with (
         running_gateway(settings) as gateway,
         open_page(browser, gateway.base_url) as page,

@@ -65,7 +65,8 @@ def test_a_learner_process_that_dies_is_replaced_from_the_checkpoint(tmp_path: P
     a step: that batch is dropped (`training_error`), the client still gets its reply,
     and the step after trains in a new process."""
     slow = PPOConfig(update_epochs=100, minibatch_size=64)  # a step of 20k steps that lasts long enough to kill it in
-    with running_gateway(gateway_settings(tmp_path, learner_process=True, ppo=slow)) as gateway:
+    settings = gateway_settings(tmp_path, learner_process=True, ppo=slow, train_batch_size=20_000)  # the big step: one batch
+    with running_gateway(settings) as gateway:
         with gateway.client("tcp", timeout=300) as client:
             client.request({"type": "GET_CONFIG"})
             step = lambda chunks: client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks})  # noqa: E731

@@ -360,16 +360,19 @@ def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks(tmp_path)
         result = run_scene(client, make_scene("cartpole:8,pendulum:1"), max_env_steps=400, seed=0)
         trained = {p["module_id"]: p["num_env_steps_trained_lifetime"] for p in
                    httpx.get(f"{gateway.base_url}/api/policies").json()}
+        pending = httpx.get(f"{gateway.base_url}/api/metrics").json()["pending_env_steps"]
     assert result.env_steps >= 400
     # Every agent acts on every step but the one after each of its episodes ends.
     assert 0 <= result.agent_steps - (9 * result.env_steps - result.episodes) <= 9  # (the last step's ends: not yet)
     assert len(client.sent) == result.weights_seq_no and result.sent_steps == sum(m["timesteps"] for m in client.sent)
-    assert sum(trained.values()) == result.sent_steps  # the gateway trained on every step sent
+    # Every step sent is trained, or waits for its module's next batch (pend's share of a
+    # message is ~1/9 of 200: it trains once it holds 200, or when it holds the most).
+    assert sum(trained.values()) + pending == result.sent_steps and trained["pend"] > 0
     for message in client.sent:
         assert message["timesteps"] == sum(len(c["actions"]) for c in message["episodes"]) >= 200
     chunks = [c for m in client.sent for c in m["episodes"]]
     pend = [a[0] for c in chunks if c["agent_id"] == "pend_0" for a in c["actions"]]
-    assert trained["pend"] == len(pend) and max(abs(a) for a in pend) > 2.0  # unclipped samples go into the chunk
+    assert trained["pend"] <= len(pend) and max(abs(a) for a in pend) > 2.0  # unclipped samples go into the chunk
     assert result.mean_return("pend") < 0 and len(result.module_returns["cart"]) == 20
     by_agent_episode: dict[tuple, list] = {}
     for chunk in chunks:

@@ -115,3 +115,18 @@ def test_self_play_beats_a_random_player_and_its_rating_rises(tmp_path):
     assert learner["self_play"]["rated_games"] > 100
     assert learner["self_play"]["elo"] > 1200 + 50, learner["self_play"]
     assert win_rate > 0.9, win_rate
+
+
+def test_a_module_with_a_small_share_of_the_scene_trains_on_batches_of_its_own_size_and_learns(tmp_path):
+    settings = gateway_settings(
+        tmp_path, policies={"cart": CARTPOLE, "reach": REACH}, policy_mapping={"cart_*": "cart", "reach_*": "reach"}
+    )
+    with running_gateway(settings) as gateway, connect(gateway, "tcp") as client:
+        # reach gets one agent step in nine: alone in each 500-step message it would train on ~55
+        result = run_scene(client, make_scene("cartpole:8,reach:1"), target_return={"cart": 450.0, "reach": -3.0},
+                           max_env_steps=60_000, seed=0)
+        policies = httpx.get(f"{gateway.base_url}/api/metrics").json()["policies"]
+    assert result.reached_target, result.summary()
+    assert np.mean(result.first_returns["reach"]) < -8  # random: -12.7
+    reach = policies["reach"]
+    assert 500 <= reach["last_batch_env_steps"] <= reach["max_batch_env_steps"] <= 2000, reach

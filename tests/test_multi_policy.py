@@ -86,7 +86,8 @@ def test_clients_are_told_every_module_and_get_every_model(tmp_path):
 
 
 def test_one_step_trains_every_module_with_data_from_both_transports(tmp_path):
-    settings = multi_settings(tmp_path, train_batch_size=100_000)
+    # At the barrier, a module trains from env_steps_per_sample steps: both below will.
+    settings = multi_settings(tmp_path, train_batch_size=100_000, env_steps_per_sample=4)
     with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as tcp, WsPeer(gateway) as ws:
         for peer in (tcp, ws):  # both sample: the barrier waits for both
             peer.send(frame({"type": "GET_CONFIG"}))
@@ -311,8 +312,8 @@ def test_modules_of_every_new_space_train_together_each_with_its_own_model(tmp_p
         {"module_id": "mixed", "obs": [rng.integers(0, 256, 72).tolist() + [0.1, 0.2] for _ in range(3)], "actions": [1, 0],
          "rewards": [1.0] * 2, "is_terminated": True, "is_truncated": False},
     ]
-    with running_gateway(multi_settings(tmp_path, policies=policies, mapping={}, train_batch_size=100_000)) as gateway, \
-            TcpPeer.connect(gateway) as tcp:
+    settings = multi_settings(tmp_path, policies=policies, mapping={}, train_batch_size=100_000, env_steps_per_sample=2)
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as tcp:  # each module holds enough to train
         tcp.send(frame({"type": "GET_CONFIG"}))
         config = tcp.receive()
         tcp.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": chunks}))

@@ -172,13 +172,14 @@ async def test_a_full_batch_trains_and_data_during_training_goes_into_the_next(t
     async with running(make_settings(tmp_path, train_batch_size=20)) as service:
         a, b = service.connect("tcp", "a"), service.connect("tcp", "b")  # b never waits
         service.ingest(a, [chunk(25)])
-        assert service.training_in_progress and service.pending_env_steps == 0
+        assert service.training_in_progress and service.training_env_steps == 20  # never more than a batch
+        assert service.pending_env_steps == 5  # the chunk's tail waits for the next
         service.ingest(a, [chunk(5)])  # arrives while the first step trains ...
         service.ingest(b, [chunk(20)])  # ... and fills the next batch
-        assert service.pending_env_steps == 25
+        assert service.pending_env_steps == 30
         state = await asyncio.wait_for(service.wait_for_training(a), WAIT_S)
         assert state.weights_seq_no == 2  # a waited for the second batch, which holds its latest data
-        assert service.metrics.num_env_steps_trained_lifetime == 50
+        assert service.metrics.num_env_steps_trained_lifetime == 40 and service.pending_env_steps == 10
         assert b.env_steps_sent == 20 and not b.waiting
 
 
@@ -204,13 +205,15 @@ async def test_stale_data_is_dropped_and_counted(tmp_path):
         # Version 0 is now 2 versions old, one more than max_policy_lag allows; a chunk
         # without weights_seq_no is dated by the last version the client was sent.
         state = await send_and_wait(service, old, [chunk(8), chunk(4, weights_seq_no=1)])
-        assert state.weights_seq_no == 3  # trained on the chunk stamped version 1 only
-        assert service.metrics.dropped_env_steps["stale"] == 8
-        assert service.metrics.num_env_steps_trained_lifetime == 10 + 10 + 4
+        # The 12 steps make a full batch of 10: the 8 stale, 2 of the 4 trained (version 3);
+        # the other 2, cut off and still of version 1, are now 2 versions old themselves.
+        assert state.weights_seq_no == 3
+        assert service.metrics.dropped_env_steps["stale"] == 8 + 2
+        assert service.metrics.num_env_steps_trained_lifetime == 10 + 10 + 2
 
         state = await send_and_wait(service, old, [chunk(6, weights_seq_no=0)])
         assert state.weights_seq_no == 3  # nothing fresh: no training step, yet the wait ends
-        assert service.metrics.dropped_env_steps["stale"] == 14
+        assert service.metrics.dropped_env_steps["stale"] == 16
         assert service.metrics.num_training_steps == 3
 
 
@@ -331,17 +334,19 @@ async def test_every_env_step_is_accounted_for_at_every_moment(tmp_path):
     async with running(settings) as service:
         a, b = service.connect("tcp", "a"), service.connect("tcp", "b")
         service.note_state_sent(b, service.current_state())  # b collects with version 0
-        service.ingest(a, [chunk(25)])  # fills a batch: training starts
-        assert service.training_in_progress and service.training_env_steps == 25 and unaccounted(service) == 0
+        service.ingest(a, [chunk(25)])  # fills a batch: training starts, 5 steps wait
+        assert service.training_in_progress and service.training_env_steps == 20 and unaccounted(service) == 0
         service.ingest(b, [chunk(7)])  # pending while a's batch trains; stale once it is done
-        assert service.pending_env_steps == 7 and unaccounted(service) == 0
+        assert service.pending_env_steps == 12 and unaccounted(service) == 0
+        topped_up = False
         while service.training_in_progress or service.pending_env_steps:
             assert unaccounted(service) == 0
-            if not service.training_in_progress:
-                service.ingest(a, [chunk(20)])  # a fresh batch takes b's stale chunk along
+            if not service.training_in_progress and not topped_up:
+                service.ingest(a, [chunk(8)])  # 5 + 7 + 8: a batch, which takes b's stale chunk along
+                topped_up = True
             await asyncio.sleep(0.001)
         m = service.metrics
-        assert m.dropped_env_steps["stale"] == 7 and m.num_env_steps_trained_lifetime == 45
+        assert m.dropped_env_steps["stale"] == 7 and m.num_env_steps_trained_lifetime == 20 + 13
         assert service.training_env_steps == 0 and unaccounted(service) == 0
 
 

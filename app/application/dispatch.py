@@ -3,7 +3,9 @@
 The pump (app/transport/connection.py) hands every request the session parsed to
 `Application.handle`, in arrival order, and sends back what it returns. Experience goes to
 the training service, thin clients' steps to the serving service; `SET_CONFIG` and
-`SET_STATE` are built here. Connection limits and the token check are admission's.
+`SET_STATE` are built here. A request that brings experience is not done (no reply, and
+the pump reads nothing more from its client) until the training service has room for more
+(`wait_for_room`): that is the back-pressure on a client faster than the learner. Connection limits and the token check are admission's.
 """
 
 from __future__ import annotations
@@ -106,23 +108,29 @@ class Application:
             case EpisodesAndGetState():
                 training.ingest(client, request.episodes)
                 if training.must_wait():
-                    return self._set_state(client, await training.wait_for_training(client))
+                    await training.wait_for_training(client)
+                await training.wait_for_room(client)
                 return self._set_state(client, training.current_state())
             case Episodes():
                 training.ingest(client, request.episodes)
+                await training.wait_for_room(client)  # meanwhile nothing more is read from the client
                 return None
             case StartEpisode():
                 return serving.start_episode(client, request)
             case GetAction():
-                return await serving.get_action(client, request, received_at)
+                action = await serving.get_action(client, request, received_at)
+                await training.wait_for_room(client)  # a thin client faster than the learner waits for its action
+                return action
             case LogAction():
                 await serving.log_action(client, request)
+                await training.wait_for_room(client)
                 return None
             case LogReturns():
                 serving.log_returns(client, request)
                 return None
             case EndEpisode():
                 serving.end_episode(client, request)
+                await training.wait_for_room(client)
                 return None
         raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
 

@@ -45,6 +45,7 @@ class LearnerStatus:
     training_env_steps: int
     training_in_progress: bool
     must_wait: bool
+    room_env_steps: float  # what the fullest module may still take before its clients are held
     ppo_configs: dict[str, PPOConfig]
     sac_configs: dict[str, Any]
     force_on_policy: bool
@@ -188,6 +189,12 @@ class LearnerActor:
             waiting = asyncio.ensure_future(self.service.wait_for_training(self._client(client)))
         return (await waiting).weights_seq_no
 
+    async def wait_for_room(self, call: Call, client: ClientInfo) -> None:
+        """Wait until the modules the client feeds have room (every call before this one counted)."""
+        async with self._in_order(call):
+            waiting = asyncio.ensure_future(self.service.wait_for_room(self._client(client)))
+        await waiting
+
     async def keep_only(self, call: Call, client_ids: list[int]) -> None:
         """The front-end's clients now: forget any other of its clients (one whose disconnect
         was lost with a learner that died would hold the barrier for ever)."""
@@ -261,6 +268,7 @@ class LearnerActor:
             training_env_steps=service.training_env_steps,
             training_in_progress=service.training_in_progress,
             must_wait=service.must_wait(),
+            room_env_steps=service.room_env_steps,
             ppo_configs=ppo_configs,
             sac_configs=sac_configs,
             force_on_policy=service.force_on_policy,

@@ -65,6 +65,7 @@ class RemoteTrainingService:
         self._tasks: list[asyncio.Task] = []
         self._step_listeners: list[Callable[[], None]] = []
         self._status: Any = None  # LearnerStatus
+        self._sent_since_status = 0  # env steps ingested here since the status was asked for
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.leagues: dict[str, Any] = {}
 
@@ -130,7 +131,12 @@ class RemoteTrainingService:
             self._ids = itertools.count(first + 1)
 
     async def _refresh_status(self) -> None:
-        self._status = await self._learner.status.remote()
+        sent, self._sent_since_status = self._sent_since_status, 0
+        try:
+            self._status = await self._learner.status.remote()
+        except BaseException:
+            self._sent_since_status += sent
+            raise
         self.metrics = self._status.metrics
         self.leagues = self._status.leagues
         if self._status.incarnation != self._incarnation:  # the learner restarted: which calls ran is unknown
@@ -165,7 +171,9 @@ class RemoteTrainingService:
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
-        client.env_steps_sent += sum(chunk.num_steps for chunk in episodes)
+        steps = sum(chunk.num_steps for chunk in episodes)
+        client.env_steps_sent += steps
+        self._sent_since_status += steps
         self._outbox.append((client, episodes, sampling))
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -196,6 +204,19 @@ class RemoteTrainingService:
         while self.current_state().weights_seq_no < version:
             await self._version_arrived.wait()
         return self.current_state()
+
+    async def wait_for_room(self, client: ClientInfo) -> None:
+        """Hold the client while the learner has no room: once this front-end has sent more
+        since the last status than the room it showed, ask the learner (after this client's
+        experience) to answer when there is room."""
+        if self._status is not None and self._sent_since_status <= self._status.room_env_steps:
+            return
+        self._send_outbox()
+        try:
+            await self._learner.wait_for_room.remote(self._call(), client)
+        except ray.exceptions.RayActorError:
+            log.warning("front-end %d: the learner died while client #%d waited for room", self.frontend, client.id)
+        await self._refresh_status()
 
     def current_state(self) -> PolicySetState:
         return next(reversed(self._states.values()))

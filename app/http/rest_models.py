@@ -60,6 +60,10 @@ class PolicyMetrics(EpisodeWindow):
     num_env_steps_sampled_lifetime: int
     num_env_steps_trained_lifetime: int
     num_episodes_lifetime: int
+    last_batch_env_steps: int | None = Field(description="Env steps the module's latest training step trained on.")
+    max_batch_env_steps: int = Field(
+        description="The most env steps one of its training steps trained on (never more than its train_batch_size)."
+    )
     episode_len_mean: float | None
     episode_len_min: float | None
     episode_len_max: float | None
@@ -108,7 +112,7 @@ class Metrics(BaseModel):
     serving: Serving = Field(description="Server-side inference for thin clients.")
     last_training_step_s: float | None = Field(description="Wall time of the latest training step.")
     env_steps_per_s: float = Field(description="Env steps received per second, over the last few seconds.")
-    pending_env_steps: int = Field(description="Env steps waiting for the next training step.")
+    pending_env_steps: int = Field(description="Env steps waiting for a training step (every module's).")
     training_env_steps: int = Field(
         description="Env steps in the training step under way. Every env step sampled is trained, dropped, "
         "pending or here: num_env_steps_sampled_lifetime = num_env_steps_trained_lifetime + "

@@ -84,7 +84,15 @@ class Settings(BaseSettings):
     onnx_input_name: str = Field("obs", min_length=1, description="ONNX input name; 'onnx::Gemm_0' suits RLlib's reference client.")
 
     # Training.
-    train_batch_size: int = Field(2000, ge=1, description="Env steps that trigger a training step.")
+    train_batch_size: int = Field(
+        2000, ge=1, description="Env steps of one module that make a training batch (at most this many per batch)."
+    )
+    max_backlog_env_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Per module: clients that send it experience are held (not read, their replies wait) while more env "
+        "steps than this wait to train (off-policy: pending, or their gradient steps owed); unset: 2 x its train_batch_size.",
+    )
     barrier_timeout_s: float = Field(10.0, gt=0, description="Train on what is there this many seconds after its oldest data arrived.")
     max_policy_lag: int = Field(2, ge=0, description="Drop data collected more than this many versions ago.")
     max_training_backlog: int = Field(

@@ -121,6 +121,9 @@ class PolicyConfig(BaseModel):
         default_factory=dict, description="SAC hyperparameters that differ from the gateway's --sac for this module."
     )
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
+    train_batch_size: int | None = Field(
+        None, ge=1, description="Env steps of this module per training batch; unset: the gateway's train_batch_size."
+    )
     action_masking: bool | None = Field(
         None, description="Its actions may be masked (action_mask); unset: --action-masking, for a discrete action space."
     )

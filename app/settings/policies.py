@@ -77,6 +77,7 @@ class Module:
     algorithm: str = "ppo"  # "ppo" or "sac" (an opponent: its learner's)
     sac: SACConfig | None = None  # with algorithm "sac"
     action_masking: bool = False  # chunks and GET_ACTION may carry action_mask; the ONNX takes one
+    train_batch_size: int | None = None  # env steps per training batch; None: the gateway's
 
     def __post_init__(self) -> None:
         if self.action_masking and not is_discrete(self.action_space):
@@ -172,7 +173,7 @@ class PolicySet:
             modules.append(
                 Module(
                     module_id, policy.observation_space, policy.action_space, ppo, policy.self_play,
-                    algorithm=algorithm, sac=sac, action_masking=masking,
+                    algorithm=algorithm, sac=sac, action_masking=masking, train_batch_size=policy.train_batch_size,
                 )
             )
             if policy.self_play is not None:

@@ -53,6 +53,8 @@ class ModuleMetrics:
         self.num_env_steps_trained_lifetime = 0
         self.num_episodes_lifetime = 0
         self.weights_seq_no = 0  # the gateway version in which its weights last changed
+        self.last_batch_env_steps: int | None = None
+        self.max_batch_env_steps = 0
         self.learner_stats: dict[str, float] = {}
         self.episode_returns: deque[float] = deque(maxlen=window)
         self.episode_lengths: deque[int] = deque(maxlen=window)
@@ -66,6 +68,8 @@ class ModuleMetrics:
             "num_env_steps_trained_lifetime": self.num_env_steps_trained_lifetime,
             "num_episodes_lifetime": self.num_episodes_lifetime,
             "weights_seq_no": self.weights_seq_no,
+            "last_batch_env_steps": self.last_batch_env_steps,
+            "max_batch_env_steps": self.max_batch_env_steps,
             **_window_stats(self.episode_returns, self.episode_lengths),
             "learner": dict(self.learner_stats),
             "games": {outcome: self.outcomes[outcome] for outcome in OUTCOMES},
@@ -161,6 +165,8 @@ class TrainingMetrics:
         for module_id, (env_steps, stats) in trained.items():
             module = self.modules[module_id]
             module.num_env_steps_trained_lifetime += env_steps
+            module.last_batch_env_steps = env_steps
+            module.max_batch_env_steps = max(module.max_batch_env_steps, env_steps)
             module.weights_seq_no = weights_seq_no
             module.learner_stats = dict(stats)
             self.num_env_steps_trained_lifetime += env_steps

@@ -1,46 +1,46 @@
-"""When to train: the pending batch, the barrier, and who waits for which batch.
+"""When to train: each module's pending steps, its batches, who waits for which, and who is held.
 
-Experience from every client goes into one pending batch. It trains when it holds
-`train_batch_size` env steps, when every sampling client is waiting for it (so a lone
-client never waits on others; with no sampling client nobody waits for it), or
-`barrier_timeout_s` after its oldest data arrived. With `train_on_arrival` (every module
-off-policy) it trains as soon as no step is running: what came in meanwhile is the batch,
-and it trains on while `more_work` says the learners owe gradient steps, new data or not.
-Chunks older than `max_policy_lag` versions are dropped as stale, unless `never_stale`
-says their module learns off-policy.
-Batches are numbered 1, 2, ... in the order they start training; the pending batch is
-number `started + 1`. A client waits until the batch holding its latest data has
-finished. The training step itself is injected (`train`): no torch here.
+Every trainable module has its own queue (module_queue.py) and limits. A module's batch
+is due when it holds `train_batch_size` steps (a batch never holds more: the rest waits
+for the next one) or `barrier_timeout_s` after its oldest pending step arrived; an
+off-policy module's as soon as it has data or owes gradient steps. When every sampling
+client waits for training (so a lone client never waits on others; thin clients, whose
+chunks the gateway builds, hold nobody back), the modules holding at least
+`min_barrier_batch` steps train too, or, if none does, the one holding the most; the
+others carry their steps to a later batch and let their waiters go on: the version they
+get is, for those modules, the one that collected the steps, so these are not stale. So
+a module with a small share of a scene trains on batches of its own size. Every module
+due trains in one learner turn, one turn at a time; a turn is one new version.
 
-Every env step received is, at any moment, trained, dropped (by reason), pending, or in
-the batch under way (`training_env_steps`). All methods run on the asyncio event loop.
+Chunks collected more than `max_policy_lag` versions *of their module* ago are dropped
+as stale (never an off-policy module's). A client that sends experience is held
+(`wait_for_room`) while a module it feeds has more than `max_backlog` steps pending (plus,
+off-policy, steps whose gradient steps are owed), so memory stays bounded however fast
+clients are. Every env step received is, at any moment, trained, dropped (by reason),
+pending, or in the turn under way (`training_env_steps`). The training step itself is
+injected (`train`): no torch here. All methods run on the asyncio event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from app.schemas import EpisodeChunk
 from app.training.metrics import TrainingMetrics
+from app.training.module_queue import ModuleQueue, PendingChunk
 from app.training.registry import ClientInfo, ClientRegistry
 
 log = logging.getLogger("app.training")
 
-# train(fresh chunks, why the batch is due, stale env steps dropped): one training step.
-TrainStep = Callable[[list[EpisodeChunk], str, int], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class _PendingChunk:
-    chunk: EpisodeChunk
-    weights_seq_no: int | None  # version that collected it, None if unknown
+# train(each due module's fresh chunks, why each is due, stale env steps dropped): one learner turn.
+TrainStep = Callable[[dict[str, list[EpisodeChunk]], dict[str, str], int], Awaitable[None]]
 
 
 class BatchScheduler:
-    """Gathers experience into batches and starts the training step when one is due."""
+    """Gathers each module's experience into batches and starts a learner turn when one is due."""
 
     def __init__(
         self,
@@ -49,32 +49,25 @@ class BatchScheduler:
         metrics: TrainingMetrics,
         train: TrainStep,
         current_version: Callable[[], int],
-        train_batch_size: int,
+        queues: list[ModuleQueue],
         barrier_timeout_s: float,
-        max_policy_lag: int,
-        never_stale: Callable[[EpisodeChunk], bool] = lambda chunk: False,
-        train_on_arrival: bool = False,
-        more_work: Callable[[], bool] = lambda: False,
+        owed_env_steps: Callable[[str], float] = lambda module_id: 0.0,
+        owes_updates: Callable[[str], bool] = lambda module_id: False,
     ) -> None:
         self._registry = registry
         self._metrics = metrics
         self._train = train
         self._current_version = current_version
-        self.train_batch_size = train_batch_size
+        self.queues: dict[str, ModuleQueue] = {queue.module_id: queue for queue in queues}
         self.barrier_timeout_s = barrier_timeout_s
-        self.max_policy_lag = max_policy_lag
-        self._never_stale = never_stale
-        self.train_on_arrival = train_on_arrival
-        self._more_work = more_work
-        self._due_batch: dict[int, int] = {}  # client id -> batch number holding its latest data
-        self._pending: list[_PendingChunk] = []
-        self.pending_env_steps = 0
-        self.training_env_steps = 0  # of the batch under way, not yet counted trained or dropped
-        self._barrier_timer: asyncio.TimerHandle | None = None  # set while data is pending
-        self._barrier_timed_out = False
-        self._started = 0  # batches that started training
-        self._finished = 0
-        self._batch_finished = asyncio.Condition()
+        self._owed_env_steps = owed_env_steps
+        self._owes_updates = owes_updates
+        self._marks: dict[int, dict[str, int]] = {}  # client id -> module -> position its latest steps end at
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # module -> its barrier timeout, while steps are pending
+        self._timed_out: set[str] = set()
+        self.training_env_steps = 0  # of the turn under way, not yet counted trained or dropped
+        self.turn_started = 0.0  # time.monotonic() when the turn under way started
+        self._progress = asyncio.Event()  # set (and replaced) whenever a waiter may be done waiting
         self._training: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -82,124 +75,199 @@ class BatchScheduler:
     def training_in_progress(self) -> bool:
         return self._training is not None
 
-    def add(self, client: ClientInfo, episodes: list[EpisodeChunk]) -> None:
-        """Add the chunks to the pending batch (already counted sampled); never blocks."""
+    @property
+    def pending_env_steps(self) -> int:
+        return sum(queue.pending_env_steps for queue in self.queues.values())
+
+    def backlog(self, module_id: str) -> float:
+        """The module's steps not yet trained on: pending, plus (off-policy) those whose gradient steps are owed."""
+        return self.queues[module_id].pending_env_steps + self._owed_env_steps(module_id)
+
+    @property
+    def room_env_steps(self) -> float:
+        """What the fullest module may still take before its clients are held (negative: over)."""
+        return min(q.limits.max_backlog - self.backlog(m) for m, q in self.queues.items())
+
+    # -- Experience in -----------------------------------------------------------------
+
+    def add(self, client: ClientInfo, episodes: list[EpisodeChunk], default_module_id: str) -> None:
+        """Add the chunks to their modules' queues (already counted sampled); never blocks."""
         steps = sum(chunk.num_steps for chunk in episodes)
         if self._stopped:
             self._metrics.dropped_env_steps["shutdown"] += steps
             return
+        marks = self._marks.setdefault(client.id, {})
+        loop = asyncio.get_running_loop()
         for chunk in episodes:
+            queue = self.queues[chunk.module_id or default_module_id]
             version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
-            self._pending.append(_PendingChunk(chunk, version))
+            queue.add(chunk, version)
+            marks[queue.module_id] = queue.received
+            if queue.module_id not in self._timers:
+                self._timers[queue.module_id] = loop.call_later(self.barrier_timeout_s, self._on_barrier_timeout, queue.module_id)
         client.env_steps_sent += steps
-        self.pending_env_steps += steps
-        self._due_batch[client.id] = self._started + 1
-        if self._barrier_timer is None:
-            self._barrier_timer = asyncio.get_running_loop().call_later(self.barrier_timeout_s, self._on_barrier_timeout)
         self.maybe_train()
 
     def forget(self, client: ClientInfo) -> None:
-        """The client left; its pending data stays in the batch. If everyone left is waiting now, train."""
-        self._due_batch.pop(client.id, None)
+        """The client left; its pending steps stay. If everyone left is waiting now, train."""
+        self._marks.pop(client.id, None)
         self.maybe_train()
 
+    # -- Waiting -----------------------------------------------------------------------
+
     async def wait_for_training(self, client: ClientInfo) -> None:
-        """Wait until a batch holding all the client's data added so far has trained.
-        Safe to cancel (the client left)."""
-        due = self._due_batch.get(client.id, 0)
-        if due <= self._finished:
+        """Wait until every step the client added so far is trained, dropped, or carried to
+        a later batch (see the module's docstring). Safe to cancel (the client left)."""
+        if self._done_waiting(client):
             return
         client.waiting = True
         try:
             self.maybe_train()
-            async with self._batch_finished:
-                await self._batch_finished.wait_for(lambda: self._finished >= due)
+            await self._until(lambda: self._done_waiting(client))
         finally:
             client.waiting = False
 
-    async def stop(self) -> None:
-        """Let a running training step finish, drop what is pending, release every waiter."""
-        self._stopped = True
-        if self._training is not None:
-            await self._training
-        dropped = self._take_pending()
-        self._metrics.dropped_env_steps["shutdown"] += sum(p.chunk.num_steps for p in dropped)
-        await self._finish_batch()
-
-    def _waits_for_pending_batch(self, client: ClientInfo) -> bool:
-        return client.waiting and self._due_batch.get(client.id) == self._started + 1
-
-    def _someone_waits_and_everyone_does(self) -> bool:
-        """Every sampling client waits for the pending batch, and there is one: with none
-        (only thin clients, whose chunks the gateway builds, or the samplers have left),
-        nobody is held back and the batch waits until it is full or times out."""
-        samplers = self._registry.samplers()
-        first = next(samplers, None)
-        return first is not None and self._waits_for_pending_batch(first) and all(
-            self._waits_for_pending_batch(c) for c in samplers
+    def has_room(self, client: ClientInfo) -> bool:
+        """No module the client feeds holds more than its max_backlog steps."""
+        return self._stopped or all(
+            self.backlog(module_id) <= self.queues[module_id].limits.max_backlog for module_id in self._marks.get(client.id, ())
         )
 
+    async def wait_for_room(self, client: ClientInfo) -> None:
+        """Wait until `has_room`: how a client faster than the learner is held back."""
+        await self._until(lambda: self.has_room(client))
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        while not condition():
+            await self._progress.wait()
+
+    def _wake_waiters(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    def _done_waiting(self, client: ClientInfo) -> bool:
+        return all(self.queues[m].done_with(mark) for m, mark in self._marks.get(client.id, {}).items())
+
+    def _waits_on_pending(self, client: ClientInfo) -> bool:
+        return client.waiting and any(self.queues[m].unreleased(mark) for m, mark in self._marks.get(client.id, {}).items())
+
+    def _everyone_waits(self) -> bool:
+        """Every sampling client waits on pending steps, and there is one: with none (only
+        thin clients, or the samplers have left), nobody is held back."""
+        samplers = self._registry.samplers()
+        first = next(samplers, None)
+        return first is not None and self._waits_on_pending(first) and all(self._waits_on_pending(c) for c in samplers)
+
+    # -- Training ----------------------------------------------------------------------
+
+    def _due(self, queue: ModuleQueue) -> str | None:
+        """Why the module's batch is due now, or None."""
+        limits = queue.limits
+        if limits.off_policy:
+            if queue.pending_env_steps:
+                return "off-policy: train on arrival"
+            return "off-policy: gradient steps owed" if self._owes_updates(queue.module_id) else None
+        if not queue.pending_env_steps:
+            return None
+        if queue.pending_env_steps >= limits.train_batch_size:
+            return "batch full"
+        if queue.module_id in self._timed_out:
+            return "barrier timeout"
+        return None
+
+    def _at_the_barrier(self, reasons: dict[str, str]) -> None:
+        """Every sampling client waits: the modules holding at least their min_barrier_batch
+        train, or, if none does and none is due otherwise, the one holding the most (the
+        waiters get a new version); the others carry their steps to a later batch."""
+        stocked = [q for q in self.queues.values() if q.pending_env_steps and q.module_id not in reasons]
+        ready = [q for q in stocked if q.pending_env_steps >= q.limits.min_barrier_batch]
+        if not ready and not reasons and stocked:
+            ready = [max(stocked, key=lambda q: q.pending_env_steps)]
+        for queue in stocked:
+            if queue in ready:
+                reasons[queue.module_id] = "all clients waiting"
+            else:
+                queue.carry()
+        self._wake_waiters()
+
     def maybe_train(self) -> None:
-        """Start a training step if none is running and the pending batch is due."""
+        """Start a learner turn if none is running and some module's batch is due."""
         if self._training is not None or self._stopped:
             return
-        if self.train_on_arrival and (self._pending or self._more_work()):
-            reason = "off-policy: train on arrival" if self._pending else "off-policy: gradient steps owed"
-        elif not self._pending:
+        reasons: dict[str, str] = {}
+        for queue in self.queues.values():
+            if (reason := self._due(queue)) is not None:
+                reasons[queue.module_id] = reason
+        if self._everyone_waits():
+            self._at_the_barrier(reasons)
+        if not reasons:
             return
-        elif self.pending_env_steps >= self.train_batch_size:
-            reason = "batch full"
-        elif self._someone_waits_and_everyone_does():
-            reason = "all clients waiting"
-        elif self._barrier_timed_out:
-            reason = "barrier timeout"
-        else:
-            return
-        steps = self.pending_env_steps
-        batch = self._take_pending()  # from now on, new data goes into the next batch
-        self.training_env_steps = steps
-        self._training = asyncio.get_running_loop().create_task(self._run_batch(batch, reason))
+        batch = {module_id: self._take(self.queues[module_id]) for module_id in reasons}
+        self.training_env_steps = sum(p.chunk.num_steps for chunks in batch.values() for p in chunks)
+        self.turn_started = time.monotonic()
+        self._wake_waiters()  # room made
+        self._training = asyncio.get_running_loop().create_task(self._run_turn(batch, reasons))
 
-    def _on_barrier_timeout(self) -> None:
-        """The oldest pending data is barrier_timeout_s old: train as soon as possible."""
-        self._barrier_timed_out = True
+    def _take(self, queue: ModuleQueue) -> list[PendingChunk]:
+        """The module's next batch; its barrier timer restarts with what is left."""
+        taken = queue.take(queue.limits.train_batch_size)
+        module_id = queue.module_id
+        self._timed_out.discard(module_id)
+        if (timer := self._timers.pop(module_id, None)) is not None:
+            timer.cancel()
+        if queue.pending_env_steps:
+            self._timers[module_id] = asyncio.get_running_loop().call_later(
+                self.barrier_timeout_s, self._on_barrier_timeout, module_id
+            )
+        return taken
+
+    def _on_barrier_timeout(self, module_id: str) -> None:
+        """The module's oldest pending step is barrier_timeout_s old: train it as soon as possible."""
+        self._timers.pop(module_id, None)
+        self._timed_out.add(module_id)
         self.maybe_train()
 
-    def _take_pending(self) -> list[_PendingChunk]:
-        """Close the pending batch: it becomes batch number `_started`."""
-        pending = self._pending
-        self._pending, self.pending_env_steps = [], 0
-        if self._barrier_timer is not None:
-            self._barrier_timer.cancel()
-        self._barrier_timer, self._barrier_timed_out = None, False
-        self._started += 1
-        return pending
-
-    async def _run_batch(self, pending: list[_PendingChunk], reason: str) -> None:
-        """Drop the stale chunks, train on the rest, then wake the batch's waiters."""
-        current = self._current_version()
-        fresh = [
-            p.chunk
-            for p in pending
-            if p.weights_seq_no is None or current - p.weights_seq_no <= self.max_policy_lag or self._never_stale(p.chunk)
-        ]
-        stale_steps = sum(p.chunk.num_steps for p in pending) - sum(c.num_steps for c in fresh)
+    async def _run_turn(self, batch: dict[str, list[PendingChunk]], reasons: dict[str, str]) -> None:
+        """Drop the stale chunks, train every module on the rest, then wake the waiters."""
+        fresh: dict[str, list[EpisodeChunk]] = {}
+        stale_steps = 0
+        for module_id, chunks in batch.items():
+            queue = self.queues[module_id]
+            kept = [p.chunk for p in chunks if not queue.is_stale(p)]
+            stale_steps += sum(p.chunk.num_steps for p in chunks) - sum(c.num_steps for c in kept)
+            if kept or queue.limits.off_policy:
+                fresh[module_id] = kept
         self._metrics.dropped_env_steps["stale"] += stale_steps
         self.training_env_steps -= stale_steps
         try:
-            if fresh or self.train_on_arrival:
-                await self._train(fresh, reason, stale_steps)  # counts them trained
+            if fresh:
+                await self._train(fresh, {m: reasons[m] for m in fresh}, stale_steps)  # counts them trained
+                version = self._current_version()
+                for module_id in fresh:
+                    self.queues[module_id].trained_in(version)
         except Exception:
             log.exception("training step failed; its %d env steps are dropped", self.training_env_steps)
             self._metrics.dropped_env_steps["training_error"] += self.training_env_steps
         finally:
             self.training_env_steps = 0
             self._training = None
-            await self._finish_batch()
+            for module_id in batch:
+                queue = self.queues[module_id]
+                queue.finished = queue.taken
+            self._wake_waiters()
             self.maybe_train()
 
-    async def _finish_batch(self) -> None:
-        """Mark the batch that started last as done and wake the clients waiting on it."""
-        self._finished = self._started
-        async with self._batch_finished:
-            self._batch_finished.notify_all()
+    async def stop(self) -> None:
+        """Let a running turn finish, drop what is pending, release every waiter."""
+        self._stopped = True
+        if self._training is not None:
+            await self._training
+        for queue in self.queues.values():
+            dropped = queue.take_all()
+            self._metrics.dropped_env_steps["shutdown"] += sum(p.chunk.num_steps for p in dropped)
+            queue.finished = queue.taken
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._wake_waiters()
+

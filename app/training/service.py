@@ -2,16 +2,16 @@
 
 A composition of parts, each with one job:
 - `ClientRegistry` (registry.py): who is connected, who samples, who waits;
-- `BatchScheduler` (scheduler.py): the pending batch and when it trains (no torch);
+- `BatchScheduler` (scheduler.py): each module's pending steps (module_queue.py), when
+  its batch trains, who waits and who is held back (no torch);
 - a learner per trainable module (learner.py for PPO, sac_learner.py for SAC): its
   weights and one training step; all of them in one `Learners` (learners.py), hosted in
   a thread or a child process (learner_host.py);
 - a `League` per self-play module (self_play.py): snapshots, opponents, the rating;
 - `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
-Here they are wired together: a training step trains every module that has data in
-the batch, in the learners' thread or process (learner_host.py) so the event loop keeps
-serving; then all modules are published as one new version (one gateway-wide
-weights_seq_no) and logged. The service keeps each module's hyperparameters
+Here they are wired together: a learner turn trains every module whose batch is due, in
+the learners' thread or process (learner_host.py) so the event loop keeps serving; then
+all modules are published as one new version (one gateway-wide weights_seq_no) and logged. The service keeps each module's hyperparameters
 (`ModuleConfigs`, module_configs.py) and SAC's owed gradient steps itself, so that it
 never has to ask the learners.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any, cast
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
-from app.settings.policies import PolicySet
+from app.settings.policies import Module, PolicySet
 from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.device import resolve_device
@@ -41,6 +40,7 @@ from app.training.learner_host import learner_host
 from app.training.metrics import TrainingMetrics
 from app.training.model_files import ModelFiles
 from app.training.module_configs import ModuleConfigs
+from app.training.module_queue import ModuleQueue, QueueLimits
 from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
@@ -50,6 +50,9 @@ from app.training.self_play import League
 __all__ = ["ClientInfo", "LocalTrainingService", "PolicySetState"]
 
 logger = logging.getLogger("app.training")
+
+
+STOP_REPORT_S = 5.0
 
 
 class LearnerUnreachable(RuntimeError):
@@ -89,13 +92,28 @@ class LocalTrainingService:
             metrics=self.metrics,
             train=self._train,
             current_version=lambda: self._store.current.weights_seq_no,
-            train_batch_size=settings.train_batch_size,
+            queues=[ModuleQueue(m.module_id, self._limits(m), settings.max_policy_lag) for m in trainable],
             barrier_timeout_s=settings.barrier_timeout_s,
-            max_policy_lag=settings.max_policy_lag,
-            never_stale=lambda chunk: (chunk.module_id or self.policies.default_module_id) in off_policy,
-            train_on_arrival=len(off_policy) == len(self._configs),
-            more_work=lambda: any(owed >= 1 for owed in self._owed_updates.values()),
+            owed_env_steps=self._owed_env_steps,
+            owes_updates=lambda module_id: self._owed_updates.get(module_id, 0.0) >= 1,
         )
+
+    def _limits(self, module: Module) -> QueueLimits:
+        """When the module's steps train, and how many may wait (settings, else the gateway's)."""
+        settings = self.settings
+        batch = module.train_batch_size or settings.train_batch_size
+        return QueueLimits(
+            train_batch_size=batch,
+            min_barrier_batch=min(batch, settings.env_steps_per_sample),
+            max_backlog=settings.max_backlog_env_steps or 2 * batch,
+            off_policy=module.off_policy,
+        )
+
+    def _owed_env_steps(self, module_id: str) -> float:
+        """The env steps whose gradient steps an off-policy module still owes (0 for PPO)."""
+        if (owed := self._owed_updates.get(module_id)) is None:
+            return 0.0
+        return owed / cast(SACConfig, self._configs[module_id]).utd_ratio
 
     # -- Lifecycle ----------------------------------------------------------------
 
@@ -144,12 +162,28 @@ class LocalTrainingService:
         self._write_model_files()
 
     async def stop(self) -> None:
-        """Let a running training step finish, drop what is pending, save every checkpoint."""
-        await self._scheduler.stop()
+        """Let a running training step finish, drop what is pending, save every checkpoint;
+        the log says what it waits for."""
+        report = asyncio.ensure_future(self._report_stopping())
+        try:
+            await self._scheduler.stop()
+        finally:
+            report.cancel()
         await asyncio.gather(*self._model_writes)
         await self._learners.call("save_all")
         await self._save_leagues()
         await self._learners.stop()
+        version = self._store.current.weights_seq_no
+        logger.info("checkpoints saved in %s (weights_seq_no %d)", self.settings.checkpoint_dir.resolve(), version)
+
+    async def _report_stopping(self) -> None:
+        """While the training step under way holds up the stop: what it is, every STOP_REPORT_S."""
+        while self._scheduler.training_in_progress:
+            logger.info(
+                "stopping: waiting for the training step under way (%d env steps, %.0f s so far)",
+                self._scheduler.training_env_steps, time.monotonic() - self._scheduler.turn_started,
+            )
+            await asyncio.sleep(STOP_REPORT_S)
 
     async def _restore_league(self, module_id: str, restored: bool) -> None:
         """A restored self-play module's ratings and snapshots, if they were saved and fit its
@@ -252,15 +286,18 @@ class LocalTrainingService:
             if (league := self.leagues.get(chunk.module_id)) is not None:
                 version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
                 league.record_game(chunk.outcome, version)
-        self._scheduler.add(client, episodes)
+        self._scheduler.add(client, episodes, self.policies.default_module_id)
 
     def must_wait(self) -> bool:
         """Whether EPISODES_AND_GET_STATE waits for training: always while learning on-policy,
         else only while the learner is more than max_training_backlog env steps behind."""
-        # _owed_updates holds SAC's modules only.
-        owed = sum(updates / cast(SACConfig, self._configs[m]).utd_ratio for m, updates in self._owed_updates.items())
-        backlog = self._scheduler.pending_env_steps + self._scheduler.training_env_steps + owed
+        backlog = sum(self._scheduler.backlog(m) for m in self._configs) + self._scheduler.training_env_steps
         return self.force_on_policy or backlog > self.settings.max_training_backlog
+
+    async def wait_for_room(self, client: ClientInfo) -> None:
+        """Wait while a module the client feeds holds more than its max_backlog env steps:
+        the back-pressure on a client faster than the learner. Safe to cancel."""
+        await self._scheduler.wait_for_room(client)
 
     async def wait_for_training(self, client: ClientInfo) -> PolicySetState:
         """Wait until the policy has trained on a batch holding all the client's data
@@ -292,6 +329,11 @@ class LocalTrainingService:
     @property
     def pending_env_steps(self) -> int:
         return self._scheduler.pending_env_steps
+
+    @property
+    def room_env_steps(self) -> float:
+        """Env steps the fullest module may still take before its clients are held (may be negative)."""
+        return self._scheduler.room_env_steps
 
     @property
     def training_env_steps(self) -> int:
@@ -332,15 +374,9 @@ class LocalTrainingService:
 
     # -- The training step (the scheduler calls it) ---------------------------------
 
-    async def _train(self, chunks: list[EpisodeChunk], reason: str, stale_steps: int) -> None:
-        """Train every module that has data in the learners' thread or process, publish the new
-        version, count and log it."""
-        by_module: dict[str, list[EpisodeChunk]] = defaultdict(list)
-        for module_id, owed in self._owed_updates.items():
-            if owed >= 1:  # an off-policy learner with gradient steps to do
-                by_module[module_id] = []
-        for chunk in chunks:
-            by_module[chunk.module_id or self.policies.default_module_id].append(chunk)
+    async def _train(self, by_module: dict[str, list[EpisodeChunk]], reasons: dict[str, str], stale_steps: int) -> None:
+        """Train each module given (its fresh chunks; SAC's may be none, for the gradient steps
+        it owes) in the learners' thread or process, publish the new version, count and log it."""
         version = self._store.current.weights_seq_no + 1
         started = time.perf_counter()
         results = await self._learners.call("train", dict(by_module), version)
@@ -356,17 +392,15 @@ class LocalTrainingService:
             listener()
         snapshot = self.metrics.snapshot()
         steps = sum(steps for steps, _ in trained.values())
-        logger.info(
-            "weights_seq_no %d: %d steps (%s, %d stale dropped) in %.2fs",
-            version, steps, reason, stale_steps, seconds,
-        )
+        logger.info("weights_seq_no %d: %d steps (%d stale dropped) in %.2fs", version, steps, stale_steps, seconds)
         for module_id, (module_steps, stats) in trained.items():
             mean_return = snapshot["policies"][module_id]["episode_return_mean"]
             rating = f" | elo {self.leagues[module_id].elo:.0f}" if module_id in self.leagues else ""
             logger.info(
-                "  %s: %d steps | return mean %s over %d episodes%s | %s",
+                "  %s: %d steps (%s) | return mean %s over %d episodes%s | %s",
                 module_id,
                 module_steps,
+                reasons[module_id],
                 "n/a" if mean_return is None else f"{mean_return:.1f}",
                 snapshot["policies"][module_id]["episodes_in_window"],
                 rating,
