@@ -41,13 +41,15 @@ def create_app(settings: Settings | None = None, service: TrainingService | None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if not gateway.started:
+        started_here = not gateway.started  # else its starter (app/startup/server.py) stops it too
+        if started_here:
             await gateway.start()
         web.warn_if_vendor_missing()
         try:
             yield
         finally:
-            await gateway.stop()
+            if started_here:
+                await gateway.stop()
 
     app = FastAPI(
         title="RLlink gateway",

@@ -6,11 +6,15 @@ Start-up problems a person can fix end in a `StartupError` whose text says what 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import gc
 import logging
+import os
+import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -127,8 +131,40 @@ async def serve(settings: Settings) -> None:
         addresses = where_to_connect(settings, sock.getsockname()[1], tcp_port)
         await _Server(config, on_started=lambda: log_addresses(addresses)).serve(sockets=[sock])
     finally:
-        await gateway.stop()
+        with _second_signal_stops_at_once():
+            await gateway.stop()
         sock.close()
+
+
+EXIT_STOPPED_AT_ONCE = 130  # as a shell reports a process ended by Ctrl-C
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _second_signal_stops_at_once() -> Iterator[None]:
+    """While the gateway stops (it waits for the training step under way, then saves), a
+    second Ctrl-C or SIGTERM ends the process at once. Checkpoints and model files are
+    written whole under a temporary name and renamed, so none is left half-written: the
+    ones on disk are those of the last step saved."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    for sig in _STOP_SIGNALS:
+        loop.add_signal_handler(sig, _stop_at_once, sig)
+    log.info("stopping: the training step under way finishes, then everything is saved (Ctrl-C again stops at once)")
+    try:
+        yield
+    finally:
+        for sig in _STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+def _stop_at_once(sig: signal.Signals) -> None:
+    log.warning("%s again: stopping at once, without saving; checkpoints and models on disk are those of the last step "
+                "saved", sig.name)
+    logging.shutdown()
+    os._exit(EXIT_STOPPED_AT_ONCE)
 
 
 class _Server(uvicorn.Server):
@@ -138,6 +174,20 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
         super().__init__(config)
         self._on_started = on_started
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's, but without raising the signal again once uvicorn has stopped: the
+        gateway stops next, and a second signal meanwhile is its own (see serve)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in _STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
