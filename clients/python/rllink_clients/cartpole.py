@@ -3,6 +3,7 @@
     python -m rllink_clients.cartpole --transport tcp --port 5555 --target-return 450
     python -m rllink_clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
     python -m rllink_clients.cartpole --inference server      # a thin client: the gateway acts
+    python -m rllink_clients.cartpole --inference server --num-envs 8   # 8 envs, one batched GET_ACTION per step
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 from rllink_clients.gym_client import GetConfigRefused, RunResult, run
 from rllink_clients.rllink_client import RLlinkClient
-from rllink_clients.thin_client import run_thin
+from rllink_clients.thin_client import run_thin, run_thin_envs
 
 DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
 
@@ -29,6 +30,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
     parser.add_argument("--max-seconds", type=float, help="stop after this long")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--num-envs", type=int, default=1,
+        help="with --inference server: step this many envs together, one batched GET_ACTION per step",
+    )
     parser.add_argument("--plain", action="store_true", help="send only the fields RLlib's reference client sends")
     parser.add_argument(
         "--inference", choices=["local", "server"], default="local",
@@ -57,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(client: RLlinkClient, args: argparse.Namespace) -> RunResult:
+    if args.inference == "server" and args.num_envs > 1:
+        return run_thin_envs(
+            client, args.env, args.num_envs, target_return=args.target_return, max_env_steps=args.max_env_steps,
+            max_seconds=args.max_seconds, seed=args.seed,
+        )
     if args.inference == "server":
         return run_thin(
             client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,

@@ -87,3 +87,75 @@ def run_thin(
             return result
         if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
             return result
+
+
+def run_thin_envs(
+    client: RLlinkClient,
+    env_id: str = "CartPole-v1",
+    num_envs: int = 8,
+    *,
+    target_return: float | None = 450.0,
+    max_env_steps: int | None = None,
+    max_seconds: float | None = None,
+    seed: int = 0,
+    stop: threading.Event | None = None,
+) -> RunResult:
+    """`num_envs` envs stepped together, one batched GET_ACTION per step for all of them (the
+    design a game with many agents uses): each step's rewards, the episodes that ended and
+    the next GET_ACTION go in one write. Stops as `run_thin` does (checked every step)."""
+    result, started = RunResult(), time.monotonic()
+    envs = [gym.make(env_id) for _ in range(num_envs)]
+    config = get_config(client, envs[0])
+    if config.get("onnx_action_mask_input_name") is not None:
+        raise ValueError("run_thin_envs sends no action masks; play a masked module with run_thin")
+    action_space = config.get("action_space", {"type": "discrete"})
+    observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    returns = [0.0] * num_envs
+    episode_ids = _start_episodes(client, [], num_envs)
+    next_report = PROGRESS_EVERY_EPISODES
+    while True:
+        batch = [{"episode_id": episode_id, "obs": flat_observation(obs).astype(np.float32).tolist()}
+                 for episode_id, obs in zip(episode_ids, observations)]
+        client.send({"type": "GET_ACTION", "batch": batch})
+        reply = _reply(client, "ACTION")
+        result.weights_seq_no = int(reply["weights_seq_no"])
+        messages, ended = [], []
+        for i, (env, action) in enumerate(zip(envs, reply["actions"])):
+            observations[i], reward, terminated, truncated, _ = env.step(env_action(action, action_space))
+            result.env_steps += 1
+            returns[i] += float(reward)
+            messages.append({"type": "LOG_RETURNS", "episode_id": episode_ids[i], "reward": float(reward)})
+            if terminated or truncated:
+                messages.append({"type": "END_EPISODE", "episode_id": episode_ids[i],
+                                 "obs": flat_observation(observations[i]).astype(np.float32).tolist(),
+                                 "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
+                result.record_episode(returns[i])
+                returns[i] = 0.0
+                observations[i] = env.reset()[0]
+                ended.append(i)
+        for i, episode_id in zip(ended, _start_episodes(client, messages, len(ended))):
+            episode_ids[i] = episode_id
+        if not ended:
+            client.send_raw(b"".join(client.encode(message) for message in messages))
+        result.seconds = time.monotonic() - started
+        if result.episodes >= next_report:
+            next_report += PROGRESS_EVERY_EPISODES
+            log.info(
+                "v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs",
+                result.weights_seq_no, result.env_steps, result.episodes, len(result.recent_returns),
+                result.mean_return, result.seconds,
+            )
+        if result.reached(target_return):
+            result.reached_target = True
+            return result
+        if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
+            return result
+
+
+def _start_episodes(client: RLlinkClient, before: list[dict[str, Any]], count: int) -> list[str]:
+    """Send `before` and `count` START_EPISODEs in one write; the new episodes' ids."""
+    if not count:
+        return []
+    starts = [{"type": "START_EPISODE"}] * count
+    client.send_raw(b"".join(client.encode(message) for message in before + starts))
+    return [_reply(client, "EPISODE_STARTED")["episode_id"] for _ in range(count)]
