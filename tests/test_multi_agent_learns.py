@@ -128,5 +128,5 @@ def test_a_module_with_a_small_share_of_the_scene_trains_on_batches_of_its_own_s
         policies = httpx.get(f"{gateway.base_url}/api/metrics").json()["policies"]
     assert result.reached_target, result.summary()
     assert np.mean(result.first_returns["reach"]) < -8  # random: -12.7
-    reach = policies["reach"]  # its batches: 500 (env_steps_per_sample) or more, never its ~55 of a message
-    assert 500 <= reach["max_batch_env_steps"] <= 2000 and reach["last_batch_env_steps"] >= 100, reach
+    reach = policies["reach"]  # its batches: about env_steps_per_sample (500) or more, never its ~55 of a message
+    assert 400 <= reach["max_batch_env_steps"] <= 2000 and reach["last_batch_env_steps"] >= 100, reach

@@ -163,7 +163,7 @@ def test_a_front_end_that_dies_is_restarted_and_costs_the_other_front_ends_clien
     wait_until(
         lambda: any(c["frontend"] == 1 and c["id"] in second_life for c in httpx.get(
             f"http://127.0.0.1:{cluster.addresses[0]['http_port']}/api/clients", timeout=10).json()),
-        60, "the reconnected client, numbered by front-end 1's second life",
+        180, "the reconnected client, numbered by front-end 1's second life",
     )
     for thread in threads:
         thread.join(timeout=280)
