@@ -91,7 +91,8 @@ class Settings(BaseSettings):
         None,
         ge=1,
         description="Per module: clients that send it experience are held (not read, their replies wait) while more env "
-        "steps than this wait to train (off-policy: pending, or their gradient steps owed); unset: 2 x its train_batch_size.",
+        "steps than this wait to train (off-policy: pending, or their gradient steps owed); unset: 2 x its train_batch_size; "
+        "never less than its train_batch_size.",
     )
     barrier_timeout_s: float = Field(10.0, gt=0, description="Train on what is there this many seconds after its oldest data arrived.")
     max_policy_lag: int = Field(2, ge=0, description="Drop data collected more than this many versions ago.")

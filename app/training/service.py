@@ -105,7 +105,7 @@ class LocalTrainingService:
         return QueueLimits(
             train_batch_size=batch,
             min_barrier_batch=min(batch, settings.env_steps_per_sample),
-            max_backlog=settings.max_backlog_env_steps or 2 * batch,
+            max_backlog=max(settings.max_backlog_env_steps or 2 * batch, batch),  # else a batch could never fill
             off_policy=module.off_policy,
         )
 
