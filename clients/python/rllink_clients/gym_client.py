@@ -58,6 +58,21 @@ class RunResult:
         full_window = len(self.recent_returns) == self.recent_returns.maxlen
         return target_return is not None and full_window and self.mean_return >= target_return
 
+    def log_progress(self) -> None:
+        log.info(
+            "v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs",
+            self.weights_seq_no, self.env_steps, self.episodes, len(self.recent_returns), self.mean_return, self.seconds,
+        )
+
+    def done(
+        self, target_return: float | None, max_env_steps: int | None, max_seconds: float | None, stop: threading.Event | None
+    ) -> bool:
+        """The run ends now: it reached the target (then `reached_target` is set) or spent a limit."""
+        if self.reached(target_return):
+            self.reached_target = True
+            return True
+        return budget_spent(self.env_steps, self.seconds, max_env_steps, max_seconds, stop)
+
 
 class OnnxPolicy:
     """The policy from a SET_STATE message, sampling actions like RLlib's client."""
@@ -233,15 +248,8 @@ def run(
         policy = policy_of(reply)
         result.weights_seq_no = policy.weights_seq_no
         result.seconds = time.monotonic() - started
-        log.info(
-            "v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs",
-            policy.weights_seq_no, result.env_steps, result.episodes, len(result.recent_returns),
-            result.mean_return, result.seconds,
-        )
-        if result.reached(target_return):
-            result.reached_target = True
-            return result
-        if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
+        result.log_progress()
+        if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
 
 

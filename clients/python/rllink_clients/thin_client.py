@@ -8,7 +8,6 @@ flags. The gateway builds the episodes and trains on them like any other client'
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any
@@ -16,10 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rllink_clients.gym_client import RunResult, budget_spent, env_action, flat_observation, get_config
+from rllink_clients.gym_client import RunResult, env_action, flat_observation, get_config
 from rllink_clients.rllink_client import RLlinkClient
-
-log = logging.getLogger("rllink_clients")
 
 PROGRESS_EVERY_EPISODES = 20
 
@@ -77,15 +74,8 @@ def run_thin(
         obs, info = env.reset()
         result.seconds = time.monotonic() - started
         if result.episodes % PROGRESS_EVERY_EPISODES == 0:
-            log.info(
-                "v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs",
-                result.weights_seq_no, result.env_steps, result.episodes, len(result.recent_returns),
-                result.mean_return, result.seconds,
-            )
-        if result.reached(target_return):
-            result.reached_target = True
-            return result
-        if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
+            result.log_progress()
+        if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
 
 
@@ -140,15 +130,8 @@ def run_thin_envs(
         result.seconds = time.monotonic() - started
         if result.episodes >= next_report:
             next_report += PROGRESS_EVERY_EPISODES
-            log.info(
-                "v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs",
-                result.weights_seq_no, result.env_steps, result.episodes, len(result.recent_returns),
-                result.mean_return, result.seconds,
-            )
-        if result.reached(target_return):
-            result.reached_target = True
-            return result
-        if budget_spent(result.env_steps, result.seconds, max_env_steps, max_seconds, stop):
+            result.log_progress()
+        if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
 
 
