@@ -14,10 +14,16 @@ import httpx
 from .gateway_process import gateway_process
 from .helpers import chunk, frame, wait_until
 
-LONG_STEP = (
-    "--train-batch-size", "6000", "--ppo.update-epochs", "100", "--ppo.hidden-sizes", "[512, 512]",
-    "--decode-workers", "0", "--learner-threads", "1",
-)
+
+def _flags(epochs: int) -> tuple[str, ...]:
+    """A 6,000-step batch through wide layers: `epochs` passes make the step as long as needed."""
+    return (
+        "--train-batch-size", "6000", "--ppo.update-epochs", str(epochs), "--ppo.hidden-sizes", "[512, 512]",
+        "--decode-workers", "0", "--learner-threads", "1",
+    )
+
+
+LONG_STEP = _flags(100)
 
 
 def _start_a_long_training_step(gateway) -> None:
@@ -40,10 +46,6 @@ def test_ctrl_c_says_it_waits_for_the_training_step_then_saves_and_exits_0(tmp_p
     assert "stopping: the training step under way finishes, then everything is saved (Ctrl-C again stops at once)" in text
     assert "stopping: waiting for the training step under way (6000 env steps" in text, text[-3000:]
     assert "weights_seq_no 1: 6000 steps" in text and "checkpoints saved in" in text and "(weights_seq_no 1)" in text
-
-
-def _flags(epochs: int) -> tuple[str, ...]:
-    return tuple(str(epochs) if flag == "100" else flag for flag in LONG_STEP)
 
 
 def test_a_second_ctrl_c_stops_at_once_and_the_checkpoint_on_disk_still_loads(tmp_path):
