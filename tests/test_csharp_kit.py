@@ -29,6 +29,13 @@ against a real gateway over TCP.
   player loop steps it, trains CartPole in thin and local mode, then plays the gateway's
   export with no gateway; the inspector's settings checks and its Test connection answer
   as they should. Unity itself never runs here.
+- The agent's other hooks and settings: inference Heuristic (the sample's scripted
+  controller plays; with a gateway each action reaches it as LOG_ACTION and is trained on,
+  with none the game plays alone); the spaces it declares (observationSize,
+  discreteActions), refused by a gateway of other spaces with both named; the launch
+  arguments a gateway gives the builds it starts (--rllink-port over the inspector's port,
+  --rllink-time-scale into Time.timeScale, --rllink-env-index into the seed; a malformed
+  one stops the agent saying which); the ray-cast sensor's fan against a wall.
 
 Skipped when mono's `mcs` or `mono` is missing (Debian: apt-get install -y mono-mcs mono-runtime).
 """
@@ -108,8 +115,9 @@ def reached(result: subprocess.CompletedProcess) -> dict:
 
 @pytest.mark.e2e
 def test_the_csharp_cartpole_trains_in_thin_mode_over_tcp(kit, tmp_path):
+    # As a gateway launches it (--env-path): its --rllink-port wins over the example's own --port 1.
     with running_gateway(gateway_settings(tmp_path)) as gateway:
-        result = cartpole(kit, gateway.tcp_port)
+        result = cartpole(kit, 1, "--rllink-port", str(gateway.tcp_port), "--rllink-env-index", "1")
         after = metrics(gateway)
     run = reached(result)
     assert run["mean"] >= TARGET
@@ -505,7 +513,8 @@ def test_the_inspectors_test_connection_shows_the_gateways_spaces_or_why_not(kit
         assert "Module 'default_policy': observations Box(shape [4]), actions Discrete(2)" in ok.stdout
     assert wrong.returncode == 1 and "[unauthorized]" in wrong.stdout and "Check the token" in wrong.stdout
     assert "nope" not in wrong.stdout and TOKEN not in right.stdout
-    assert module.returncode == 1 and "no module 'no_such_module'" in module.stdout
+    # The sample declares its spaces for the module it names: the gateway refuses a module it lacks.
+    assert module.returncode == 1 and "module 'no_such_module', which the gateway does not have" in module.stdout
     assert gone.returncode == 1 and "[connection_closed]" in gone.stdout and "Is the gateway running" in gone.stdout
 
 
@@ -527,6 +536,51 @@ def test_the_inspectors_settings_checks(kit, tmp_path):
     assert levels("webgl-tcp-host") == ["Error"] and "ws://HOST:8000/rllink" in cases["webgl-tcp-host"][0]
     assert levels("webgl-local") == ["Warning"] and "thin mode" in cases["webgl-local"][0]
     assert levels("url-in-editor") == ["Info"] and "TCP to 10.0.0.7:5555" in cases["url-in-editor"][0]
+    assert levels("heuristic-alone") == ["Info"] and "no gateway" in cases["heuristic-alone"][0]
+    assert levels("webgl-heuristic") == ["Warning"] and "without sending" in cases["webgl-heuristic"][0]
     assert levels("bundled") == ["Info"] and "policy version 3, action space Discrete(2)" in cases["bundled"][0]
     assert levels("bundled-unplayable") == ["Error"] and "Conv" in cases["bundled-unplayable"][0]
     assert cases["tcp-host"] == ["10.0.0.7", "127.0.0.1"]
+
+
+@pytest.mark.e2e
+def test_a_heuristic_agent_plays_itself_and_the_gateway_trains_on_its_logged_actions(kit, tmp_path):
+    """The sample's Heuristic() (push the way the pole falls) plays; each action reaches the
+    gateway as LOG_ACTION. The launch arguments win over the agent's own settings: port 1
+    would fail, --rllink-port is the gateway's."""
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        port = gateway.tcp_port
+        result = agent_loop("train", "--port", "1", "--inference", "heuristic", "--target-return", "450",
+                            "--rllink-port", str(port), "--rllink-time-scale", "8", "--rllink-env-index", "2")
+        after = metrics(gateway)
+    run = reached(result)
+    assert f"inference: heuristic, connecting to 127.0.0.1:{port}, time scale 8, seed 2000" in result.stdout
+    assert run["mean"] >= 450
+    assert after["serving"]["actions_served_total"] == 0  # the game chose every action
+    assert after["num_env_steps_sampled_lifetime"] == run["episodes"] * 500  # every episode balanced to the limit
+    assert after["weights_seq_no"] >= 1 and after["num_env_steps_trained_lifetime"] > 0
+
+    alone = agent_loop("play", "--heuristic", "--episodes", "3", timeout=60)  # host empty: no gateway at all
+    assert alone.returncode == 0 and "played: mean return 500.0 over 3 episodes" in alone.stdout, alone
+
+    bad = agent_loop("play", "--heuristic", "--rllink-time-scale", "fast", timeout=60)
+    assert bad.returncode == 3 and "bad launch argument: --rllink-time-scale must be a number above 0, got 'fast'" in bad.stderr
+
+
+@pytest.mark.e2e
+def test_the_agents_declared_spaces_are_checked_by_the_gateway_at_connect(kit, tmp_path):
+    other = {"type": "box", "shape": [3]}
+    with running_gateway(gateway_settings(tmp_path, observation_space=other)) as gateway:
+        refused = agent_loop("test-connection", "--port", str(gateway.tcp_port), timeout=60)
+    assert refused.returncode == 1 and "[invalid_message]" in refused.stdout, refused
+    assert 'declares observation_space {"type": "box", "shape": [4]}' in refused.stdout
+    assert '"shape": [3]' in refused.stdout  # the gateway's side, named too
+
+
+def test_the_ray_sensor_sees_a_wall_through_its_fan(kit):
+    """Three rays over 90 degrees, 10 units long, a wall 5 ahead: the side rays meet it at
+    5 / cos 45 = 7.07 (0.707 of their length), the middle one at 5; a wall beyond reach reads 1."""
+    near = agent_loop("sensor", "--rays", "3", "--fov", "90", "--length", "10", "--wall", "5", timeout=60)
+    far = agent_loop("sensor", "--rays", "4", "--fov", "90", "--length", "10", "--wall", "20", timeout=60)
+    assert near.returncode == 0 and near.stdout.split() == ["0.7071", "0.5000", "0.7071"], near
+    assert far.returncode == 0 and far.stdout.split() == ["1.0000"] * 4, far

@@ -12,7 +12,10 @@
 // episodes reaches the target, 1 if the time or step budget ran out first, 2 for bad
 // arguments (or a gateway whose spaces do not fit the env), 3 when the gateway refused
 // us (the RLlinkException's code and message), 4 when the env was given an action it
-// does not take (one its mask forbids).
+// does not take (one its mask forbids). Started by a gateway (rllink-gateway --env-path
+// "mono CartPole.exe"), it takes the --rllink-host, --rllink-port, --rllink-token and
+// --rllink-env-index arguments it is given over its own (--rllink-time-scale: it runs
+// as fast as it can anyway).
 
 using System;
 using System.Collections.Generic;
@@ -274,7 +277,9 @@ namespace RLlink.Example
                             if (value != "thin" && value != "local") throw new ArgumentException("--inference is thin or local");
                             args.Inference = value;
                             break;
-                        default: throw new ArgumentException("unknown option " + flag);
+                        default:
+                            if (flag.StartsWith("--rllink-", StringComparison.Ordinal)) break; // a gateway's launch argument: below
+                            throw new ArgumentException("unknown option " + flag);
                     }
                 }
                 catch (FormatException)
@@ -282,6 +287,12 @@ namespace RLlink.Example
                     throw new ArgumentException(flag + " takes a number, not '" + value + "'");
                 }
             }
+            // Launched by a gateway (--env-path): its --rllink-* arguments win over our own.
+            var launch = LaunchArgs.Parse(argv);
+            if (launch.Host != null) args.Host = launch.Host;
+            if (launch.Port.HasValue) args.Port = launch.Port.Value;
+            if (launch.Token != null) args.Token = launch.Token;
+            if (launch.EnvIndex.HasValue) args.Seed += 1000 * launch.EnvIndex.Value;
             if (args.Envs < 1) throw new ArgumentException("--envs must be at least 1");
             if (args.Envs > 1 && args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
             return args;

@@ -6,9 +6,14 @@
 // against a real gateway. Unity itself is not involved: this exercises the package's
 // C#, not Unity's player loop, physics or serialization.
 //
-//   mono AgentLoop.exe train --host 127.0.0.1 --port 5555 [--token T] [--inference thin|local]
-//                            [--target-return 200] [--max-seconds 180]
+//   mono AgentLoop.exe train --host 127.0.0.1 --port 5555 [--token T] [--inference thin|local|heuristic]
+//                            [--target-return 200] [--max-seconds 180] [--time-scale 1]
 //   mono AgentLoop.exe play --model policy.onnx [--episodes 20]     (bundledModel: no gateway)
+//   mono AgentLoop.exe play --heuristic [--episodes 20]             (Heuristic(), no gateway)
+//   mono AgentLoop.exe sensor --rays 3 --fov 90 --length 10 --wall 5  (a ray fan facing a wall
+//                            at z = wall: one line of the sensor's observations)
+// The --rllink-* launch arguments of a gateway-launched game may follow any command; the
+// agent takes them over its own settings, as a player would.
 //   mono AgentLoop.exe test-connection --host H --port P [--token T] [--agent-id A] [--module M]
 //   mono AgentLoop.exe settings [--model policy.onnx] [--bad-model image.onnx]
 //
@@ -40,7 +45,11 @@ namespace RLlink.Tools
         {
             if (args.Length == 0) return Usage();
             var options = new Dictionary<string, string>();
-            for (int i = 1; i + 1 < args.Length; i += 2) options[args[i].TrimStart('-')] = args[i + 1];
+            for (int i = 1; i < args.Length; i++)
+            {
+                if (args[i] == "--heuristic") options["heuristic"] = "true";
+                else if (i + 1 < args.Length) options[args[i].TrimStart('-')] = args[++i];
+            }
             Func<string, string, string> get = (key, fallback) => options.ContainsKey(key) ? options[key] : fallback;
             try
             {
@@ -49,6 +58,8 @@ namespace RLlink.Tools
                     case "train": return Train(NewAgent(get), double.Parse(get("target-return", "200"), CultureInfo.InvariantCulture),
                         double.Parse(get("max-seconds", "180"), CultureInfo.InvariantCulture));
                     case "play": return Play(get("model", null), int.Parse(get("episodes", "20")));
+                    case "sensor": return Sensor(int.Parse(get("rays", "3")), Float(get("fov", "90")), Float(get("length", "10")),
+                        Float(get("wall", "5")));
                     case "test-connection": return TestConnection(NewAgent(get));
                     case "settings": return Settings(get("model", null), get("bad-model", null));
                     default: return Usage();
@@ -76,11 +87,19 @@ namespace RLlink.Tools
                 token = get("token", ""),
                 agentId = get("agent-id", ""),
                 moduleId = get("module", ""),
-                inference = get("inference", "thin") == "local" ? InferenceMode.Local : InferenceMode.Thin,
+                inference = Mode(get("inference", "thin")),
                 seed = int.Parse(get("seed", "0")),
+                timeScale = Float(get("time-scale", "1")),
                 logEvery = 0,
             };
         }
+
+        static InferenceMode Mode(string name)
+        {
+            return name == "local" ? InferenceMode.Local : name == "heuristic" ? InferenceMode.Heuristic : InferenceMode.Thin;
+        }
+
+        static float Float(string text) { return float.Parse(text, CultureInfo.InvariantCulture); }
 
         /// <summary>A Unity message (Awake, OnEnable, FixedUpdate, ...), if the component has it,
         /// as the player loop sends it: by name, whatever its access.</summary>
@@ -98,7 +117,8 @@ namespace RLlink.Tools
             long steps = 0;
             Send(agent, "Awake");
             Send(agent, "OnEnable");
-            Console.WriteLine("inference: " + (agent.inference == InferenceMode.Local ? "local" : "thin"));
+            Console.WriteLine("inference: " + agent.inference.ToString().ToLowerInvariant() + ", connecting to " + agent.host + ":" + agent.port
+                + ", time scale " + Time.timeScale.ToString(CultureInfo.InvariantCulture) + ", seed " + agent.seed);
             try
             {
                 while (true)
@@ -143,7 +163,9 @@ namespace RLlink.Tools
 
         static int Play(string model, int episodes)
         {
-            var agent = new CartPoleAgent { host = "", logEvery = 0, bundledModel = new TextAsset(File.ReadAllBytes(model)) };
+            var agent = model != null
+                ? new CartPoleAgent { host = "", logEvery = 0, bundledModel = new TextAsset(File.ReadAllBytes(model)) }
+                : new CartPoleAgent { host = "", logEvery = 0, inference = InferenceMode.Heuristic };
             Send(agent, "Awake");
             Send(agent, "OnEnable");
             if (!agent.enabled) return 3;
@@ -156,6 +178,16 @@ namespace RLlink.Tools
             Send(agent, "OnDisable");
             Console.WriteLine("played: mean return " + returns.Average(r => (double)r).ToString("0.0", CultureInfo.InvariantCulture)
                 + " over " + returns.Count + " episodes");
+            return 0;
+        }
+
+        static int Sensor(int rays, float fov, float length, float wall)
+        {
+            Physics.StubPlanes.Add(new KeyValuePair<Vector3, float>(new Vector3(0, 0, 1), wall));
+            var sensor = new RLlinkRaySensor { rayCount = rays, fieldOfView = fov, rayLength = length };
+            var obs = new List<float>();
+            sensor.AddObservations(obs);
+            Console.WriteLine(string.Join(" ", obs.Select(v => v.ToString("0.0000", CultureInfo.InvariantCulture)).ToArray()));
             return 0;
         }
 
@@ -184,6 +216,8 @@ namespace RLlink.Tools
             add("webgl-url", true, a => a.host = "ws://127.0.0.1:8000/rllink");
             add("webgl-local", true, a => { a.host = "wss://gateway.example:8000/rllink"; a.inference = InferenceMode.Local; });
             add("url-in-editor", false, a => a.host = "ws://10.0.0.7:8000/rllink");
+            add("heuristic-alone", false, a => { a.host = ""; a.inference = InferenceMode.Heuristic; });
+            add("webgl-heuristic", true, a => { a.host = "ws://127.0.0.1:8000/rllink"; a.inference = InferenceMode.Heuristic; });
             if (model != null) add("bundled", false, a => a.bundledModel = new TextAsset(File.ReadAllBytes(model)));
             if (badModel != null) add("bundled-unplayable", false, a => a.bundledModel = new TextAsset(File.ReadAllBytes(badModel)));
             foreach (var entry in cases)

@@ -68,17 +68,12 @@ namespace RLlink.Unity.EditorTools
         public static string TestConnection(RLlinkAgent agent, int timeoutMs, out bool ok)
         {
             ok = false;
-            var options = new RLlinkClientOptions
-            {
-                Host = RLlinkAgentSettings.TcpHost(agent.host),
-                Port = agent.port,
-                Token = string.IsNullOrEmpty(agent.token) ? null : agent.token,
-                UseTls = agent.useTls,
-                ConnectTimeoutMs = timeoutMs,
-                ReceiveTimeoutMs = timeoutMs,
-                AutoReconnect = false,
-                ReconnectTimeoutMs = 0, // one attempt
-            };
+            var options = RLlinkConnections.ClientOptions(agent); // as Play mode connects, declared spaces included
+            options.Log = null;
+            options.ConnectTimeoutMs = timeoutMs;
+            options.ReceiveTimeoutMs = timeoutMs;
+            options.AutoReconnect = false;
+            options.ReconnectTimeoutMs = 0; // one attempt
             string where = options.Host + ":" + options.Port;
             try
             {

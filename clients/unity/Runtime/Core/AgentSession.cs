@@ -7,6 +7,9 @@
 // - Local: the game runs the policy from SET_STATE through an IPolicyRuntime (the kit's
 //   MlpPolicyRuntime, or a runtime of your own), samples actions, and sends its experience every
 //   env_steps_per_sample steps with EPISODES_AND_GET_STATE (RLlib's own way).
+// - Heuristic: the game chooses every action itself (a human, a script) and the session
+//   logs each one (START_EPISODE, LOG_ACTION, LOG_RETURNS, END_EPISODE): call Record
+//   instead of Act. The gateway trains on them as on its own (off-policy for PPO).
 //
 // Actions: an int (Discrete), an int[] (MultiDiscrete), a float[] (Box). For a module with
 // action_masking, Act takes each step's action mask (one value per logit, 1 allowed, 0
@@ -29,6 +32,9 @@ namespace RLlink
         Thin,
         /// <summary>The game runs the downloaded ONNX policy through an IPolicyRuntime.</summary>
         Local,
+        /// <summary>The game chooses every action itself (a human, a script); each is logged
+        /// to the gateway with LOG_ACTION (AgentSession.Record).</summary>
+        Heuristic,
     }
 
     public sealed class AgentSession
@@ -37,7 +43,7 @@ namespace RLlink
         readonly IPolicyRuntime runtime;
         readonly ActionSampler sampler;
 
-        /// <summary>Thin or Local.</summary>
+        /// <summary>Thin, Local or Heuristic.</summary>
         public InferenceMode Mode { get; private set; }
         /// <summary>The agent's id (optional; picks the module through the gateway's policy_mapping).</summary>
         public string AgentId;
@@ -104,13 +110,26 @@ namespace RLlink
         /// </summary>
         public AgentAction Act(float[] obs, float[] actionMask)
         {
+            if (Mode == InferenceMode.Heuristic)
+                throw new InvalidOperationException("a heuristic session does not act: Record the game's own action");
             return Mode == InferenceMode.Thin ? ActThin(obs, actionMask) : ActLocal(obs, actionMask);
+        }
+
+        /// <summary>
+        /// Heuristic mode: the action the game chose itself on this observation (an int, an int[]
+        /// or a float[], as <see cref="Act(float[])"/> returns them), among those the mask allows
+        /// (null: all), sent with LOG_ACTION. The first call of an episode starts it.
+        /// </summary>
+        public void Record(float[] obs, object action, float[] actionMask)
+        {
+            if (Mode != InferenceMode.Heuristic) throw new InvalidOperationException("Record is for a heuristic session; call Act");
+            WithThinEpisode(actionMask, () => client.LogAction(episodeId, obs, action, actionMask));
         }
 
         /// <summary>Reward for the last action (added up over calls).</summary>
         public void AddReward(float reward)
         {
-            if (Mode == InferenceMode.Thin)
+            if (Mode != InferenceMode.Local)
             {
                 pendingReward += reward;
                 return;
@@ -125,7 +144,7 @@ namespace RLlink
         public void EndEpisode(float[] finalObs, bool terminated, bool truncated)
         {
             if (!terminated && !truncated) throw new ArgumentException("an episode ends terminated, truncated or both");
-            if (Mode == InferenceMode.Thin) EndThin(finalObs, terminated, truncated);
+            if (Mode != InferenceMode.Local) EndThin(finalObs, terminated, truncated);
             else EndLocal(finalObs, terminated, truncated);
             Episodes++;
         }
@@ -142,6 +161,22 @@ namespace RLlink
         // -- Thin mode --------------------------------------------------------------------
 
         AgentAction ActThin(float[] obs, float[] actionMask)
+        {
+            AgentAction action = null;
+            WithThinEpisode(actionMask, () => action = client.GetAction(episodeId, obs, actionMask, Explore));
+            if (action.WeightsSeqNo != WeightsSeqNo)
+            {
+                WeightsSeqNo = action.WeightsSeqNo;
+                if (PolicyUpdated != null) PolicyUpdated(WeightsSeqNo);
+            }
+            return action;
+        }
+
+        /// <summary>One step of a gateway-side episode (thin and heuristic modes): start the
+        /// episode if none is open on this connection, send the last action's reward, then
+        /// <paramref name="step"/> (GET_ACTION or LOG_ACTION); on a lost connection, reconnect
+        /// and start again (the gateway ended the old episode as truncated).</summary>
+        void WithThinEpisode(float[] actionMask, Action step)
         {
             for (int attempt = 0; ; attempt++)
             {
@@ -160,15 +195,10 @@ namespace RLlink
                     }
                     if (actedInEpisode && pendingReward != 0) client.LogReturns(episodeId, pendingReward);
                     pendingReward = 0;
-                    var action = client.GetAction(episodeId, obs, actionMask, Explore);
+                    step();
                     actedInEpisode = true;
-                    if (action.WeightsSeqNo != WeightsSeqNo)
-                    {
-                        WeightsSeqNo = action.WeightsSeqNo;
-                        if (PolicyUpdated != null) PolicyUpdated(WeightsSeqNo);
-                    }
                     EnvSteps++;
-                    return action;
+                    return;
                 }
                 catch (RLlinkException e)
                 {

@@ -69,6 +69,28 @@ namespace RLlink
             return space;
         }
 
+        /// <summary>A box of floats of this shape (bounds and dtype left to the gateway).</summary>
+        public static SpaceInfo Box(params int[] shape) { return new SpaceInfo { Type = "box", Shape = shape }; }
+        public static SpaceInfo Discrete(int n) { return new SpaceInfo { Type = "discrete", N = n }; }
+        public static SpaceInfo MultiDiscrete(params int[] nvec) { return new SpaceInfo { Type = "multi_discrete", Nvec = nvec }; }
+
+        /// <summary>The space as RLlink writes it (GET_CONFIG's declared spaces): only the fields
+        /// that mean something for its type; a box's bounds only when set.</summary>
+        public Dictionary<string, object> ToJson()
+        {
+            var json = new Dictionary<string, object> { { "type", Type } };
+            if (IsDiscrete) json["n"] = N;
+            else if (IsMultiDiscrete) json["nvec"] = Nvec;
+            else
+            {
+                json["shape"] = Shape;
+                if (Low.HasValue) json["low"] = Low.Value;
+                if (High.HasValue) json["high"] = High.Value;
+                if (Dtype != "float32") json["dtype"] = Dtype;
+            }
+            return json;
+        }
+
         public override string ToString()
         {
             if (IsDiscrete) return "Discrete(" + N + ")";
@@ -134,6 +156,9 @@ namespace RLlink
         /// <summary>agent_id glob -> module_id, in the gateway's order (the first match wins).</summary>
         public List<KeyValuePair<string, string>> PolicyMapping = new List<KeyValuePair<string, string>>();
         public Dictionary<string, object> Raw;
+        /// <summary>The environment parameters the gateway sets (SET_CONFIG's <c>env_params</c>,
+        /// updated by a SET_STATE that carries them): name -> a number (double), string or bool.</summary>
+        public Dictionary<string, object> EnvParams = new Dictionary<string, object>();
 
         /// <summary>The default module (the unprefixed spaces and names of SET_CONFIG).</summary>
         public ModuleInfo Default;
@@ -161,7 +186,38 @@ namespace RLlink
             var mapping = Json.GetObject(json, "policy_mapping");
             if (mapping != null)
                 foreach (var entry in mapping) config.PolicyMapping.Add(new KeyValuePair<string, string>(entry.Key, entry.Value as string));
+            config.TakeEnvParams(json);
             return config;
+        }
+
+        /// <summary>Take the <c>env_params</c> of a SET_CONFIG or SET_STATE, if it has them.</summary>
+        public void TakeEnvParams(IDictionary<string, object> message)
+        {
+            var values = Json.GetObject(message, "env_params");
+            if (values != null) EnvParams = new Dictionary<string, object>(values);
+        }
+
+        /// <summary>An environment parameter as a number, or <paramref name="fallback"/> when the
+        /// gateway sets none of that name (or one that is not a number).</summary>
+        public float GetEnvParam(string name, float fallback)
+        {
+            object value;
+            return EnvParams.TryGetValue(name, out value) && value is double ? (float)(double)value : fallback;
+        }
+
+        /// <summary>An environment parameter as a string (a number or bool as JSON writes it).</summary>
+        public string GetEnvParam(string name, string fallback)
+        {
+            object value;
+            if (!EnvParams.TryGetValue(name, out value) || value == null) return fallback;
+            return value as string ?? Json.Serialize(value);
+        }
+
+        /// <summary>An environment parameter as a bool, or <paramref name="fallback"/>.</summary>
+        public bool GetEnvParam(string name, bool fallback)
+        {
+            object value;
+            return EnvParams.TryGetValue(name, out value) && value is bool ? (bool)value : fallback;
         }
 
         /// <summary>

@@ -39,6 +39,12 @@ namespace RLlink
         public int ReconnectDelayMs = 250;
         /// <summary>Where the client reports connects and reconnects (null: nowhere).</summary>
         public Action<string> Log;
+        /// <summary>The spaces the game declares in GET_CONFIG (<see cref="SpaceInfo.ToJson"/>; null:
+        /// none). The gateway checks them against its module (an ERROR naming both spaces when
+        /// they differ) or adopts them if it was given none.</summary>
+        public Dictionary<string, object> ObservationSpace, ActionSpace;
+        /// <summary>The module the declared spaces are for (null: the gateway's default module).</summary>
+        public string DeclaredModuleId;
     }
 
     /// <summary>An action from the gateway (GET_ACTION) or a local policy.</summary>
@@ -176,7 +182,7 @@ namespace RLlink
                 {
                     Open();
                     Exchange(Ping(), "PONG");
-                    Config = GatewayConfig.FromJson(Exchange(Message("GET_CONFIG"), "SET_CONFIG"));
+                    Config = GatewayConfig.FromJson(Exchange(ConfigRequest(), "SET_CONFIG"));
                     ConnectionNumber++;
                     Say((everConnected ? "reconnected to " : "connected to ") + options.Host + ":" + options.Port
                         + (attempt > 1 ? " (attempt " + attempt + ")" : ""));
@@ -265,6 +271,21 @@ namespace RLlink
         public static Dictionary<string, object> Message(string type)
         {
             return new Dictionary<string, object> { { "type", type } };
+        }
+
+        /// <summary>GET_CONFIG, with the spaces the game declares (RLlinkClientOptions).</summary>
+        Dictionary<string, object> ConfigRequest()
+        {
+            var request = Message("GET_CONFIG");
+            if (options.ObservationSpace == null && options.ActionSpace == null) return request;
+            var spaces = new Dictionary<string, object>();
+            if (options.ObservationSpace != null) spaces["observation_space"] = options.ObservationSpace;
+            if (options.ActionSpace != null) spaces["action_space"] = options.ActionSpace;
+            if (options.DeclaredModuleId == null)
+                foreach (var entry in spaces) request[entry.Key] = entry.Value;
+            else
+                request["policies"] = new Dictionary<string, object> { { options.DeclaredModuleId, spaces } };
+            return request;
         }
 
         Dictionary<string, object> Ping()
@@ -407,7 +428,7 @@ namespace RLlink
         public GatewayConfig GetConfig()
         {
             EnsureConnected();
-            Config = GatewayConfig.FromJson(Exchange(Message("GET_CONFIG"), "SET_CONFIG"));
+            Config = GatewayConfig.FromJson(Exchange(ConfigRequest(), "SET_CONFIG"));
             return Config;
         }
 
@@ -415,7 +436,7 @@ namespace RLlink
         public PolicyState GetState()
         {
             EnsureConnected();
-            return PolicyState.FromJson(Exchange(Message("GET_STATE"), "SET_STATE"));
+            return State(Exchange(Message("GET_STATE"), "SET_STATE"));
         }
 
         /// <summary>
@@ -429,7 +450,15 @@ namespace RLlink
             var message = Message("EPISODES_AND_GET_STATE");
             message["episodes"] = episodes;
             message["env_steps"] = envSteps;
-            return PolicyState.FromJson(Exchange(message, "SET_STATE"));
+            return State(Exchange(message, "SET_STATE"));
+        }
+
+        /// <summary>A SET_STATE as a PolicyState; its <c>env_params</c>, when a curriculum lesson
+        /// changed them, update <see cref="Config"/>'s.</summary>
+        PolicyState State(Dictionary<string, object> setState)
+        {
+            if (Config != null) Config.TakeEnvParams(setState);
+            return PolicyState.FromJson(setState);
         }
 
         /// <summary>EPISODES: send chunks without waiting for a new policy.</summary>

@@ -14,6 +14,8 @@
 //       }
 //       // Optional, for a module with action_masking: the actions allowed now.
 //       protected override float[] GetActionMask() { return new float[] { 1, canJump ? 1 : 0, 1 }; }
+//       // Optional, for inference Heuristic: the game's own action (keyboard, a script).
+//       protected override object Heuristic() { return Input.GetKey(KeyCode.RightArrow) ? 1 : 0; }
 //   }
 //
 // Every decisionPeriod FixedUpdates the agent collects an observation and asks for an
@@ -24,7 +26,13 @@
 // (Plugins/WebGL/RLlink.jslib) to static/rllink.js over the gateway's WebSocket, thin
 // mode only, and an action arrives a frame or so after it was asked for. With a
 // bundledModel (the gateway's export of a trained policy) the agent plays it with no
-// gateway at all, on every platform (WebGL included).
+// gateway at all, on every platform (WebGL included). With inference Heuristic the game's
+// Heuristic() plays (a human or a script); with a host set, each of its actions is logged
+// to the gateway (LOG_ACTION), which trains on them; with host empty nothing is sent.
+//
+// Launched by a gateway (rllink-gateway --env-path BUILD), the player reads the
+// --rllink-host, --rllink-port, --rllink-token, --rllink-time-scale and --rllink-env-index
+// arguments it was given, which win over the inspector's settings (readLaunchArguments).
 //
 // The package's README.md (Packages/com.rllink.gateway-client/README.md; in the
 // repository clients/unity/README.md) has the set-up, thin vs local mode and WebGL.
@@ -63,6 +71,20 @@ namespace RLlink.Unity
         public bool explore = true;
         public bool trainingEnabled = true;
         public int seed;
+
+        [Header("Spaces the game declares (checked by the gateway at connect)")]
+        [Tooltip("Floats CollectObservations adds (0: declare nothing)")]
+        public int observationSize;
+        [Tooltip("One entry: Discrete(n); several: MultiDiscrete (one size per sub-action). Empty: see continuousActions")]
+        public int[] discreteActions = new int[0];
+        [Tooltip("Continuous actions (a box of this size); 0 with no discreteActions: declare no action space")]
+        public int continuousActions;
+
+        [Header("Speed and launching")]
+        [Tooltip("Time.timeScale while the agent runs (1: real time; 20: as ML-Agents trains). A gateway's --rllink-time-scale wins")]
+        public float timeScale = 1f;
+        [Tooltip("Take the gateway's --rllink-* command-line arguments (a build it launched) over these settings")]
+        public bool readLaunchArguments = true;
 
         [Header("Play without a gateway")]
         [Tooltip("A trained policy to play with no gateway: the gateway's GET /api/model.onnx saved as model.onnx.bytes "
@@ -105,6 +127,15 @@ namespace RLlink.Unity
         /// </summary>
         protected virtual float[] GetActionMask() { return null; }
 
+        /// <summary>Inference Heuristic: the action the game chooses itself at this decision (a
+        /// human at the keyboard, a script), as the action space takes it: an int (Discrete), an
+        /// int[] (MultiDiscrete) or a float[] (box); one the action mask allows. Called right
+        /// after CollectObservations and GetActionMask.</summary>
+        protected virtual object Heuristic()
+        {
+            throw new NotImplementedException(GetType().Name + " has inference Heuristic but does not override Heuristic()");
+        }
+
         /// <summary>The gateway refused something (e.g. [unauthorized]) or cannot be reached.
         /// By default: log it, and stop the agent if the error closed the connection.</summary>
         protected virtual void OnGatewayError(RLlinkException error)
@@ -132,6 +163,42 @@ namespace RLlink.Unity
 
         // -- What the hooks call ------------------------------------------------------------------
 
+        /// <summary>An environment parameter the gateway sets (its <c>env_params</c>, which a
+        /// curriculum changes as the agent improves), or <paramref name="fallback"/> without one.</summary>
+        public float GetEnvParam(string name, float fallback)
+        {
+            var config = link == null ? null : link.Config;
+            return config == null ? fallback : config.GetEnvParam(name, fallback);
+        }
+
+        /// <summary>A string environment parameter, or <paramref name="fallback"/>.</summary>
+        public string GetEnvParam(string name, string fallback)
+        {
+            var config = link == null ? null : link.Config;
+            return config == null ? fallback : config.GetEnvParam(name, fallback);
+        }
+
+        /// <summary>A bool environment parameter, or <paramref name="fallback"/>.</summary>
+        public bool GetEnvParam(string name, bool fallback)
+        {
+            var config = link == null ? null : link.Config;
+            return config == null ? fallback : config.GetEnvParam(name, fallback);
+        }
+
+        /// <summary>The observation space the game declares (observationSize), or null.</summary>
+        public SpaceInfo DeclaredObservationSpace()
+        {
+            return observationSize > 0 ? SpaceInfo.Box(observationSize) : null;
+        }
+
+        /// <summary>The action space the game declares (discreteActions or continuousActions), or null.</summary>
+        public SpaceInfo DeclaredActionSpace()
+        {
+            if (discreteActions != null && discreteActions.Length == 1) return SpaceInfo.Discrete(discreteActions[0]);
+            if (discreteActions != null && discreteActions.Length > 1) return SpaceInfo.MultiDiscrete((int[])discreteActions.Clone());
+            return continuousActions > 0 ? SpaceInfo.Box(continuousActions) : null;
+        }
+
         /// <summary>Reward for the last action (added up).</summary>
         public void AddReward(float reward)
         {
@@ -156,6 +223,8 @@ namespace RLlink.Unity
 
         protected virtual void OnEnable()
         {
+            if (readLaunchArguments && !TakeLaunchArguments()) return;
+            if (timeScale > 0 && timeScale != 1f) Time.timeScale = timeScale;
             OnnxPolicy bundled;
             try
             {
@@ -174,13 +243,47 @@ namespace RLlink.Unity
             }
             try
             {
-                link = RLlinkConnections.Link(this);
+                link = inference == InferenceMode.Heuristic && string.IsNullOrEmpty(host == null ? null : host.Trim())
+                    ? new HeuristicAgentLink(Heuristic, null) // no gateway: the game plays, nothing is sent
+                    : RLlinkConnections.Link(this, Heuristic);
             }
             catch (RLlinkException e)
             {
                 OnGatewayError(e);
             }
         }
+
+        /// <summary>Apply the gateway's --rllink-* arguments, once per player (they do not change);
+        /// false (and the agent disabled) when one is malformed.</summary>
+        bool TakeLaunchArguments()
+        {
+            if (launchArgs == null)
+            {
+                try
+                {
+                    launchArgs = LaunchArgs.FromCommandLine();
+                }
+                catch (ArgumentException e)
+                {
+                    Debug.LogError("RLlink: bad launch argument: " + e.Message);
+                    enabled = false;
+                    return false;
+                }
+            }
+            if (launchArgs.Host != null) host = launchArgs.Host;
+            if (launchArgs.Port.HasValue) port = launchArgs.Port.Value;
+            if (launchArgs.Token != null) token = launchArgs.Token;
+            if (launchArgs.TimeScale.HasValue) timeScale = launchArgs.TimeScale.Value;
+            if (launchArgs.EnvIndex.HasValue && !launchIndexApplied)
+            {
+                seed += 1000 * launchArgs.EnvIndex.Value; // each launched game samples its own episodes
+                launchIndexApplied = true;
+            }
+            return true;
+        }
+
+        static LaunchArgs launchArgs;
+        bool launchIndexApplied;
 
         protected virtual void OnDisable()
         {
@@ -277,6 +380,8 @@ namespace RLlink.Unity
         void EndEpisode(float[] finalObs, bool terminated, bool truncated);
         /// <summary>An error that came in the background (WebGL), or null.</summary>
         RLlinkException TakeError();
+        /// <summary>The gateway's SET_CONFIG (null: no gateway, or not connected yet).</summary>
+        GatewayConfig Config { get; }
         void Close();
     }
 
@@ -307,6 +412,50 @@ namespace RLlink.Unity
         public void AddReward(float reward) { session.AddReward(reward); }
         public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { session.EndEpisode(finalObs, terminated, truncated); }
         public RLlinkException TakeError() { return null; }
+        public GatewayConfig Config { get { return session.Client.Config; } }
+        public void Close() { if (release != null) release(); }
+    }
+
+    /// <summary>An agent the game plays itself (inference Heuristic): its Heuristic() chooses
+    /// each action; with a session (a gateway) each is logged with LOG_ACTION, its rewards with
+    /// LOG_RETURNS, its end with END_EPISODE; without one nothing is sent.</summary>
+    public sealed class HeuristicAgentLink : IAgentLink
+    {
+        readonly Func<object> heuristic;
+        readonly AgentSession session;
+        readonly Action release;
+        AgentAction action;
+
+        public HeuristicAgentLink(Func<object> heuristic, AgentSession session, Action release = null)
+        {
+            if (heuristic == null) throw new ArgumentNullException("heuristic");
+            this.heuristic = heuristic;
+            this.session = session;
+            this.release = release;
+        }
+
+        public AgentSession Session { get { return session; } }
+        public bool Ready { get { return true; } }
+
+        public void RequestAction(float[] obs, float[] actionMask)
+        {
+            object raw = heuristic();
+            if (raw == null) throw new RLlinkException("invalid_action", "Heuristic() returned no action", null, null);
+            if (session != null) session.Record(obs, raw, actionMask);
+            action = new AgentAction(raw, session == null ? 0 : session.WeightsSeqNo);
+        }
+
+        public bool TryTakeAction(out AgentAction taken)
+        {
+            taken = action;
+            action = null;
+            return taken != null;
+        }
+
+        public void AddReward(float reward) { if (session != null) session.AddReward(reward); }
+        public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { if (session != null) session.EndEpisode(finalObs, terminated, truncated); }
+        public RLlinkException TakeError() { return null; }
+        public GatewayConfig Config { get { return session == null ? null : session.Client.Config; } }
         public void Close() { if (release != null) release(); }
     }
 
@@ -338,6 +487,7 @@ namespace RLlink.Unity
         public void AddReward(float reward) { }
         public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { }
         public RLlinkException TakeError() { return null; }
+        public GatewayConfig Config { get { return null; } }
 
         /// <summary>Frees the runtime if it holds resources (SentisPolicyRuntime's worker).</summary>
         public void Close()
@@ -362,21 +512,28 @@ namespace RLlink.Unity
 
         static readonly Dictionary<string, Shared> clients = new Dictionary<string, Shared>();
 
-        public static IAgentLink Link(RLlinkAgent agent)
+        /// <summary>The link of an agent to its gateway; <paramref name="heuristic"/> chooses the
+        /// actions of an agent with inference Heuristic.</summary>
+        public static IAgentLink Link(RLlinkAgent agent, Func<object> heuristic)
         {
 #if UNITY_WEBGL && !UNITY_EDITOR
+            // The bridge speaks thin mode only: a heuristic agent plays there without logging.
+            if (agent.inference == InferenceMode.Heuristic) return new HeuristicAgentLink(heuristic, null);
             return new WebGLAgentLink(agent.host, agent.token, agent.rllinkModuleUrl,
                 Nullable(agent.agentId), Nullable(agent.moduleId), agent.explore, agent.trainingEnabled);
 #else
-            string key = RLlinkAgentSettings.TcpHost(agent.host) + ":" + agent.port + "|" + agent.useTls + "|" + agent.token;
+            var options = ClientOptions(agent);
+            string key = options.Host + ":" + options.Port + "|" + options.UseTls + "|" + options.Token + "|" + options.DeclaredModuleId + "|"
+                + (options.ObservationSpace == null ? "" : Json.Serialize(options.ObservationSpace)) + "|"
+                + (options.ActionSpace == null ? "" : Json.Serialize(options.ActionSpace));
             RLlinkClient client;
             Action release;
-            if (agent.inference == InferenceMode.Thin)
+            if (agent.inference != InferenceMode.Local) // thin and heuristic agents share a connection
             {
                 Shared shared;
                 if (!clients.TryGetValue(key, out shared))
                 {
-                    shared = new Shared { Client = NewClient(agent) };
+                    shared = new Shared { Client = new RLlinkClient(options) };
                     clients[key] = shared;
                 }
                 shared.Users++;
@@ -390,7 +547,7 @@ namespace RLlink.Unity
             }
             else
             {
-                client = NewClient(agent);
+                client = new RLlinkClient(options);
                 release = client.Close;
             }
             if (client.Config == null) client.Connect();
@@ -402,20 +559,29 @@ namespace RLlink.Unity
                 Explore = agent.explore,
                 TrainingEnabled = agent.trainingEnabled,
             };
+            if (agent.inference == InferenceMode.Heuristic) return new HeuristicAgentLink(heuristic, session, release);
             return new SocketAgentLink(session, release);
 #endif
         }
 
-        static RLlinkClient NewClient(RLlinkAgent agent)
+        /// <summary>How the agent connects over TCP (Play mode, players other than WebGL, the
+        /// inspector's Test connection): its host (a WebGL URL's host), port, token, TLS and the
+        /// spaces it declares.</summary>
+        public static RLlinkClientOptions ClientOptions(RLlinkAgent agent)
         {
-            return new RLlinkClient(new RLlinkClientOptions
+            var observations = agent.DeclaredObservationSpace();
+            var actions = agent.DeclaredActionSpace();
+            return new RLlinkClientOptions
             {
                 Host = RLlinkAgentSettings.TcpHost(agent.host), // a WebGL URL (ws://host:8000/rllink) in the editor: its host
                 Port = agent.port,
                 Token = Nullable(agent.token),
                 UseTls = agent.useTls,
                 Log = line => Debug.Log("RLlink: " + line),
-            });
+                ObservationSpace = observations == null ? null : observations.ToJson(),
+                ActionSpace = actions == null ? null : actions.ToJson(),
+                DeclaredModuleId = Nullable(agent.moduleId),
+            };
         }
 
         static string Nullable(string text) { return string.IsNullOrEmpty(text) ? null : text; }

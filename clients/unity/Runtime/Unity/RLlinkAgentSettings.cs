@@ -77,6 +77,11 @@ namespace RLlink.Unity
                 return issues;
             }
 
+            if (agent.inference == InferenceMode.Heuristic && string.IsNullOrEmpty(agent.host == null ? null : agent.host.Trim()))
+            {
+                add(SettingsIssueLevel.Info, "plays Heuristic() with no gateway (host is empty): nothing is sent");
+                return issues;
+            }
             if (string.IsNullOrEmpty(agent.host == null ? null : agent.host.Trim()))
             {
                 add(SettingsIssueLevel.Error, "host is empty: the gateway's address (127.0.0.1, or ws://HOST:8000/rllink for WebGL)");
@@ -97,6 +102,8 @@ namespace RLlink.Unity
                         + agent.port);
                 if (agent.inference == InferenceMode.Local)
                     add(SettingsIssueLevel.Warning, "a WebGL player plays in thin mode (through the bridge): inference Local applies in the editor and other players only");
+                if (agent.inference == InferenceMode.Heuristic)
+                    add(SettingsIssueLevel.Warning, "a WebGL player plays Heuristic() without sending its actions (the bridge speaks thin mode only)");
                 if (agent.useTls && agent.host.Trim().StartsWith("ws://", StringComparison.OrdinalIgnoreCase))
                     add(SettingsIssueLevel.Warning, "useTls is for TCP; a WebGL player uses TLS when host starts with wss://");
             }

@@ -286,6 +286,8 @@ namespace RLlink.Unity
             return null;
         }
 
+        public GatewayConfig Config { get { return client.IsReady ? client.Config : null; } }
+
         public void Close() { client.Close(); }
     }
 }

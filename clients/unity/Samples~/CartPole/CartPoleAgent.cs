@@ -8,6 +8,10 @@
 //   CollectObservations  the 4 floats the gateway's observation space expects
 //   OnActionReceived     push left (0) or right (1), reward 1, end the episode on a fall
 //                        (EndEpisode: terminated) or after 500 steps (EpisodeInterrupted: truncated)
+//   Heuristic            inference Heuristic: a scripted controller (push the way the pole
+//                        falls), whose play the gateway can learn from (LOG_ACTION)
+// Its declared spaces (observationSize 4, discreteActions [2]) are CartPole-v1's: a gateway
+// started with others refuses it at connect, naming both.
 
 using System.Collections.Generic;
 using RLlink.Unity;
@@ -24,6 +28,12 @@ namespace RLlink.Samples.CartPole
         public Transform pole;
         [Tooltip("Log the mean return every this many episodes (0: never)")]
         public int logEvery = 20;
+
+        public CartPoleAgent()
+        {
+            observationSize = 4;
+            discreteActions = new[] { 2 };
+        }
 
         CartPolePhysics physics;
         float returnsSinceLog;
@@ -71,6 +81,12 @@ namespace RLlink.Samples.CartPole
             ShowState();
             if (fell) Finish(true);
             else if (physics.Steps >= CartPolePhysics.MaxEpisodeSteps) Finish(false);
+        }
+
+        protected override object Heuristic()
+        {
+            float[] state = physics.Observation(); // x, x', theta, theta'
+            return state[2] + 0.5f * state[3] > 0 ? 1 : 0; // push under the pole as it falls
         }
 
         void Finish(bool terminated)
