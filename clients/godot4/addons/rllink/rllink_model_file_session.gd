@@ -1,0 +1,86 @@
+# model_file mode: the game plays a trained policy from a bundled .onnx file (the
+# gateway's GET /api/model.onnx, or runs/<run_id>/models/<module_id>/latest.onnx), with
+# no gateway at all: nothing is sent, nothing trains. The model's metadata (written by
+# the gateway's export) gives its spaces and the output layout, hence the distribution.
+extends "res://addons/rllink/rllink_session.gd"
+
+const PolicyRunner = preload("res://addons/rllink/rllink_policy_runner.gd")
+const ActionSampler = preload("res://addons/rllink/rllink_action_sampler.gd")
+
+var runner
+var model_path := ""
+
+var _load_error = null  # why the model could not be loaded (null: loaded)
+var _obs = null
+var _mask: Array = []
+
+
+# path: res://, user:// or an absolute path to the .onnx file.
+func _init(path: String, seed_value := 0) -> void:
+	model_path = path
+	runner = PolicyRunner.new(seed_value)
+	_load_error = _load()
+
+
+func mode() -> String:
+	return "model_file"
+
+
+func needs_gateway() -> bool:
+	return false
+
+
+func action_space() -> Dictionary:
+	return runner.module.get("action_space", {})
+
+
+func begin_step(obs, mask := []) -> void:
+	_obs = obs
+	_mask = mask
+
+
+func poll_step():
+	if _load_error != null:
+		return {"error": _load_error}
+	var decided: Dictionary = runner.act(_obs, _mask, explore)
+	if decided.has("error"):
+		decided.error["request"] = ""
+		return decided
+	env_steps += 1
+	return {"action": decided.action, "weights_seq_no": weights_seq_no}
+
+
+func _load():
+	if model_path == "":
+		return error_info("model_error", "inference is model_file but model_path is empty")
+	var model := FileAccess.get_file_as_bytes(model_path)
+	if model.is_empty():
+		var text := (
+			"cannot read the model %s (error %d)" % [model_path, FileAccess.get_open_error()]
+		)
+		return error_info("model_error", text)
+	var probe = runner.policy
+	if not probe.load_model(model):
+		return error_info("model_error", "cannot run %s: %s" % [model_path, probe.error_message])
+	var meta: Dictionary = probe.metadata
+	var observation_space = JSON.parse_string(str(meta.get("observation_space", "")))
+	var space = JSON.parse_string(str(meta.get("action_space", "")))
+	if typeof(space) != TYPE_DICTIONARY or typeof(observation_space) != TYPE_DICTIONARY:
+		var text := (
+			"%s has no observation_space / action_space in its metadata: use a model the"
+			+ " gateway exported"
+		)
+		return error_info("model_error", text % model_path)
+	var squashed := str(meta.get("output_layout", "")).find("squashed_gaussian") >= 0
+	var module := {
+		"module_id": model_path.get_file(),
+		"observation_space": observation_space,
+		"action_space": space,
+		"onnx_input_name": str(meta.get("input_name", "")),
+		"action_distribution": ActionSampler.distribution_for(space, squashed),
+	}
+	var problem: String = runner.load_model(model, module)
+	if problem != "":
+		return error_info("model_error", "cannot run %s: %s" % [model_path, problem])
+	weights_seq_no = int(str(meta.get("weights_seq_no", "-1")))
+	return null

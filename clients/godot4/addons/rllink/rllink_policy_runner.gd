@@ -1,0 +1,78 @@
+# A policy in the game: the GDScript MLP runtime and the action sampler together, for
+# the two modes that act in the game (local: SET_STATE's models; model_file: a bundled
+# .onnx). act() checks the game's mask as the gateway would, runs the model, samples.
+extends RefCounted
+
+const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
+const ActionSampler = preload("res://addons/rllink/rllink_action_sampler.gd")
+
+var policy = MlpPolicy.new()
+var sampler
+var module := {}  # {module_id, observation_space, action_space, action_distribution}
+
+
+func _init(seed_value := 0) -> void:
+	sampler = ActionSampler.new(seed_value)
+
+
+func is_loaded() -> bool:
+	return policy.is_loaded()
+
+
+# Load plain ONNX bytes for `module_info` (its spaces, input and output names, mask
+# input, distribution); "" or why the model cannot run here.
+func load_model(model: PackedByteArray, module_info: Dictionary) -> String:
+	var outputs: Array = module_info.get("onnx_output_names", [])
+	var shape: Array = []
+	for n in module_info.get("observation_space", {}).get("shape", []):
+		shape.append(int(n))
+	var mask_input = module_info.get("onnx_action_mask_input_name")
+	var loaded: bool = policy.load_model(
+		model,
+		str(module_info.get("onnx_input_name", "")),
+		str(outputs[0]) if outputs.size() > 0 else "",
+		shape,
+		mask_input if typeof(mask_input) == TYPE_STRING else ""
+	)
+	if not loaded:
+		return policy.error_message
+	module = module_info
+	return ""
+
+
+# One decision: {"action" (to act on), "sampled" (to train on), "logp", "mask" (as fed
+# to the model; [] for an unmasked one)} or {"error"} for a mask the gateway would refuse.
+func act(obs, mask: Array, explore: bool) -> Dictionary:
+	var space: Dictionary = module.get("action_space", {})
+	if not mask.is_empty():
+		var problem := ""
+		if not policy.is_masked():
+			problem = (
+				(
+					"get_action_mask() gave a mask, but module '%s' takes no action masks"
+					% str(module.get("module_id", ""))
+				)
+				+ " (set the gateway's action_masking)"
+			)
+		else:
+			problem = ActionSampler.mask_error(mask, space)
+		if problem != "":
+			var details := {"field": "action_mask"}
+			return {"error": {"code": "invalid_message", "message": problem, "details": details}}
+	var outputs: Array = policy.run(obs, mask)
+	var distribution := str(module.get("action_distribution", "categorical"))
+	var sampled: Dictionary = sampler.sample(outputs, distribution, space, explore)
+	var action = sampled.action
+	if distribution == "gaussian":  # the sample is trained on, the clipped one acted on
+		action = ActionSampler.clip(action, space)
+	var used: Array = []
+	if policy.is_masked():
+		used = mask if not mask.is_empty() else _ones(policy.mask_width)
+	return {"action": action, "sampled": sampled.action, "logp": sampled.logp, "mask": used}
+
+
+static func _ones(count: int) -> Array:
+	var ones: Array = []
+	for i in range(count):
+		ones.append(1)
+	return ones

@@ -1,0 +1,257 @@
+# CartPole trained through an RLlink gateway, headless or in a window:
+#
+#   godot4 --headless --path clients/godot4/example -- --host 127.0.0.1 --port 5555
+#
+# Builds the scene from the command line (cli.gd): one connection (rllink_client.gd)
+# shared by --envs cart-pole agents (cartpole_agent.gd), thin mode by default. Prints
+# progress every 20 episodes and exits 0 once the mean return of the last 20 episodes
+# reaches the target, 1 if the time or step budget runs out first, 2 for bad
+# arguments, 3 when the gateway refuses us or cannot be reached (code and message).
+# A gateway that launched the game (--rllink-host, --rllink-port, --rllink-token)
+# wins over --host, --port and --token.
+extends Node2D
+
+const Cli = preload("res://cli.gd")
+const RLlinkClient = preload("res://addons/rllink/rllink_client.gd")
+const LaunchArgs = preload("res://addons/rllink/rllink_launch_args.gd")
+const CartPoleAgent = preload("res://cartpole_agent.gd")
+const CartPoleEnv = preload("res://cartpole_env.gd")
+
+const WINDOW = 20
+
+var options := {}
+var client = null
+var agents: Array = []
+var recent: Array = []
+var episodes := 0
+var env_steps := 0
+var started_msec := 0
+var finished := false
+var announced := false
+
+
+func _ready() -> void:
+	var parsed := Cli.parse(Array(OS.get_cmdline_user_args()))
+	if parsed.has("help"):
+		print(Cli.USAGE)
+		_quit(0)
+		return
+	var launch := LaunchArgs.from_command_line()
+	if launch.has("error"):
+		parsed = {"error": launch.error}
+	if parsed.has("error"):
+		printerr("error: " + parsed.error + "\n" + Cli.USAGE)
+		_quit(2)
+		return
+	options = parsed.options
+	for key in ["host", "port", "token"]:
+		options[key] = launch.get(key, options[key])
+	_set_speed(options.speedup)
+	if options.inference != "model_file":
+		client = _new_client()
+	started_msec = Time.get_ticks_msec()
+	for i in range(options.envs):
+		var agent = CartPoleAgent.new()
+		agent.name = "Cart%d" % i
+		agent.env = CartPoleEnv.new(options.seed + i)
+		agent.client = client  # one connection for every cart (null: model_file)
+		agent.inference = options.inference
+		agent.model_path = options.model_path
+		agent.blocking = not options.async
+		agent.seed_value = options.seed + i
+		if options.speedup > 0:
+			agent.time_scale = options.speedup
+		agent.episode_finished.connect(_on_episode_finished.bind(agent))
+		agent.gateway_error.connect(_on_gateway_error.bind(agent))
+		agents.append(agent)
+		add_child(agent)
+
+
+func _new_client():
+	var made = RLlinkClient.new()
+	made.host = options.host
+	made.port = options.port
+	made.token = options.token
+	made.transport = options.transport
+	made.use_tls = options.tls
+	made.tls_certificate_path = options.tls_cert
+	made.tls_hostname = options.tls_hostname
+	if options.max_seconds > 0:  # never spend longer reconnecting than the whole run may take
+		made.reconnect_timeout_s = minf(made.reconnect_timeout_s, options.max_seconds)
+	made.note.connect(_on_note)
+	made.connected.connect(_on_connected)
+	return made
+
+
+# Without --speedup, run the physics as fast as the gateway answers: many ticks per
+# second, many per frame, and no idle sleep between frames (each tick waits for its
+# action anyway).
+func _set_speed(speedup: float) -> void:
+	if speedup > 0:
+		return  # the agents' time_scale
+	Engine.physics_ticks_per_second = 100000
+	Engine.max_physics_steps_per_frame = 100
+	OS.low_processor_usage_mode_sleep_usec = 200 if options.async else 0
+
+
+func _process(_delta: float) -> void:
+	if finished:
+		return
+	if _budget_spent():
+		_finish(1)
+		return
+	if DisplayServer.get_name() != "headless":
+		queue_redraw()  # redraw the carts in a window
+
+
+func _on_connected(config: Dictionary) -> void:
+	if announced:
+		return
+	announced = true
+	print(
+		(
+			(
+				"gateway: observations %s, actions %s, env_steps_per_sample %s, protocol %s;"
+				% [
+					JSON.stringify(config.get("observation_space")),
+					JSON.stringify(config.get("action_space")),
+					str(config.get("env_steps_per_sample")),
+					str(config.get("protocol_version", "?")),
+				]
+			)
+			+ (
+				" inference: %s, transport: %s, envs: %d%s"
+				% [
+					options.inference,
+					options.transport,
+					options.envs,
+					", async" if options.async else ""
+				]
+			)
+		)
+	)
+
+
+func _on_note(text: String) -> void:
+	print("rllink: " + text)
+
+
+func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
+	if finished:
+		return
+	episodes += 1
+	env_steps += steps
+	recent.append(episode_return)
+	if recent.size() > WINDOW:
+		recent.pop_front()
+	var reached: bool = recent.size() == WINDOW and _mean() >= options.target_return
+	if episodes % WINDOW == 0 or reached:
+		var reconnects := 0
+		for a in agents:
+			reconnects += a.session.reconnects
+		print(
+			(
+				"v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs%s"
+				% [
+					agent.weights_seq_no,
+					env_steps,
+					episodes,
+					recent.size(),
+					_mean(),
+					_elapsed(),
+					"  reconnects %d" % reconnects if reconnects > 0 else ""
+				]
+			)
+		)
+	if reached:
+		print(
+			(
+				"reached the target: mean return %.1f >= %s after %d episodes, %d env steps, %.1fs"
+				% [_mean(), str(options.target_return), episodes, env_steps, _elapsed()]
+			)
+		)
+		_finish(0)
+	elif _budget_spent():
+		_finish(1)
+
+
+func _on_gateway_error(info: Dictionary, _agent) -> void:
+	if finished:
+		return
+	var code := str(info.get("code", "error"))
+	var request := str(info.get("request", ""))
+	var ours: bool = code in RLlinkClient.OWN_CODES
+	printerr(
+		(
+			"error: %s: [%s] %s%s"
+			% [
+				"cannot talk to the gateway" if ours else "the gateway refused us",
+				code,
+				str(info.get("message", "")),
+				" (request %s)" % request if request != "" else ""
+			]
+		)
+	)
+	_finish(3)
+
+
+func _budget_spent() -> bool:
+	var spent: bool = (
+		(options.max_seconds > 0 and _elapsed() >= options.max_seconds)
+		or (options.max_env_steps > 0 and env_steps >= options.max_env_steps)
+	)
+	if spent:
+		print(
+			(
+				(
+					"budget spent before the target: mean return (last %d) %.1f < %s"
+					% [recent.size(), _mean(), str(options.target_return)]
+				)
+				+ " after %d episodes, %d env steps, %.1fs" % [episodes, env_steps, _elapsed()]
+			)
+		)
+	return spent
+
+
+func _finish(code: int) -> void:
+	finished = true
+	for agent in agents:
+		agent.stop()
+	if client != null:
+		client.close()  # sends what is queued (the last END_EPISODE)
+	_quit(code)
+
+
+func _quit(code: int) -> void:
+	set_process(false)
+	get_tree().quit(code)
+
+
+func _mean() -> float:
+	if recent.is_empty():
+		return 0.0
+	var total := 0.0
+	for r in recent:
+		total += r
+	return total / recent.size()
+
+
+func _elapsed() -> float:
+	return (Time.get_ticks_msec() - started_msec) / 1000.0
+
+
+# In a window: each cart as a box on a rail with its pole.
+func _draw() -> void:
+	if agents.is_empty():
+		return
+	var size := get_viewport_rect().size
+	var scale_x := size.x / (2 * CartPoleEnv.X_THRESHOLD + 1.0)
+	var pole := 2 * CartPoleEnv.LENGTH * scale_x
+	for i in range(agents.size()):
+		var state: Array = agents[i].env.state
+		var y := (i + 1) * size.y / (agents.size() + 1)
+		var x: float = size.x / 2 + state[0] * scale_x
+		var tip := Vector2(x + sin(state[2]) * pole, y - cos(state[2]) * pole)
+		draw_line(Vector2(0, y), Vector2(size.x, y), Color(0.5, 0.5, 0.5))
+		draw_rect(Rect2(x - 25, y - 12, 50, 24), Color(0.2, 0.4, 0.8))
+		draw_line(Vector2(x, y), tip, Color(0.8, 0.6, 0.3), 4.0)

@@ -1,0 +1,275 @@
+"""The Godot 4 kit (clients/godot4/, GDScript 2.0).
+
+No Godot 4 runtime exists on this machine or in CI (Debian 12 ships Godot 3 only), so
+what runs everywhere is static:
+
+- every `.gd` file parses with gdtoolkit 4's `gdparse` and passes `gdlint` (the kit's
+  `gdlintrc`), and the check does catch a broken script, naming the file and the error;
+- every `res://` path a script preloads or extends exists in the kit;
+- every RLlink message type the kit sends is a request the gateway knows (all of them),
+  every reply it waits for is one the gateway sends, and the gateway error codes the
+  kit reacts to are the gateway's;
+- the launch arguments the kit reads are RLLINK.md's "Launching games" names;
+- every setting the README documents is an `@export` of the agent node, and back.
+
+With a Godot 4 binary (`godot4` on PATH, or `GODOT4` naming it) the example trains
+CartPole headless against a real gateway in thin mode, and the GDScript ONNX runtime is
+compared with onnxruntime; without one these are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.schemas import NO_REPLY_TYPES, REQUEST_TYPES, RESPONSE_TYPES, GetConfig
+from rllink.errors import ErrorCode
+
+from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = ROOT / "clients" / "godot4"
+ADDON = KIT / "addons" / "rllink"
+EXAMPLE = KIT / "example"
+BIN = Path(sys.executable).parent
+GDPARSE, GDLINT = BIN / "gdparse", BIN / "gdlint"
+GODOT4 = os.environ.get("GODOT4") or shutil.which("godot4")
+
+
+def gd_files(root: Path) -> list[Path]:
+    """Every .gd file under root once (the example's addons/rllink is a link to the addon)."""
+    seen: dict[Path, Path] = {}
+    for path in sorted(root.rglob("*.gd")):
+        seen.setdefault(path.resolve(), path)
+    return sorted(seen.values())
+
+
+def gdscript_problems(root: Path) -> list[str]:
+    """What gdparse and gdlint (run from root, so its gdlintrc applies) say about the .gd
+    files under root: one entry per failing file and tool, naming both; empty when all
+    pass. One run of each tool over every file; each file its output names (both tools
+    start a problem's lines with the file's path) runs again alone, for its own message."""
+    names = [str(path.relative_to(root)) for path in gd_files(root)]
+    problems = []
+    for tool in (GDPARSE, GDLINT):
+        together = _run(tool, root, names)
+        if together.returncode == 0:
+            continue
+        output = together.stdout + together.stderr
+        failing = [name for name in names if re.search(rf"^{re.escape(name)}:", output, flags=re.M)]
+        assert failing, f"{tool.name} failed without naming a file:\n{output}"
+        for name in failing:
+            alone = _run(tool, root, [name])
+            problems.append(f"{tool.name} {name}:\n{alone.stdout}{alone.stderr}".strip())
+    return problems
+
+
+def _run(tool: Path, root: Path, names: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([str(tool), *names], cwd=root, capture_output=True, text=True, timeout=300)
+
+
+def read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def kit_sources() -> str:
+    return "\n".join(read(path) for path in gd_files(KIT))
+
+
+# -- GDScript 2.0: parses and lints ---------------------------------------------------------
+
+
+def test_every_gdscript_file_of_the_kit_parses_and_lints():
+    files = gd_files(KIT)
+    assert len(files) >= 25, files  # the addon, the example and its tool
+    problems = gdscript_problems(KIT)
+    assert not problems, "\n\n".join(problems)
+
+
+def test_the_check_names_a_broken_script_and_its_error(tmp_path):
+    """The check above is not vacuous: a copy of the kit with one script that does not
+    parse and one that breaks a lint rule fails, naming both files and what is wrong."""
+    copy = tmp_path / "godot4"
+    shutil.copytree(KIT, copy, symlinks=True)
+    agent = copy / "addons" / "rllink" / "rllink_agent.gd"
+    agent.write_text(read(agent).replace("func stop() -> void:", "func stop( -> void:"), encoding="utf-8")
+    env = copy / "example" / "cartpole_env.gd"
+    env.write_text(read(env).replace("func observation()", "func Observation()"), encoding="utf-8")
+    problems = gdscript_problems(copy)
+    named = {tuple(problem.split(":", 1)[0].split()) for problem in problems}
+    assert ("gdparse", "addons/rllink/rllink_agent.gd") in named
+    assert ("gdlint", "example/cartpole_env.gd") in named
+    assert {name for _, name in named} == {"addons/rllink/rllink_agent.gd", "example/cartpole_env.gd"}, problems
+    parse = next(p for p in problems if p.startswith("gdparse addons/rllink/rllink_agent.gd"))
+    assert "Unexpected token" in parse
+    lint = next(p for p in problems if p.startswith("gdlint example/cartpole_env.gd"))
+    assert 'Function name "Observation" is not valid' in lint
+
+
+# -- Static checks of what the scripts name -------------------------------------------------------
+
+
+def test_every_res_path_a_script_loads_exists():
+    """preload("res://...") and extends "res://..." resolve inside the example project,
+    whose addons/rllink is the kit's addon."""
+    paths = set()
+    for path in gd_files(KIT):
+        paths |= set(re.findall(r'(?:preload\(|extends )"(res://[^"]+)"', read(path)))
+    assert "res://addons/rllink/rllink_agent.gd" in paths and "res://cartpole_env.gd" in paths
+    missing = [p for p in sorted(paths) if not (EXAMPLE / p.removeprefix("res://")).is_file()]
+    assert not missing, missing
+    assert (EXAMPLE / "addons" / "rllink").resolve() == ADDON.resolve()
+    project = read(EXAMPLE / "project.godot")
+    assert "config_version=5" in project and 'run/main_scene="res://main.tscn"' in project
+    assert 'path="res://main.gd"' in read(EXAMPLE / "main.tscn")
+
+
+def test_the_kit_speaks_every_request_the_gateway_knows_and_only_those():
+    sources = kit_sources()
+    sent = set(re.findall(r'"type": "([A-Z_]+)"', sources))
+    client = read(ADDON / "rllink_client.gd")
+    replies = dict(re.findall(r'^\t"([A-Z_]+)": "([A-Z_]+)",$', client, flags=re.M))
+    assert sent == REQUEST_TYPES, sorted(sent ^ REQUEST_TYPES)
+    assert set(replies.values()) | {"ERROR"} == RESPONSE_TYPES
+    assert set(REQUEST_TYPES) - set(replies) == NO_REPLY_TYPES  # no reply is waited for in vain
+    # The spaces the game declares travel in GET_CONFIG fields the gateway reads.
+    for field in ("observation_space", "action_space", "policies"):
+        assert f'"{field}"' in client and field in GetConfig.model_fields
+
+
+def test_the_gateway_error_codes_the_kit_reacts_to_are_the_gateways():
+    own = set(re.findall(r'^const [A-Z_]+ = "([a-z_]+)"', read(ADDON / "rllink_client.gd"), flags=re.M))
+    assert own == {"connection_closed", "timeout", "bad_frame", "unexpected_reply", "tls_error"}
+    gateway = {code.value for code in ErrorCode}
+    quoted = set(re.findall(r'"([a-z]+(?:_[a-z]+)+)"', kit_sources()))
+    named = {code for code in quoted if code.startswith(("too_many", "unknown_", "invalid_", "idle_", "frame_"))}
+    assert {"unknown_episode", "too_many_connections", "idle_timeout", "invalid_message"} <= named
+    assert named <= gateway, sorted(named - gateway)
+    assert not own & gateway  # the kit's own codes never pass for the gateway's
+
+
+def test_the_launch_arguments_are_rllinks_names():
+    """The kit reads RLLINK.md's "Launching games" arguments: exactly the ones the
+    gateway's launcher gives a game (when this tree has it)."""
+    kit = set(re.findall(r'"(--rllink-[a-z-]+)"', read(ADDON / "rllink_launch_args.gd")))
+    names = {"--rllink-host", "--rllink-port", "--rllink-token", "--rllink-time-scale", "--rllink-env-index"}
+    assert kit == names
+    if importlib.util.find_spec("app.startup.launcher") is not None:
+        from app.startup.launcher import game_arguments
+
+        given = game_arguments("127.0.0.1", 5555, 3, 20.0, token="t")
+        assert {word for word in given if word.startswith("--")} == kit
+
+
+def exported_settings() -> set[str]:
+    return set(re.findall(r"^@export\w*(?:\([^)]*\))? var (\w+)", read(ADDON / "rllink_agent.gd"), flags=re.M))
+
+
+def test_every_setting_the_readme_documents_is_an_export_of_the_agent_and_back():
+    readme = read(KIT / "README.md")
+    section = readme[readme.index("## Settings") :]
+    section = section[: section.index("\n## ", 1)]
+    documented = set(re.findall(r"^\| `(\w+)` \|", section, flags=re.M))
+    exported = exported_settings()
+    assert {"host", "port", "token", "transport", "inference", "time_scale", "model_path"} <= exported
+    assert documented == exported, f"README only: {sorted(documented - exported)}; agent only: {sorted(exported - documented)}"
+    inference = re.search(r"@export_enum\(([^)]*)\) var inference", read(ADDON / "rllink_agent.gd"))
+    assert inference and re.findall(r'"(\w+)"', inference.group(1)) == ["thin", "local", "model_file", "heuristic"]
+
+
+# -- In a real Godot 4 (skipped without one) ------------------------------------------------------
+
+needs_godot4 = pytest.mark.skipif(GODOT4 is None, reason="no Godot 4 runtime on PATH: install godot4 or set GODOT4 to its binary")
+TARGET = 200
+RUN_TIMEOUT_S = 300  # a script that does not compile leaves Godot running an empty scene
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A fresh copy of the example with the addon in it, as a game would hold it (Godot
+    writes .godot/ into a project)."""
+    copy = tmp_path_factory.mktemp("godot4") / "example"
+    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("addons", ".godot"))
+    shutil.copytree(ADDON, copy / "addons" / "rllink")
+    return copy
+
+
+def godot_env(project: Path) -> dict[str, str]:
+    """Godot's user data and settings under the copy, not in $HOME."""
+    home = project.parent / "userdata"
+    return {**os.environ, "XDG_DATA_HOME": str(home / "data"), "XDG_CONFIG_HOME": str(home / "config"),
+            "XDG_CACHE_HOME": str(home / "cache"), "LANG": "en_US.UTF-8", "LC_ALL": "en_US.UTF-8"}  # fmt: skip
+
+
+def run_godot(project: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(GODOT4), "--headless", "--path", str(project), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=godot_env(project))
+    print(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}")
+    return result
+
+
+def metrics(gateway: RunningGateway) -> dict:
+    import httpx
+
+    return httpx.get(f"{gateway.base_url}/api/metrics", timeout=30).raise_for_status().json()
+
+
+@needs_godot4
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_godot4_cartpole_trains_in_thin_mode_over_tcp(project, tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        result = run_godot(project, "--", "--host", "127.0.0.1", "--port", str(gateway.tcp_port),
+                           "--target-return", str(TARGET), "--max-seconds", "180")  # fmt: skip
+        assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        assert "SCRIPT ERROR" not in result.stderr, result.stderr
+        line = [line for line in result.stdout.splitlines() if line.startswith("reached the target")][-1]
+        words = line.replace(",", "").split()
+        mean, episodes, steps = float(words[5]), int(words[9]), int(words[11])
+
+        def settled() -> dict | None:
+            m = metrics(gateway)
+            return m if m["num_env_steps_sampled_lifetime"] >= steps and m["serving"]["open_episodes"] == 0 else None
+
+        after = wait_until(settled, 30, f"the gateway to count {steps} env steps and no open episode")
+    assert mean >= TARGET and "inference: thin, transport: tcp" in result.stdout
+    # The gateway chose every action and trained on exactly what the game sent.
+    assert after["serving"]["actions_served_total"] == steps == after["frames_received"]["GET_ACTION"]
+    assert after["num_episodes_lifetime"] == episodes == after["frames_received"]["END_EPISODE"]
+    assert after["weights_seq_no"] >= 1 and after["errors"] == {} and after["connections_total"] == {"tcp": 1}
+
+
+@needs_godot4
+def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes_in_godot4(project, tmp_path):
+    import onnxruntime as ort
+    import torch
+
+    from app.spaces.models import BoxSpace, DiscreteSpace
+    from app.training.onnx_export import export_onnx
+    from app.training.policy import ActorCritic
+
+    torch.manual_seed(0)
+    policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=2), (64, 64))
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.uniform_(-0.5, 0.5)
+    model = export_onnx(policy, 3)
+    observations = np.random.default_rng(1).uniform(-3, 3, (16, 4)).astype(np.float32)
+    (tmp_path / "model.onnx").write_bytes(model)
+    (tmp_path / "obs.json").write_text(json.dumps(observations.tolist()))
+    result = run_godot(project, "-s", "res://tools/onnx_run.gd", "--", str(tmp_path / "model.onnx"),
+                       str(tmp_path / "obs.json"), "4")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    outputs = np.array([json.loads(line[4:]) for line in result.stdout.splitlines() if line.startswith("OUT ")])
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    expected = session.run(None, {session.get_inputs()[0].name: observations})[0]
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
