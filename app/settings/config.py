@@ -162,6 +162,47 @@ class Settings(BaseSettings):
     runs_dir: Path = Field(Path("runs"), description="Where runs are kept, a folder per --run-id.")
     resume: bool = Field(False, description="Continue the run --run-id names (without it, an existing run is refused).")
 
+    # Launching games (as ML-Agents' --env and --num-envs; app/startup/launcher.py) and the training budget.
+    env_path: str | None = Field(
+        None,
+        description="A game build or simulator the gateway starts once it listens: an executable, or a command with "
+        "arguments (split as a shell splits words, without its other features); each process gets the --rllink-* "
+        "arguments of RLLINK.md; unset: the gateway starts none.",
+    )
+    num_envs: int = Field(1, ge=1, le=256, description="Processes of --env-path started (--rllink-env-index 0 to N-1).")
+    time_scale: float = Field(
+        1.0, gt=0, le=1000, description="Game speed each launched game is given as --rllink-time-scale (20: 20 x real time)."
+    )
+    headless: bool = Field(False, description="Start the games without a window: --headless-args go in their arguments.")
+    headless_args: list[str] = Field(
+        default_factory=lambda: ["--headless"],
+        description='What --headless adds to a game\'s arguments: Godot\'s ["--headless"]; for Unity: '
+        '["-batchmode", "-nographics"].',
+    )
+    env_args: list[str] = Field(
+        default_factory=list,
+        description="More arguments for every game, after the --rllink-* ones (on the command line also: what follows "
+        "a lone --).",
+    )
+    env_max_restarts: int = Field(
+        5,
+        ge=0,
+        le=1000,
+        description="Times each launched game is started again after it exits, 1 s later, then 2, 4, ... (at most "
+        "30 s); beyond: it stays down (its log says why).",
+    )
+    env_stop_grace_s: float = Field(
+        10.0, gt=0, le=600, description="When the gateway stops: seconds the games have to exit after SIGTERM before SIGKILL."
+    )
+    max_env_steps: int | dict[str, int] | None = Field(
+        None,
+        description="Training budget in env steps trained: a number for all modules together, or JSON {module_id: steps} "
+        "(each module's own; the run ends when every one is spent); then the gateway saves and exits 0; unset: no limit.",
+    )
+    max_seconds: float | None = Field(
+        None, gt=0, description="Training budget in seconds since the gateway started serving; then it saves and exits 0."
+    )
+
     # Scale-out on Ray (the optional extra `rllink-gateway[ray]`; app/cluster/).
     ray_address: str | None = Field(
         None,
@@ -274,6 +315,27 @@ class Settings(BaseSettings):
                             f"module id {name!r} must be 1 to 64 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
                         )
         PolicySet.from_settings(self)
+        return self
+
+    @model_validator(mode="after")
+    def _launching_and_budget(self) -> Settings:
+        """Launched games connect over TCP; a budget names modules of this gateway, each with at least one step."""
+        if self.env_path is not None and not self.env_path.strip():
+            raise ValueError("env_path is empty: give the game's executable (or unset it)")
+        if self.env_path is not None and not self.tcp_enabled:
+            raise ValueError("env_path needs the TCP bridge (launched games connect over TCP): drop --no-tcp-enabled")
+        if self.ray_address is not None and (self.env_path or self.max_env_steps or self.max_seconds):
+            raise ValueError("env_path, max_env_steps and max_seconds are not supported with ray_address")
+        budget = self.max_env_steps
+        if isinstance(budget, dict):
+            if not budget:
+                raise ValueError("max_env_steps as a mapping must name at least one module (or be a number)")
+            trainable = [module.module_id for module in PolicySet.from_settings(self).trainable]
+            if unknown := [module_id for module_id in budget if module_id not in trainable]:
+                raise ValueError(f"max_env_steps names {', '.join(unknown)}: not a trained module; modules: {', '.join(trainable)}")
+        for name, steps in budget.items() if isinstance(budget, dict) else [(None, budget)]:
+            if steps is not None and steps < 1:
+                raise ValueError(f"max_env_steps{f' of {name}' if name else ''} must be at least 1, got {steps}")
         return self
 
     @property

@@ -4,6 +4,7 @@ and a snapshot of the settings it ran with; a run is resumed by its id, never by
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import yaml
 
@@ -13,6 +14,7 @@ log = logging.getLogger("app")
 
 SNAPSHOT_FILE = "config.yaml"
 SECRET_SETTINGS = {"auth_token"}  # never written to disk by the gateway
+GAMES_DIR = "games"  # the output of the games the gateway launched, <index>.log each
 
 
 class RunExists(ValueError):
@@ -35,3 +37,10 @@ def prepare_run(settings: Settings) -> None:
     snapshot = settings.model_dump(mode="json", exclude=SECRET_SETTINGS | {"config", "resume"})
     (run_dir / SNAPSHOT_FILE).write_text(yaml.safe_dump(snapshot, sort_keys=False))
     log.info("run %s: %s in %s", settings.run_id, "resumed" if existing else "started", run_dir.resolve())
+
+
+def games_dir(settings: Settings) -> Path:
+    """Where the games the gateway launches write their output: the run's `games/`, or
+    without a run id `games/` beside the checkpoint folder (as the models' default)."""
+    run_dir = settings.run_dir
+    return (run_dir if run_dir is not None else settings.checkpoint_dir.parent) / GAMES_DIR

@@ -32,6 +32,9 @@ _CLI_DEFAULTS = {
     "ppo": "the --ppo.* defaults below",
     "sac": "the --sac.* defaults below",
     "ppo.target_kl": "off",
+    "env_path": "none: no game is launched",
+    "max_env_steps": "none: no limit",
+    "max_seconds": "none: no limit",
 }
 
 # Flags of no settings field of their own: a nested model at once as JSON, and the fields of the spaces (app/spaces.py).
@@ -102,12 +105,15 @@ def cli_help(dest: str) -> str | None:
     return f"{description} (default: {shown})".replace("%", "%%")
 
 
+_METAVARS = {"SecretStr": "str", "{int,dict[str,int]}": "int|JSON"}  # pydantic-settings' metavar -> the one shown
+
+
 def _add_argument(parser: Any, *names: str, **kwargs: Any) -> Any:
     """argparse's add_argument, with the help text of cli_help and readable metavars."""
     is_help = kwargs.get("action") == "help"
     kwargs["help"] = "Show this help and exit." if is_help else cli_help(kwargs.get("dest", "")) or kwargs.get("help")
-    if kwargs.get("metavar") == "SecretStr":
-        kwargs["metavar"] = "str"
+    if kwargs.get("metavar") in _METAVARS:
+        kwargs["metavar"] = _METAVARS[kwargs["metavar"]]
     return parser.add_argument(*names, **kwargs)
 
 
@@ -164,10 +170,20 @@ def _settings_class(config_file: Path | None) -> type[Settings]:
     return SettingsWithFile
 
 
+def with_game_args(argv: Sequence[str]) -> list[str]:
+    """The flags, what follows a lone `--` (the launched games' own arguments) as `--env-args`."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv
+    split = argv.index("--")
+    return [*argv[:split], "--env-args", json.dumps(argv[split + 1 :])]
+
+
 def parse_command_line(argv: Sequence[str] | None = None, **options: Any) -> Settings:
-    """Settings from these flags (default: the process's own), the environment and the
-    --config file, in that order of precedence; --help exits."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Settings from these flags (default: the process's own; after a lone `--`, the launched
+    games' own arguments), the environment and the --config file, in that order of
+    precedence; --help exits."""
+    argv = with_game_args(sys.argv[1:] if argv is None else argv)
     settings_cls = _settings_class(config_file_path(argv))
     source = gateway_cli(settings_cls, cli_parse_args=argv, **options)
     return settings_cls(_cli_settings_source=source)

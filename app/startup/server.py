@@ -1,4 +1,5 @@
-"""Serving the gateway in this process: the HTTP socket, the gateway's start, uvicorn.
+"""Serving the gateway in this process: the HTTP socket, the gateway's start, uvicorn, the
+games it launches (`env_path`) and the budget that ends a run (`max_env_steps`, `max_seconds`).
 
 Start-up problems a person can fix end in a `StartupError` whose text says what to do.
 """
@@ -14,13 +15,17 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 
 import uvicorn
 
 from app.gateway import Gateway, PortsInUse, StartupError
 from app.main import create_app
 from app.settings.config import Settings
+from app.settings.runs import games_dir
+from app.startup.budget import Budget
+from app.startup.launcher import GameLauncher, LaunchError, build_command, game_arguments
 
 log = logging.getLogger("app")
 
@@ -107,12 +112,17 @@ GC_GEN0_THRESHOLD = 50_000  # allocations between young collections (CPython's d
 
 
 async def serve(settings: Settings) -> None:
-    """Take the ports, start the gateway (restore, workers, TCP), then serve until stopped."""
+    """Take the ports, start the gateway (restore, workers, TCP), then serve until stopped: by a
+    signal or by the budget. Launched games start once it serves and stop before it does."""
     loop = type(asyncio.get_running_loop())
     log.info("event loop: %s.%s", loop.__module__, loop.__qualname__)
+    build = launch_build(settings)
     app = create_app(settings)
     gateway = app.state.gateway
     sock = take_ports(settings, gateway)
+    games: GameLauncher | None = None
+    launch_failed: LaunchError | None = None
+    budget = Budget(settings, gateway.service)
     try:
         await gateway.start()
         # The ~200k objects the imports made (torch's mostly) live as long as the process:
@@ -129,11 +139,55 @@ async def serve(settings: Settings) -> None:
         config = uvicorn.Config(app, log_level=settings.log_level.lower(), lifespan="on", **uvicorn_options(settings))
         tcp_port = gateway.tcp_bridge.port if gateway.tcp_bridge is not None else None
         addresses = where_to_connect(settings, sock.getsockname()[1], tcp_port)
-        await _Server(config, on_started=lambda: log_addresses(addresses)).serve(sockets=[sock])
+
+        async def on_started() -> None:
+            nonlocal games, launch_failed
+            log_addresses(addresses)
+            budget.watch(on_spent=lambda: setattr(server, "should_exit", True))
+            if build is not None and tcp_port is not None:
+                games = GameLauncher(
+                    launch_commands(settings, build, tcp_port), games_dir(settings), settings.env_max_restarts,
+                    settings.env_stop_grace_s,
+                )
+                try:
+                    await games.start()
+                except LaunchError as exc:
+                    launch_failed, server.should_exit = exc, True
+
+        server = _Server(config, on_started=on_started)
+        await server.serve(sockets=[sock])
     finally:
-        with _second_signal_stops_at_once():
+        budget.close()
+        with _second_signal_stops_at_once(games):
+            if games is not None:
+                await games.stop()
             await gateway.stop()
         sock.close()
+    if launch_failed is not None:
+        raise StartupError(str(launch_failed))
+    log.info("%s", budget.summary())
+
+
+def launch_build(settings: Settings) -> list[str] | None:
+    """The command of the game build to launch, checked before anything starts (None: no --env-path)."""
+    if settings.env_path is None:
+        return None
+    try:
+        return build_command(settings.env_path)
+    except LaunchError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def launch_commands(settings: Settings, build: list[str], tcp_port: int) -> list[list[str]]:
+    """The command line of each of the `num_envs` games: the build, the engine's no-window
+    arguments (`headless`), the `--rllink-*` arguments, then the game's own (`env_args`)."""
+    host = EVERY_INTERFACE.get(settings.tcp_bind_host, settings.tcp_bind_host)
+    token = settings.auth_token.get_secret_value() if settings.auth_token is not None else None
+    headless = settings.headless_args if settings.headless else []
+    return [
+        [*build, *headless, *game_arguments(host, tcp_port, index, settings.time_scale, token), *settings.env_args]
+        for index in range(settings.num_envs)
+    ]
 
 
 EXIT_STOPPED_AT_ONCE = 130  # as a shell reports a process ended by Ctrl-C
@@ -141,17 +195,17 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def _second_signal_stops_at_once() -> Iterator[None]:
+def _second_signal_stops_at_once(games: GameLauncher | None = None) -> Iterator[None]:
     """While the gateway stops (it waits for the training step under way, then saves), a
-    second Ctrl-C or SIGTERM ends the process at once. Checkpoints and model files are
-    written whole under a temporary name and renamed, so none is left half-written: the
-    ones on disk are those of the last step saved."""
+    second Ctrl-C or SIGTERM ends the process at once, its launched `games` killed first.
+    Checkpoints and model files are written whole under a temporary name and renamed, so
+    none is left half-written: the ones on disk are those of the last step saved."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:
-        loop.add_signal_handler(sig, _stop_at_once, sig)
+        loop.add_signal_handler(sig, partial(_stop_at_once, sig, games))
     log.info("stopping: the training step under way finishes, then everything is saved (Ctrl-C again stops at once)")
     try:
         yield
@@ -160,7 +214,9 @@ def _second_signal_stops_at_once() -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-def _stop_at_once(sig: signal.Signals) -> None:
+def _stop_at_once(sig: signal.Signals, games: GameLauncher | None = None) -> None:
+    if games is not None:
+        games.kill_now()
     log.warning("%s again: stopping at once, without saving; checkpoints and models on disk are those of the last step "
                 "saved", sig.name)
     logging.shutdown()
@@ -168,10 +224,10 @@ def _stop_at_once(sig: signal.Signals) -> None:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, calling `on_started` once it serves (uvicorn logs no address
-    for sockets it was handed)."""
+    """uvicorn's server, awaiting `on_started` once it serves (uvicorn logs no address
+    for sockets it was handed; the games are launched then)."""
 
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], Awaitable[None]]) -> None:
         super().__init__(config)
         self._on_started = on_started
 
@@ -192,7 +248,7 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.started and not self.should_exit:
-            self._on_started()
+            await self._on_started()
 
 
 def _host_port(host: str, port: int) -> str:

@@ -4,6 +4,12 @@
     python -m rllink_clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
     python -m rllink_clients.cartpole --inference server      # a thin client: the gateway acts
     python -m rllink_clients.cartpole --inference server --num-envs 8   # 8 envs, one batched GET_ACTION per step
+
+Launched by a gateway (`rllink-gateway --env-path "python -m rllink_clients.cartpole"`), it reads
+the `--rllink-*` arguments (launch_args.py): it connects over TCP to the host and port given,
+with the token given, seeds its env with --seed plus its env index, and trains until the
+gateway stops it (no --target-return unless given). The time scale is ignored: the env is
+stepped as fast as it goes.
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ import logging
 import sys
 
 from rllink_clients.gym_client import GetConfigRefused, RunResult, run
+from rllink_clients.launch_args import parse_launch_args
 from rllink_clients.rllink_client import RLlinkClient
 from rllink_clients.thin_client import run_thin, run_thin_envs
 
 DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
+DEFAULT_TARGET_RETURN = 450.0  # run by hand; launched by a gateway, it trains until stopped
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,7 +34,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")
     parser.add_argument("--env", default="CartPole-v1", help="gymnasium env id matching the gateway's spaces")
-    parser.add_argument("--target-return", type=float, default=450.0, help="stop at this mean return of 20 episodes")
+    parser.add_argument(
+        "--target-return", type=float,
+        help=f"stop at this mean return of 20 episodes (default: {DEFAULT_TARGET_RETURN:g}; none when launched by a gateway)",
+    )
     parser.add_argument("--max-env-steps", type=int, help="stop after this many env steps")
     parser.add_argument("--max-seconds", type=float, help="stop after this long")
     parser.add_argument("--seed", type=int, default=0)
@@ -39,7 +50,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--inference", choices=["local", "server"], default="local",
         help="local: act with the downloaded ONNX policy; server: a thin client, the gateway acts (GET_ACTION)",
     )
-    return parser.parse_args(argv)
+    launch, rest = parse_launch_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(rest)
+    args.token = launch.token
+    if launch.launched:  # a gateway started it: its TCP port, a seed of its own, no target
+        args.transport = "tcp"
+        args.host = launch.host or args.host
+        args.port = launch.port or args.port
+        args.seed += launch.env_index or 0
+    elif args.target_return is None:
+        args.target_return = DEFAULT_TARGET_RETURN
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     port = args.port or DEFAULT_PORTS[args.transport]
     with RLlinkClient(args.transport, args.host, port) as client:
+        if args.token is not None and (reply := client.request({"type": "PING", "token": args.token}))["type"] != "PONG":
+            print(f"the gateway refused the token: {reply.get('message', reply)}", file=sys.stderr)
+            return 2
         try:
             result = _train(client, args)
         except GetConfigRefused as exc:
