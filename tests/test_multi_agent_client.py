@@ -26,6 +26,7 @@ from rllink_clients.games import (
     scripted_opponent,
 )
 from rllink_clients.multi_agent import (
+    Casting,
     GatewayConfig,
     ModulePolicies,
     PlayedAction,
@@ -34,6 +35,7 @@ from rllink_clients.multi_agent import (
     make_scene,
     parse_target,
     run_scene,
+    swapped_seatings,
 )
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
 from rllink_clients.rllink_client import RLlinkClient
@@ -270,11 +272,14 @@ class ScriptedEnv:
 
 
 def test_rewards_go_to_the_last_action_and_are_dropped_without_one() -> None:
-    env = ScriptedEnv(["a"], [
-        (["a", "b"], {"a": 1.0, "b": 7.0}, {ALL: False}),  # b has not acted: its 7 has no step
-        (["a", "b"], {"a": 2.0, "b": 3.0}, {"a": True, ALL: False}),  # a is done early
-        (["b"], {"a": 100.0, "b": 4.0}, {ALL: True}),  # a is done: its 100 has no step
-    ])
+    env = ScriptedEnv(
+        ["a"],
+        [
+            (["a", "b"], {"a": 1.0, "b": 7.0}, {ALL: False}),  # b has not acted: its 7 has no step
+            (["a", "b"], {"a": 2.0, "b": 3.0}, {"a": True, ALL: False}),  # a is done early
+            (["b"], {"a": 100.0, "b": 4.0}, {ALL: True}),  # a is done: its 100 has no step
+        ],
+    )
     collector = SceneCollector(env, sends=lambda agent: True)
     for _ in range(3):
         collector.step({agent: played(0) for agent in collector.acting})
@@ -294,16 +299,29 @@ def test_an_episode_that_drops_an_acting_agent_is_refused() -> None:
 # --- The client loop against a real gateway ----------------------------------------------
 
 
-def constant_model(input_name: str, obs_dim: int, outputs: list[float]) -> str:
-    """A base64 gzipped ONNX model whose output 0 is `outputs` for every observation."""
-    weights = numpy_helper.from_array(np.zeros((obs_dim, len(outputs)), np.float32), "W")
+def constant_model(input_name: str, obs_dim: int, outputs: list[float], mask_input: str | None = None) -> str:
+    """A base64 gzipped ONNX model whose output 0 is `outputs` for every observation; with
+    `mask_input`, masked as the gateway's masked models are: `logits + (mask - 1) * 1e8`."""
+    width = len(outputs)
+    weights = numpy_helper.from_array(np.zeros((obs_dim, width), np.float32), "W")
     bias = numpy_helper.from_array(np.asarray(outputs, np.float32), "b")
+    inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", obs_dim])]
+    nodes = [helper.make_node("Gemm", [input_name, "W", "b"], ["logits" if mask_input else "dist_inputs"])]
+    initializers = [weights, bias]
+    if mask_input:
+        inputs.append(helper.make_tensor_value_info(mask_input, TensorProto.FLOAT, ["batch", width]))
+        initializers += [numpy_helper.from_array(np.float32(1.0), "one"), numpy_helper.from_array(np.float32(1e8), "penalty")]
+        nodes += [
+            helper.make_node("Sub", [mask_input, "one"], ["shifted"]),
+            helper.make_node("Mul", ["shifted", "penalty"], ["masked_off"]),
+            helper.make_node("Add", ["logits", "masked_off"], ["dist_inputs"]),
+        ]
     graph = helper.make_graph(
-        [helper.make_node("Gemm", [input_name, "W", "b"], ["dist_inputs"])],
+        nodes,
         "policy",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["batch", obs_dim])],
-        [helper.make_tensor_value_info("dist_inputs", TensorProto.FLOAT, ["batch", len(outputs)])],
-        initializer=[weights, bias],
+        inputs,
+        [helper.make_tensor_value_info("dist_inputs", TensorProto.FLOAT, ["batch", width])],
+        initializer=initializers,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
     model.ir_version = 8
@@ -313,15 +331,25 @@ def constant_model(input_name: str, obs_dim: int, outputs: list[float]) -> str:
 def policy(obs_space: dict, action_space: dict, *, trainable: bool = True) -> dict:
     distribution = "categorical" if action_space["type"] == "discrete" else "gaussian"
     return {
-        "observation_space": obs_space, "action_space": action_space, "onnx_input_name": "obs",
-        "onnx_output_names": ["dist_inputs"], "action_distribution": distribution, "trainable": trainable,
+        "observation_space": obs_space,
+        "action_space": action_space,
+        "onnx_input_name": "obs",
+        "onnx_output_names": ["dist_inputs"],
+        "action_distribution": distribution,
+        "trainable": trainable,
     }
 
 
 def set_config(policies: dict, mapping: dict | None = None) -> dict:
     """A SET_CONFIG as the gateway words it, for the sampling tests' fixed models."""
-    return {"type": "SET_CONFIG", "env_steps_per_sample": 10, "force_on_policy": True, "policies": policies,
-            "policy_mapping": mapping or {}, "default_module_id": next(iter(policies))}
+    return {
+        "type": "SET_CONFIG",
+        "env_steps_per_sample": 10,
+        "force_on_policy": True,
+        "policies": policies,
+        "policy_mapping": mapping or {},
+        "default_module_id": next(iter(policies)),
+    }
 
 
 def set_state(models: dict[str, str]) -> dict:
@@ -352,14 +380,14 @@ MOVES = {"type": "discrete", "n": 3}
 
 
 def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks(tmp_path) -> None:
-    policies = {"cart": {"observation_space": BOX4, "action_space": {"type": "discrete", "n": 2}},
-                "pend": {"observation_space": BOX3, "action_space": PEND_ACTIONS}}
-    settings = gateway_settings(tmp_path, policies=policies, policy_mapping={"cart_*": "cart", "pend_*": "pend"},
-                                env_steps_per_sample=200)
+    policies = {
+        "cart": {"observation_space": BOX4, "action_space": {"type": "discrete", "n": 2}},
+        "pend": {"observation_space": BOX3, "action_space": PEND_ACTIONS},
+    }
+    settings = gateway_settings(tmp_path, policies=policies, policy_mapping={"cart_*": "cart", "pend_*": "pend"}, env_steps_per_sample=200)
     with running_gateway(settings) as gateway, recording_client(gateway, "ws") as client:
         result = run_scene(client, make_scene("cartpole:8,pendulum:1"), max_env_steps=400, seed=0)
-        trained = {p["module_id"]: p["num_env_steps_trained_lifetime"] for p in
-                   httpx.get(f"{gateway.base_url}/api/policies").json()}
+        trained = {p["module_id"]: p["num_env_steps_trained_lifetime"] for p in httpx.get(f"{gateway.base_url}/api/policies").json()}
         pending = httpx.get(f"{gateway.base_url}/api/metrics").json()["pending_env_steps"]
     assert result.env_steps >= 400
     # Every agent acts on every step but the one after each of its episodes ends.
@@ -384,8 +412,9 @@ def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks(tmp_path)
 
 def test_run_scene_plays_a_frozen_opponent_and_a_local_one_without_sending_them(tmp_path) -> None:
     policies = {"learner": {"observation_space": BOARD, "action_space": MOVES, "self_play": {}}}
-    settings = gateway_settings(tmp_path, policies=policies, env_steps_per_sample=100,
-                                policy_mapping={"player_0": "learner", "player_1": "learner_opponent"})
+    settings = gateway_settings(
+        tmp_path, policies=policies, env_steps_per_sample=100, policy_mapping={"player_0": "learner", "player_1": "learner_opponent"}
+    )
     with running_gateway(settings) as gateway, recording_client(gateway) as client:
         result = run_scene(client, CountdownGame(), max_env_steps=1000, seed=0)
         chunks = [c for m in client.sent for c in m["episodes"]]
@@ -407,8 +436,12 @@ def test_the_first_matching_glob_decides_and_an_unmapped_agent_cannot_be_played(
         set_config({m: policy(BOARD, MOVES) for m in ("a", "b")}, {"player_*": "a", "player_0": "b", "*": "b"})
     )
     assert config.module_for("player_0").module_id == "a" and config.module_for("cart_3").module_id == "b"
-    settings = gateway_settings(tmp_path, policies={"a": {"observation_space": BOARD, "action_space": MOVES}},
-                                policy_mapping={"player_0": "a"}, env_steps_per_sample=10)
+    settings = gateway_settings(
+        tmp_path,
+        policies={"a": {"observation_space": BOARD, "action_space": MOVES}},
+        policy_mapping={"player_0": "a"},
+        env_steps_per_sample=10,
+    )
     with running_gateway(settings) as gateway, recording_client(gateway) as client:
         with pytest.raises(UnmappedAgent, match="'player_1' maps to no module"):
             run_scene(client, CountdownGame(), max_env_steps=10)
@@ -446,3 +479,58 @@ def test_a_categorical_module_samples_its_softmax() -> None:
 def test_target_parsing() -> None:
     assert parse_target(None) is None and parse_target("450") == 450.0
     assert parse_target("cart=450, pend=-300") == {"cart": 450.0, "pend": -300.0}
+
+
+def test_a_masked_module_samples_allowed_actions_only_and_greedy_play_takes_the_mode() -> None:
+    board = {"type": "box", "shape": [2]}
+    config = GatewayConfig.from_set_config(set_config({"m": policy(board, MOVES) | {"onnx_action_mask_input_name": "action_mask"}}))
+    policies = ModulePolicies(config, np.random.default_rng(0))
+    policies.load(set_state({"m": constant_model("obs", 2, [2.0, 0.0, 0.0], mask_input="action_mask")}))
+    masks = [np.array([0, 1, 1], np.int8)] * 2000 + [None] * 2000
+    actions = policies.act("m", [np.zeros(2)] * 4000, masks)
+    masked, free = np.array([a.env_action for a in actions[:2000]]), np.array([a.env_action for a in actions[2000:]])
+    assert not np.any(masked == 0) and abs(np.mean(masked == 1) - 0.5) < 0.05  # action 0 forbidden: 1 and 2 equally likely
+    assert abs(np.mean(free == 0) - np.exp(2) / (np.exp(2) + 2)) < 0.05  # no mask: the plain softmax
+    assert {round(a.logp, 5) for a in actions[:2000]} == {round(np.log(0.5), 5)}
+    assert actions[0].action_mask is masks[0] and actions[-1].action_mask is None  # each step keeps its mask for its chunk
+    greedy = policies.act("m", [np.zeros(2)] * 3, [[1, 1, 1], [0, 1, 1], [0, 0, 1]], explore=False)
+    assert [a.env_action for a in greedy] == [0, 1, 2]  # the mode among the allowed actions
+
+    unmasked = GatewayConfig.from_set_config(set_config({"m": policy(board, MOVES)}))
+    plain = ModulePolicies(unmasked, np.random.default_rng(0))
+    plain.load(set_state({"m": constant_model("obs", 2, [0.0, 0.0, 0.0])}))
+    with pytest.raises(ValueError, match="the env masks actions, but module 'm' takes no action mask"):
+        plain.act("m", [np.zeros(2)], [[1, 0, 1]])
+
+
+def test_a_chunk_carries_each_steps_mask_and_the_module_that_played_it() -> None:
+    collector = SceneCollector(CountdownGame(), sends=lambda agent: True, seed=5, module_of=lambda agent: f"m_{agent}")
+    for turn in range(7):
+        (mover,) = collector.acting
+        collector.step({mover: PlayedAction(2, 2, -1.0, 0, [1, 1, turn % 2])})
+    chunks = collector.take_chunks()
+    assert {c["module_id"] for c in chunks} == {"m_player_0", "m_player_1"}
+    assert all(c["module_id"] == f"m_{c['agent_id']}" for c in chunks)
+    first = next(c for c in chunks if len(c["actions"]) == 4)  # the first mover moved on turns 0, 2, 4, 6
+    assert first["action_mask"] == [[1, 1, 0]] * 4
+
+
+def test_swapped_seatings_alternate_the_learner_and_its_opponent_between_seats() -> None:
+    modules = {"learner": policy(BOARD, MOVES), "learner_opponent": policy(BOARD, MOVES, trainable=False)}
+    config = GatewayConfig.from_set_config(set_config(modules, {"player_*": "learner"}))
+    casting = Casting(config, seatings=swapped_seatings(config, ["player_0", "player_1"]))
+    seated = []
+    for game in range(4):
+        casting.start_game(game)
+        seated.append((casting.module_id("player_0"), casting.sends("player_0"), casting.module_id("player_1")))
+    assert seated == [("learner", True, "learner_opponent"), ("learner_opponent", False, "learner")] * 2
+    assert casting.trained(["player_0", "player_1"]) == ["learner"]
+
+    casting = Casting(config, seatings=swapped_seatings(config, ["player_0", "player_1"], scripted_opponent))
+    casting.start_game(1)
+    assert casting.opponent("player_0") is scripted_opponent and casting.module_id("player_1") == "learner"
+    with pytest.raises(ValueError, match="one self-play module and its frozen opponent"):
+        swapped_seatings(GatewayConfig.from_set_config(set_config({"a": policy(BOARD, MOVES)})), ["player_0", "player_1"])
+    two = GatewayConfig.from_set_config(set_config({"a": policy(BOARD, MOVES), "b": policy(BOARD, MOVES)}))
+    with pytest.raises(ValueError, match="the gateway has 2 trainable modules"):
+        swapped_seatings(two, ["player_0", "player_1"], scripted_opponent)

@@ -4,10 +4,12 @@ and sends every agent's trajectory back as episode chunks.
 GET_CONFIG names the modules (`policies`) and which agent plays which (`policy_mapping`,
 first matching glob); GET_STATE and every SET_STATE bring one ONNX model per module
 (`onnx_files`). On each step the agents due to act are grouped by module, one batched
-model call per module. Once `env_steps_per_sample` agent steps are complete, one
-EPISODES_AND_GET_STATE sends a chunk per agent: its own obs, actions, rewards and
-flags, under the episode id its episode's agents share. Frozen self-play opponents
-(`trainable: false`) and local `opponents` are played, never sent.
+model call per module, each agent's action mask (`infos[agent]["action_mask"]`) fed to a
+masked module's model and sent in its chunk. Once `env_steps_per_sample` agent steps are
+complete, one EPISODES_AND_GET_STATE sends a chunk per agent: its own obs, actions,
+rewards and flags, under the episode id its episode's agents share, naming the module
+that played it (`module_id`). Frozen self-play opponents (`trainable: false`) and local `opponents` are
+played, never sent. `seatings` swap who plays which seat game by game (self-play seats).
 
     python -m rllink_clients.multi_agent --scene cartpole:8,pendulum:1 --target-return 150
     python -m rllink_clients.multi_agent --transport ws --port 8000 --scene countdown --opponent random
@@ -24,13 +26,14 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
 import numpy as np
 
+from rllink.action_dists import sample_actions
 from rllink_clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
 from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
@@ -44,7 +47,8 @@ SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian", "squashed_gaussian")
 RETURN_WINDOW = 20  # episodes per module (and per agent) that `mean_return` and the target look at
 OUTCOME_WINDOW = 100  # recent outcomes per module that `outcome_counts` counts
 
-Opponent = Callable[[Any], Any]  # a local policy: observation -> env action
+Opponent = Callable[..., Any]  # a local policy: (observation) -> env action; (observation, mask) in a masked env
+Seating = dict[str, "str | Opponent"]  # one game's seats: agent id -> the module id, or local opponent, playing it
 
 
 # --- The gateway's modules and who plays which agent -------------------------------------
@@ -60,6 +64,7 @@ class ModuleSpec:
     input_name: str
     trainable: bool = True
     distribution: str | None = None  # SET_CONFIG's action_distribution
+    mask_input: str | None = None  # SET_CONFIG's onnx_action_mask_input_name: a masked module's model takes masks
 
 
 class UnmappedAgent(ValueError):
@@ -98,6 +103,7 @@ class GatewayConfig:
                 policy.get("onnx_input_name", RLLIB_REFERENCE_INPUT_NAME),
                 bool(policy.get("trainable", True)),
                 distribution,
+                policy.get("onnx_action_mask_input_name"),
             )
         return cls(
             env_steps_per_sample=int(config["env_steps_per_sample"]),
@@ -122,14 +128,16 @@ class GatewayConfig:
 
 
 class Casting:
-    """Who plays each agent (a local opponent, else its module) and whose experience is sent:
-    agents of trainable modules in `module_filter` (default: every trainable module)."""
+    """Who plays each agent (this game's seating, else a local opponent, else its module) and
+    whose experience is sent: agents of trainable modules in `module_filter` (default: every
+    trainable module). Game g is seated by `seatings[g % len(seatings)]` (`start_game`)."""
 
     def __init__(
         self,
         config: GatewayConfig,
         opponents: dict[str, Opponent] | None = None,
         module_filter: Collection[str] | None = None,
+        seatings: Sequence[Seating] | None = None,
     ) -> None:
         self.config = config
         self.opponents = dict(opponents or {})
@@ -137,7 +145,16 @@ class Casting:
         unknown = (self.module_filter or set()) - set(config.modules)
         if unknown:
             raise ValueError(f"module_filter names {sorted(unknown)}; the gateway has {list(config.modules)}")
-        self._cast: dict[str, tuple[Opponent | None, ModuleSpec | None, bool]] = {}
+        self.seatings = list(seatings or [{}])
+        seated = {seat for seating in self.seatings for seat in seating.values() if isinstance(seat, str)}
+        if seated - set(config.modules):
+            raise ValueError(f"seatings name modules {sorted(seated - set(config.modules))}; the gateway has {list(config.modules)}")
+        self.game = 0
+        self._cast: dict[tuple[str, int], tuple[Opponent | None, ModuleSpec | None, bool]] = {}
+
+    def start_game(self, index: int) -> None:
+        """Seat the agents of game `index` (0, 1, ...)."""
+        self.game = index
 
     def opponent(self, agent_id: str) -> Opponent | None:
         """The local policy of the first `opponents` glob matching the agent, if any."""
@@ -147,18 +164,62 @@ class Casting:
         """The module that plays the agent; None for a local opponent. Raises UnmappedAgent."""
         return self._of(agent_id)[1]
 
+    def module_id(self, agent_id: str) -> str | None:
+        """The id of the module that plays the agent in this game; None for a local opponent."""
+        module = self._of(agent_id)[1]
+        return None if module is None else module.module_id
+
     def sends(self, agent_id: str) -> bool:
         return self._of(agent_id)[2]
 
+    def trained(self, agent_ids: Iterable[str]) -> list[str]:
+        """The modules whose experience these agents send, over every seating."""
+        game, trained = self.game, set()
+        for index in range(len(self.seatings)):
+            self.game = index
+            trained |= {self.module_id(agent_id) for agent_id in agent_ids if self.sends(agent_id)}
+        self.game = game
+        return sorted(trained)
+
     def _of(self, agent_id: str) -> tuple[Opponent | None, ModuleSpec | None, bool]:
-        if agent_id not in self._cast:
-            opponent = next((play for glob, play in self.opponents.items() if fnmatchcase(agent_id, glob)), None)
-            module = None if opponent is not None else self.config.module_for(agent_id)
-            sends = module is not None and module.trainable and (
-                self.module_filter is None or module.module_id in self.module_filter
+        key = (agent_id, self.game % len(self.seatings))
+        if key not in self._cast:
+            seat = self.seatings[key[1]].get(agent_id)
+            if seat is None:
+                opponent = next((play for glob, play in self.opponents.items() if fnmatchcase(agent_id, glob)), None)
+                module = None if opponent is not None else self.config.module_for(agent_id)
+            else:
+                opponent, module = (None, self.config.modules[seat]) if isinstance(seat, str) else (seat, None)
+            sends = module is not None and module.trainable and (self.module_filter is None or module.module_id in self.module_filter)
+            self._cast[key] = (opponent, module, sends)
+        return self._cast[key]
+
+
+def swapped_seatings(config: GatewayConfig, seats: Sequence[str], rival: Opponent | None = None) -> list[Seating]:
+    """Seats swapped game by game in a two-player game: the learner module plays `seats[0]`
+    in even games and `seats[1]` in odd ones; the other seat is played by `rival` (a local
+    opponent) if given, else by the learner's frozen self-play opponent module."""
+    trainable = [m for m, spec in config.modules.items() if spec.trainable]
+    frozen = [m for m, spec in config.modules.items() if not spec.trainable]
+    if rival is not None:
+        if len(trainable) != 1:
+            raise ValueError(
+                f"a local opponent takes one seat, the learner the other: the gateway has {len(trainable)} "
+                f"trainable modules ({', '.join(trainable)}); give it one"
             )
-            self._cast[agent_id] = (opponent, module, sends)
-        return self._cast[agent_id]
+        learner, other = trainable[0], rival
+    else:
+        pairs = [(m, f) for m in trainable for f in frozen if f == f"{m}_opponent"]
+        if not pairs and len(trainable) == len(frozen) == 1:
+            pairs = [(trainable[0], frozen[0])]  # a self-play module with its own opponent_module_id
+        if len(pairs) != 1:
+            raise ValueError(
+                f"seats swap between one self-play module and its frozen opponent; the gateway has "
+                f"trainable {trainable} and frozen {frozen}"
+            )
+        learner, other = pairs[0]
+    first, second = seats
+    return [{first: learner, second: other}, {first: other, second: learner}]
 
 
 # --- The policies: one ONNX model per module, refreshed from every SET_STATE -------------
@@ -185,25 +246,55 @@ class ModulePolicies:
         for module_id, spec in self.config.modules.items():
             if self._payloads.get(module_id) != files[module_id]:
                 self.policies[module_id] = OnnxPolicy.from_base64(
-                    files[module_id], self.weights_seq_no, spec.input_name, spec.action_space, self.rng, spec.distribution
+                    files[module_id],
+                    self.weights_seq_no,
+                    spec.input_name,
+                    spec.action_space,
+                    self.rng,
+                    spec.distribution,
+                    spec.mask_input,
                 )
                 self._payloads[module_id] = files[module_id]
 
-    def act(self, module_id: str, observations: list[Any]) -> list[PlayedAction]:
-        """Sample an action for each observation with one call of the module's model."""
+    def act(self, module_id: str, observations: list[Any], masks: list[Any] | None = None, explore: bool = True) -> list[PlayedAction]:
+        """An action for each observation, among those its mask allows (None: all), with one
+        call of the module's model: sampled, or the distribution's mode unless `explore`."""
         spec = self.config.modules[module_id]
         batch = np.stack([np.asarray(obs, dtype=np.float32) for obs in observations])
         expected = tuple(spec.observation_space.get("shape", batch.shape[1:]))
         if batch.shape[1:] != expected:
-            raise ValueError(
-                f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}"
-            )
-        actions, logps = self.policies[module_id].act_batch(batch)
+            raise ValueError(f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}")
+        masks = list(masks) if masks is not None else [None] * len(batch)
+        mask_batch = _mask_batch(module_id, spec, masks)
+        policy = self.policies[module_id]
+        dist_inputs = policy.dist_inputs(batch, mask_batch)
+        actions, logps = policy.sample(dist_inputs) if explore else _mode(policy, dist_inputs, mask_batch)
         version = self.weights_seq_no
         return [
-            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version)
-            for action, logp in zip(actions, logps)
+            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask)
+            for action, logp, mask in zip(actions, logps, masks)
         ]
+
+
+def _mask_batch(module_id: str, spec: ModuleSpec, masks: list[Any]) -> np.ndarray | None:
+    """The masks as one float32 [N, k] array (all-allowed rows for None); None when none is given."""
+    given = [np.asarray(mask, np.float32) for mask in masks if mask is not None]
+    if not given:
+        return None
+    if spec.mask_input is None:
+        raise ValueError(
+            f"the env masks actions, but module {module_id!r} takes no action mask: "
+            f"start the gateway with action_masking for it (--action-masking, or its entry of policies)"
+        )
+    width = len(given[0])
+    return np.stack([np.ones(width, np.float32) if mask is None else np.asarray(mask, np.float32) for mask in masks])
+
+
+def _mode(policy: OnnxPolicy, dist_inputs: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy actions (the distribution's mode) of discrete modules, and their log-probs."""
+    if policy.action_space["type"] not in ("discrete", "multi_discrete"):
+        raise ValueError("greedy play (explore=False) is for discrete action spaces")
+    return sample_actions(policy.distribution, dist_inputs, policy.rng, False, nvec=policy.action_space.get("nvec"), mask=masks)
 
 
 def _env_action(action: np.ndarray, space: dict) -> Any:
@@ -235,21 +326,39 @@ class SceneCollector:
     action in flight (before its first action, after its end) have no step to go to and
     are dropped. `ready_steps` counts the complete steps of agents whose experience is
     sent (`sends`), which `take_chunks` then cuts off.
+
+    Who plays a trajectory is settled when it starts: `on_game(index)` is called as each
+    game (episode) starts, before its agents are asked about; `sends(agent_id)` says
+    whether its chunks are sent, and `module_of(agent_id)` (if given) names the module
+    playing it, which its chunks carry as `module_id`. An acting agent's action mask is
+    `infos[agent]["action_mask"]`, kept in `masks`.
     """
 
-    def __init__(self, env: MultiAgentEnv, sends: Callable[[str], bool], seed: int | None = None) -> None:
-        self.env, self.sends = env, sends
+    def __init__(
+        self,
+        env: MultiAgentEnv,
+        sends: Callable[[str], bool],
+        seed: int | None = None,
+        *,
+        module_of: Callable[[str], str | None] | None = None,
+        on_game: Callable[[int], None] | None = None,
+    ) -> None:
+        self.env, self.sends, self.module_of, self.on_game = env, sends, module_of, on_game
         self.scene_steps = self.agent_steps = self.scene_episodes = 0
         self.ready_steps = 0
         self.live: dict[str, AgentTrajectory] = {}  # each agent's latest trajectory this episode
         self.finished: list[AgentTrajectory] = []  # ended, with steps maybe not yet taken
         self.acting: dict[str, Any] = {}  # agent -> the observation it acts on next
+        self.masks: dict[str, Any] = {}  # acting agent -> the action mask of that observation, if any
+        self._sent: set[AgentTrajectory] = set()  # the trajectories whose chunks are sent
         self._start_episode(seed)
 
     def _start_episode(self, seed: int | None) -> None:
+        if self.on_game is not None:
+            self.on_game(self.scene_episodes)
         self.episode_id, self.live, self.acting = uuid.uuid4().hex, {}, {}
-        obs, _ = self.env.reset(seed=seed)
-        self._observe(obs, {}, {}, {})
+        obs, infos = self.env.reset(seed=seed)
+        self._observe(obs, {}, {}, infos)
 
     def step(self, actions: dict[str, PlayedAction]) -> list[AgentTrajectory]:
         """One env step; returns the trajectories that ended in it (with at least one action)."""
@@ -257,9 +366,7 @@ class SceneCollector:
             raise ValueError(f"agents {sorted(self.acting)} act now, got actions for {sorted(actions)}")
         for agent_id, played in actions.items():
             self.live[agent_id].act(played)
-        obs, rewards, terminateds, truncateds, infos = self.env.step(
-            {agent_id: played.env_action for agent_id, played in actions.items()}
-        )
+        obs, rewards, terminateds, truncateds, infos = self.env.step({agent_id: played.env_action for agent_id, played in actions.items()})
         self.scene_steps += 1
         self.agent_steps += len(actions)
         for agent_id, reward in rewards.items():
@@ -277,15 +384,18 @@ class SceneCollector:
 
     def _observe(self, obs: dict, terminateds: dict, truncateds: dict, infos: dict) -> list[AgentTrajectory]:
         """File each agent's new observation; the agents not done act next."""
-        self.acting, ended = {}, []
+        self.acting, self.masks, ended = {}, {}, []
         for agent_id, ob in obs.items():
             trajectory = self.live.get(agent_id)
             if trajectory is None or trajectory.done:
                 episode_id = self.episode_id if trajectory is None else uuid.uuid4().hex
-                trajectory = self.live[agent_id] = AgentTrajectory(episode_id, agent_id, ob)
+                module_id = None if self.module_of is None else self.module_of(agent_id)
+                trajectory = self.live[agent_id] = AgentTrajectory(episode_id, agent_id, ob, module_id)
+                if self.sends(agent_id):
+                    self._sent.add(trajectory)
             else:
                 trajectory.observe(ob)
-                self.ready_steps += 1 if self.sends(agent_id) else 0
+                self.ready_steps += 1 if trajectory in self._sent else 0
             terminated = bool(terminateds.get(agent_id) or terminateds.get(ALL))
             truncated = bool(truncateds.get(agent_id) or truncateds.get(ALL))
             if terminated or truncated:
@@ -294,6 +404,9 @@ class SceneCollector:
                 ended.append(trajectory)
             else:
                 self.acting[agent_id] = ob
+                mask = (infos.get(agent_id) or {}).get("action_mask")
+                if mask is not None:
+                    self.masks[agent_id] = mask
         return ended
 
     def take_chunks(self) -> list[dict[str, Any]]:
@@ -303,9 +416,10 @@ class SceneCollector:
         chunks = []
         for trajectory in trajectories:
             chunk = trajectory.take_chunk()
-            if chunk is not None and self.sends(trajectory.agent_id):
+            if chunk is not None and trajectory in self._sent:
                 chunk["obs"] = chunk["obs"].tolist()  # as the wire carries them
                 chunks.append(chunk)
+        self._sent.difference_update(self.finished)
         self.finished, self.ready_steps = [], 0
         return chunks
 
@@ -333,6 +447,10 @@ class SceneResult:
     agent_returns: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(_window(RETURN_WINDOW)))
     first_returns: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # first 20 per module
     outcomes: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(_window(OUTCOME_WINDOW)))
+    # module -> seat (agent id) -> its recent outcomes in that seat
+    seat_outcomes: dict[str, dict[str, deque[str]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(_window(OUTCOME_WINDOW)))
+    )
     reached_target: bool = False
 
     def record(self, agent_id: str, module_id: str | None, episode_return: float, outcome: str | None) -> None:
@@ -346,15 +464,16 @@ class SceneResult:
             self.first_returns[module_id].append(episode_return)
         if outcome is not None:
             self.outcomes[module_id].append(outcome)
+            self.seat_outcomes[module_id][agent_id].append(outcome)
 
     def mean_return(self, module_id: str) -> float:
         """Mean of the module's last 20 episode returns (nan before the first)."""
         returns = self.module_returns.get(module_id)
         return float(np.mean(returns)) if returns else float("nan")
 
-    def outcome_counts(self, module_id: str) -> dict[str, int]:
-        """Wins, losses and draws among the module's last 100 outcomes."""
-        recent = list(self.outcomes.get(module_id, ()))
+    def outcome_counts(self, module_id: str, seat: str | None = None) -> dict[str, int]:
+        """Wins, losses and draws among the module's last 100 outcomes (in one seat, if named)."""
+        recent = list(self.outcomes.get(module_id, ()) if seat is None else self.seat_outcomes[module_id].get(seat, ()))
         return {outcome: recent.count(outcome) for outcome in ("win", "loss", "draw")}
 
     def reached(self, targets: dict[str, float]) -> bool:
@@ -378,6 +497,7 @@ class SceneResult:
             "mean_return_last_20": {m: round(self.mean_return(m), 2) for m in self.module_returns},
             "first_20_mean_return": {m: round(float(np.mean(r)), 2) for m, r in self.first_returns.items() if r},
             "outcomes": {m: self.outcome_counts(m) for m in self.outcomes},
+            "seat_outcomes": {m: {s: self.outcome_counts(m, s) for s in sorted(seats)} for m, seats in self.seat_outcomes.items()},
         }
 
 
@@ -395,6 +515,7 @@ def run_scene(
     stop: threading.Event | None = None,
     opponents: dict[str, Opponent] | None = None,
     module_filter: Collection[str] | None = None,
+    seatings: Callable[[GatewayConfig], Sequence[Seating]] | None = None,
 ) -> SceneResult:
     """Play `env` with the gateway's modules and train them until every targeted module's
     mean return (last 20 episodes) reaches its target, a limit passes (`max_env_steps`
@@ -403,23 +524,22 @@ def run_scene(
     `target_return`: one value for every module this client sends experience for, or
     `{module_id: target}`. `opponents`: `{agent_id_glob: obs -> action}` plays matching
     agents locally, unsent. `module_filter`: send only these modules' experience (the
-    others are still played).
+    others are still played). `seatings(config)`: who plays which seat, game by game
+    (`swapped_seatings`).
     """
     result, started = SceneResult(), time.monotonic()
     config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
-    casting = Casting(config, opponents, module_filter)
-    trained = sorted({casting.module(a).module_id for a in env.possible_agents if casting.sends(a)})
+    casting = Casting(config, opponents, module_filter, None if seatings is None else seatings(config))
+    trained = casting.trained(env.possible_agents)
     if not trained:
         raise ValueError(f"no agent of {env.possible_agents} plays a module this client sends experience for")
     targets = _targets(target_return, trained)
     policies = ModulePolicies(config, np.random.default_rng(seed))
     policies.load(client.request({"type": "GET_STATE"}))
-    collector = SceneCollector(env, casting.sends, seed=seed)
+    collector = SceneCollector(env, casting.sends, seed=seed, module_of=casting.module_id, on_game=casting.start_game)
     while True:
-        for trajectory in collector.step(_choose_actions(collector.acting, casting, policies)):
-            module = casting.module(trajectory.agent_id)
-            module_id = None if module is None else module.module_id
-            result.record(trajectory.agent_id, module_id, trajectory.episode_return, trajectory.outcome)
+        for trajectory in collector.step(choose_actions(collector.acting, collector.masks, casting, policies)):
+            result.record(trajectory.agent_id, trajectory.module_id, trajectory.episode_return, trajectory.outcome)
         if collector.ready_steps < config.env_steps_per_sample:
             continue
         chunks = collector.take_chunks()
@@ -448,28 +568,42 @@ def _targets(target_return: float | dict[str, float] | None, trained: list[str])
     return dict(target_return)
 
 
-def _choose_actions(acting: dict[str, Any], casting: Casting, policies: ModulePolicies) -> dict[str, PlayedAction]:
-    """Every acting agent's action: local opponents one by one, each module in one batch."""
+def choose_actions(
+    acting: dict[str, Any], masks: dict[str, Any], casting: Casting, policies: ModulePolicies, *, explore: bool = True
+) -> dict[str, PlayedAction]:
+    """Every acting agent's action (among its mask's, if it has one): local opponents one by
+    one (given the mask too, if there is one), each module in one batch (greedy unless `explore`)."""
     actions, by_module = {}, defaultdict(list)
     for agent_id, obs in acting.items():
         opponent = casting.opponent(agent_id)
         if opponent is None:
             by_module[casting.module(agent_id).module_id].append(agent_id)
         else:
-            action = opponent(obs)
+            action = opponent(obs) if agent_id not in masks else opponent(obs, masks[agent_id])
             actions[agent_id] = PlayedAction(action, _chunk_action(action), 0.0, policies.weights_seq_no)
     for module_id, agent_ids in by_module.items():
-        actions.update(zip(agent_ids, policies.act(module_id, [acting[a] for a in agent_ids])))
+        played = policies.act(module_id, [acting[a] for a in agent_ids], [masks.get(a) for a in agent_ids], explore)
+        actions.update(zip(agent_ids, played))
     return actions
 
 
 def _log_progress(result: SceneResult, modules: Iterable[str]) -> None:
-    returns = "  ".join(
-        f"{m} {result.mean_return(m):.1f} ({len(result.module_returns.get(m, ()))})" for m in modules
+    returns = "  ".join(f"{m} {result.mean_return(m):.1f} ({len(result.module_returns.get(m, ()))})" for m in modules)
+    seats = "".join(
+        f"  {m}@{seat} W/D/L {c['win']}/{c['draw']}/{c['loss']}"
+        for m in modules
+        for seat in sorted(result.seat_outcomes.get(m, ()))
+        for c in [result.outcome_counts(m, seat)]
     )
     log.info(
-        "v%d  scene steps %d  agent steps %d  episodes %d  mean return %s  %.1fs",
-        result.weights_seq_no, result.env_steps, result.agent_steps, result.episodes, returns, result.seconds,
+        "v%d  scene steps %d  agent steps %d  episodes %d  mean return %s%s  %.1fs",
+        result.weights_seq_no,
+        result.env_steps,
+        result.agent_steps,
+        result.episodes,
+        returns,
+        seats,
+        result.seconds,
     )
 
 
@@ -514,10 +648,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")
     parser.add_argument("--scene", default="cartpole:8", help="cartpole:N,pendulum:M,reach:K | coordination | countdown")
-    parser.add_argument("--target-return", help="stop when each trained module's mean of 20 returns reaches this "
-                        "(one number, or module=value,...)")
-    parser.add_argument("--opponent", choices=["random", "optimal"],
-                        help="countdown: play player_1 locally with this policy (its experience is not sent)")
+    parser.add_argument(
+        "--target-return", help="stop when each trained module's mean of 20 returns reaches this (one number, or module=value,...)"
+    )
+    parser.add_argument(
+        "--opponent", choices=["random", "optimal"], help="countdown: play player_1 locally with this policy (its experience is not sent)"
+    )
     parser.add_argument("--max-env-steps", type=int, help="stop after this many scene steps")
     parser.add_argument("--max-seconds", type=float, help="stop after this long")
     parser.add_argument("--seed", type=int, default=0)
@@ -532,15 +668,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.opponent is not None:
         if args.scene != "countdown":
             raise SystemExit("--opponent is for --scene countdown")
-        play = scripted_opponent if args.opponent == "optimal" else functools.partial(
-            random_opponent, rng=np.random.default_rng(args.seed + 1)
+        play = (
+            scripted_opponent
+            if args.opponent == "optimal"
+            else functools.partial(random_opponent, rng=np.random.default_rng(args.seed + 1))
         )
         opponents = {"player_1": play}
     port = args.port or DEFAULT_PORTS[args.transport]
     with RLlinkClient(args.transport, args.host, port) as client:
         result = run_scene(
-            client, make_scene(args.scene), target_return=target, max_env_steps=args.max_env_steps,
-            max_seconds=args.max_seconds, seed=args.seed, opponents=opponents,
+            client,
+            make_scene(args.scene),
+            target_return=target,
+            max_env_steps=args.max_env_steps,
+            max_seconds=args.max_seconds,
+            seed=args.seed,
+            opponents=opponents,
         )
     print(json.dumps(result.summary()))
     return 0 if result.reached_target or target is None else 1

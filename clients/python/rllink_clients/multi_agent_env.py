@@ -10,7 +10,9 @@ truncateds, infos)`, each a dict keyed by agent id:
   acted then gets its final observation in `obs`;
 - an agent done early appears once more, with its final observation and its own flag set,
   and then not again (except in a `GymnasiumScene`, see there);
-- `infos[agent_id]["outcome"]` ("win", "loss" or "draw") may come with an agent's last step.
+- `infos[agent_id]["outcome"]` ("win", "loss" or "draw") may come with an agent's last step;
+- `infos[agent_id]["action_mask"]` (one 0/1 per action, gymnasium's convention) may come
+  with an agent's observation: the actions it may take on it (absent: all).
 """
 
 from __future__ import annotations

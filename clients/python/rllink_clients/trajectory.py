@@ -15,12 +15,14 @@ INITIAL_ROWS = 16  # observations an agent's trajectory has room for before it f
 
 
 class PlayedAction(NamedTuple):
-    """An agent's action: what the env gets (clipped), what the chunk records (as sampled)."""
+    """An agent's action: what the env gets (clipped), what the chunk records (as sampled),
+    and the action mask it was chosen under (None: all allowed)."""
 
     env_action: Any
     chunk_action: Any
     logp: float
     weights_seq_no: int
+    action_mask: Any = None
 
 
 class AgentTrajectory:
@@ -36,8 +38,9 @@ class AgentTrajectory:
     CartPole chunk: 23 vs 85 us), and no list per step lingers for the collector.
     """
 
-    def __init__(self, episode_id: str, agent_id: str, obs: Any) -> None:
+    def __init__(self, episode_id: str, agent_id: str, obs: Any, module_id: str | None = None) -> None:
         self.episode_id, self.agent_id = episode_id, agent_id
+        self.module_id = module_id  # named on its chunks (it wins over the gateway's policy_mapping)
         first = np.asarray(obs, dtype=np.float32)
         self._obs = np.empty((INITIAL_ROWS, *first.shape), np.float32)
         self._obs[0] = first
@@ -46,6 +49,7 @@ class AgentTrajectory:
         self.rewards: list[float] = []
         self.logps: list[float] = []
         self.versions: list[int] = []
+        self.masks: list[Any] = []  # each action's mask (None: all allowed)
         self.terminated = self.truncated = False
         self.outcome: str | None = None
         self.episode_return = 0.0
@@ -72,6 +76,7 @@ class AgentTrajectory:
         self.rewards.append(0.0)
         self.logps.append(played.logp)
         self.versions.append(played.weights_seq_no)
+        self.masks.append(played.action_mask)
         self.num_steps += 1
 
     def reward(self, reward: float) -> None:
@@ -109,9 +114,15 @@ class AgentTrajectory:
             # An action in flight at the last send was chosen by the version before: name the oldest.
             "weights_seq_no": min(self.versions[:steps]),
         }
+        masks = self.masks[:steps]
+        if any(mask is not None for mask in masks):  # a masked module's: each step's mask, as 0/1 ints
+            width = len(next(mask for mask in masks if mask is not None))
+            chunk["action_mask"] = [[1] * width if m is None else np.asarray(m, np.int8).tolist() for m in masks]
+        if self.module_id is not None:
+            chunk["module_id"] = self.module_id
         if self.done and self.outcome is not None:
             chunk["outcome"] = self.outcome
         self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
         self._num_obs = 1
-        del self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps]
+        del self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps], self.masks[:steps]
         return chunk

@@ -1,0 +1,256 @@
+"""Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
+
+    python bench/games.py [--minutes 20] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws] [--out-dir DIR]
+
+A fresh gateway (`python -m app`, its embedded defaults but for one module) in a
+subprocess:
+
+    --policies '{"c4": {"observation_space": {"type": "box", "shape": [84]},
+                        "action_space": {"type": "discrete", "n": 7},
+                        "action_masking": true, "self_play": {}}}'
+    --policy-mapping '{"player_*": "c4"}'
+
+and the PettingZoo reference client (`rllink_clients.pettingzoo`, what `python -m
+rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3` runs) in this process,
+playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
+with seats swapped each game against the gateway's frozen self-play opponent, for
+`--minutes`. Every `--rating-every` seconds the module's self-play rating (and what else
+/api/policies says of its league) is sampled into `<out-dir>/games_rating.csv`, plotted to
+`games_rating.png` when matplotlib is installed (it is not locked: the plot is skipped
+with a message otherwise).
+
+Then the final policy plays `--games` games against each of two fixed players, seats
+alternating (the learner moves first in even games), nothing sent to the gateway: the
+uniformly random legal player, and a one-step-lookahead player (wins when it can, blocks
+when it must, else random). Each evaluation is run greedily (the distribution's mode) and
+sampled. Win/draw/loss are reported per seat.
+
+Targets (issue 35, 20 minutes): at least 95% wins against random and 70% against the
+lookahead player, in both seats (greedy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+from _common import HOST, emit, running_gateway  # noqa: E402
+
+from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, SceneResult, run_scene  # noqa: E402
+from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
+from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
+
+ENV = "pettingzoo.classic.connect_four_v3"
+MODULE = "c4"
+ROWS, COLUMNS = 6, 7
+POLICY = {
+    MODULE: {
+        "observation_space": {"type": "box", "shape": [ROWS * COLUMNS * 2]},
+        "action_space": {"type": "discrete", "n": COLUMNS},
+        "action_masking": True,
+        "self_play": {},
+    }
+}
+TARGETS = {"random": 0.95, "lookahead": 0.70}
+
+
+# -- The one-step-lookahead player ----------------------------------------------------------
+
+
+def landing_row(board: np.ndarray, column: int) -> int | None:
+    """The row a piece dropped in `column` lands in (row 0 is the top), None if it is full."""
+    empty = np.flatnonzero(board[:, column].sum(axis=1) == 0)
+    return int(empty[-1]) if len(empty) else None
+
+
+def wins_with(pieces: np.ndarray, row: int, column: int) -> bool:
+    """Whether a piece at (row, column) completes four of `pieces` [6, 7] in a line."""
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, column + sign * dc
+            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r, c]:
+                count, r, c = count + 1, r + sign * dr, c + sign * dc
+        if count >= 4:
+            return True
+    return False
+
+
+def lookahead_player(obs: np.ndarray, mask: np.ndarray, *, rng: np.random.Generator) -> int:
+    """Win now if a legal move does; else block a column where the other player would win
+    next; else a uniformly random legal move. `obs`: connect_four_v3's 6x7x2 board as 84
+    floats (channel 0 the mover's pieces, channel 1 the other player's)."""
+    board = np.asarray(obs).reshape(ROWS, COLUMNS, 2)
+    legal = np.flatnonzero(np.asarray(mask))
+    for channel in (0, 1):  # 0: a winning move of its own; 1: the other player's, to block
+        for column in legal:
+            row = landing_row(board, int(column))
+            if row is not None and wins_with(board[:, :, channel], row, int(column)):
+                return int(column)
+    return int(rng.choice(legal))
+
+
+# -- Training, sampled ratings, evaluation ------------------------------------------------
+
+
+def league_row(base_url: str, started: float) -> dict:
+    """The module's rating and league as /api/policies shows them now, flattened for the CSV."""
+    (policy,) = [p for p in httpx.get(f"{base_url}/api/policies", timeout=30).json() if p["module_id"] == MODULE]
+    league = policy.get("self_play") or {}
+    row = {
+        "seconds": round(time.monotonic() - started, 1),
+        "weights_seq_no": policy.get("weights_seq_no"),
+        "env_steps_trained": policy.get("num_env_steps_trained_lifetime"),
+        "elo": None if league.get("elo") is None else round(league["elo"], 1),
+        "rated_games": league.get("rated_games"),
+    }
+    for record in league.get("records") or []:  # per opponent and seat, where the gateway reports them
+        name = f"{record.get('opponent')}@{record.get('seat')}"
+        row[f"{name} W/D/L"] = f"{record.get('win')}/{record.get('draw')}/{record.get('loss')}"
+    return row
+
+
+def train(client: RLlinkClient, base_url: str, minutes: float, every_s: float, seed: int) -> tuple[SceneResult, list[dict]]:
+    """Self-play for `minutes`, sampling the league every `every_s` seconds."""
+    scene = AECScene(load_env(ENV))
+    result: dict[str, SceneResult] = {}
+    failure: list[BaseException] = []
+
+    def play() -> None:
+        try:
+            result["scene"] = run_scene(
+                client, scene, max_seconds=minutes * 60, seed=seed, seatings=seatings_for(None, scene.possible_agents)
+            )
+        except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
+            failure.append(exc)
+
+    started, rows = time.monotonic(), []
+    player = threading.Thread(target=play, name="self-play", daemon=True)
+    player.start()
+    while player.is_alive():
+        player.join(timeout=every_s)
+        rows.append(league_row(base_url, started))
+        print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+    if failure:
+        raise failure[0]
+    return result["scene"], rows
+
+
+def evaluations(client: RLlinkClient, games: int, seed: int) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+    """The final policy against each fixed player, greedy and sampled: W/D/L per seat."""
+    config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
+    policies = ModulePolicies(config, np.random.default_rng(seed))
+    policies.load(client.request({"type": "GET_STATE"}))
+    players = {
+        "random": functools.partial(random_legal, rng=np.random.default_rng(seed + 1), n=COLUMNS),
+        "lookahead": functools.partial(lookahead_player, rng=np.random.default_rng(seed + 2)),
+    }
+    results: dict = {}
+    for name, player in players.items():
+        for mode, explore in (("greedy", False), ("sampled", True)):
+            scene = AECScene(load_env(ENV))
+            results.setdefault(name, {})[mode] = evaluate(scene, policies, player, games, explore=explore, seed=seed)
+    return results
+
+
+def win_rate(counts: dict[str, int]) -> float:
+    return counts["win"] / max(1, sum(counts.values()))
+
+
+def write_ratings(rows: list[dict], out_dir: Path) -> list[str]:
+    """The CSV, and the plot if matplotlib is installed; lines saying where they went."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with open(out_dir / "games_rating.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = [f"rating over time: {out_dir / 'games_rating.csv'}"]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return [*lines, "plot skipped: matplotlib is not installed (pip install matplotlib)"]
+    points = [(row["seconds"] / 60, row["elo"]) for row in rows if row.get("elo") is not None]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot([m for m, _ in points], [e for _, e in points], marker=".")
+    axes.set_xlabel("minutes of self-play")
+    axes.set_ylabel(f"{MODULE} self-play rating (/api/policies)")
+    axes.set_title("Connect Four by self-play")
+    axes.grid(True, alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out_dir / "games_rating.png", dpi=100)
+    return [*lines, f"plot: {out_dir / 'games_rating.png'}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=20.0, help="self-play training time")
+    parser.add_argument("--games", type=int, default=200, help="evaluation games against each fixed player")
+    parser.add_argument("--rating-every", type=float, default=30.0, help="seconds between two samples of the rating")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
+    parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
+    args = parser.parse_args()
+    out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
+
+    flags = ("--seed", str(args.seed), "--policies", json.dumps(POLICY), "--policy-mapping", json.dumps({"player_*": MODULE}))
+    with running_gateway(*flags) as gateway:
+        base_url = f"http://{HOST}:{gateway.http_port}"
+        port = gateway.tcp_port if args.transport == "tcp" else gateway.http_port
+        with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
+            scene, rows = train(client, base_url, args.minutes, args.rating_every, args.seed)
+        with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
+            results = evaluations(client, args.games, args.seed)
+    file_lines = write_ratings(rows, out_dir)
+
+    seats = ("player_0", "player_1")
+    lines = [
+        f"Connect Four by self-play for {args.minutes:g} min over {args.transport}: {scene.agent_steps:,} moves, "
+        f"{scene.scene_episodes:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}",
+        f"evaluation: {args.games} games per line, seats alternating (player_0 moves first); the learner's W/D/L",
+    ]
+    summary = {}
+    for name, modes in results.items():
+        for mode, by_seat in modes.items():
+            rates = {seat: round(win_rate(by_seat[seat]), 3) for seat in seats}
+            met = name in TARGETS and mode == "greedy" and all(rate >= TARGETS[name] for rate in rates.values())
+            target = f"  target {TARGETS[name]:.0%}: {'met' if met else 'MISSED'}" if mode == "greedy" else ""
+            lines.append(
+                f"  vs {name:9} {mode:7} "
+                + "  ".join(f"{seat} {c['win']}/{c['draw']}/{c['loss']} ({rates[seat]:.0%})" for seat, c in by_seat.items())
+                + target
+            )
+            summary[f"{name}_{mode}"] = {"by_seat": by_seat, "win_rate": rates}
+    emit(
+        "games",
+        [*lines, *file_lines],
+        {
+            "minutes": args.minutes,
+            "transport": args.transport,
+            "moves": scene.agent_steps,
+            "games_played": scene.scene_episodes,
+            "versions": scene.weights_seq_no,
+            "rating": rows[-1]["elo"],
+            "ratings": [[row["seconds"], row["elo"]] for row in rows],
+            "evaluation": summary,
+            "out_dir": str(out_dir),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
