@@ -10,7 +10,8 @@
  * starts over.
  *
  * Several policies (modules): the policies table has a row per module; the per-module
- * charts (return mean, losses, version, and ELO for self-play) draw one line per module
+ * charts (return mean, losses, version, and ELO for self-play: anchored, the random reference
+ * is fixed at 1000 by default) draw one line per module
  * (a trainable one; ELO: a self-play learner), a module's line starting when it shows
  * up. They are hidden while the gateway has a single module (the page then looks as it
  * did before modules), and the ELO chart while no module plays itself.
@@ -26,7 +27,9 @@
  * holds the policies table: one body row per module with
  * data-module-id, each cell with data-key, its column's field (see POLICY_COLUMNS:
  * module_id, observation_space, action_space, role, weights_seq_no,
- * num_env_steps_trained_lifetime, episode_return_mean, games, win_rate, elo). Each chart's
+ * num_env_steps_trained_lifetime, episode_return_mean, games, win_rate, elo, vs_random: a
+ * self-play learner's recent wins / draws / losses against the random reference per seat,
+ * "player_0 12 / 1 / 3, player_1 ..."). Each chart's
  * element (#chart-return, ... and the per-module #chart-policy-return,
  * #chart-policy-loss, #chart-policy-version, #chart-elo) carries data-points (x values
  * kept), data-series (JSON: series label -> values kept that are not gaps) and
@@ -206,13 +209,31 @@ function roleText(policy, policies) {
     const learner = policies.find((p) => get(p, 'module_id') === opponentOf);
     const league = get(learner, 'self_play');
     if (league === null) return `opponent of ${opponentOf}`;
-    const version = num(league, 'opponent_weights_seq_no');
-    return `opponent of ${opponentOf}: ${version === null ? 'latest weights' : `v${formatNumber(version)}`}`;
+    return `opponent of ${opponentOf}: ${opponentText(league)}`;
   }
   const trains = get(policy, 'trainable');
   if (trains === false) return 'frozen';
   if (trains !== true) return MISSING;
   return get(policy, 'self_play') === null ? 'trainable' : 'trainable, self-play';
+}
+
+/** Whom a self-play learner's current version plays: a reference, a snapshot or its latest weights. */
+function opponentText(league) {
+  const kind = get(league, 'opponent.kind');
+  if (kind === 'reference') return `${get(league, 'opponent.player') ?? MISSING} reference`;
+  const version = num(league, 'opponent.player') ?? num(league, 'opponent_weights_seq_no');
+  return kind === 'snapshot' || version !== null ? `v${formatNumber(version)}` : 'latest weights';
+}
+
+/** A self-play learner's recent W / D / L against the random reference, per seat ("—" for others). */
+function versusRandomText(policy) {
+  const records = get(policy, 'self_play.records');
+  if (!Array.isArray(records)) return MISSING;
+  const rows = records.filter((r) => get(r, 'opponent') === 'random');
+  if (rows.length === 0) return MISSING;
+  return rows
+    .map((r) => `${get(r, 'seat') ?? MISSING} ${['win', 'draw', 'loss'].map((o) => formatNumber(num(r, o))).join(' / ')}`)
+    .join(', ');
 }
 
 /** The policies table: [field (the cells' data-key), header, (policy, all policies) => text or number]. */
@@ -228,6 +249,7 @@ const POLICY_COLUMNS = [
     get(p, 'games') === null ? MISSING : ['win', 'loss', 'draw'].map((o) => formatNumber(num(p, `games.${o}`))).join(' / ')],
   ['win_rate', 'win rate', (p) => (num(p, 'win_rate') === null ? MISSING : `${formatNumber(100 * p.win_rate, 1)}%`)],
   ['elo', 'ELO', (p) => formatNumber(num(p, 'elo') ?? num(p, 'self_play.elo'), 0)],
+  ['vs_random', 'vs random W / D / L', versusRandomText],
 ];
 
 /** Publish a chart's data on its element for tests: data-points, data-series, data-last (see the header). */

@@ -177,7 +177,7 @@ CART = {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"ty
 DUEL = {  # every version plays a snapshot (none plays the latest weights), so every game is rated
     "observation_space": {"type": "box", "shape": [2]},
     "action_space": {"type": "discrete", "n": 3},
-    "self_play": {"snapshot_every": 1, "play_against_latest_ratio": 0.0},
+    "self_play": {"snapshot_every": 1, "play_against_latest_ratio": 0.0, "play_against_random_ratio": 0.0},
 }
 MAPPING = {"cart_*": "cart", "a": "duel", "b": "duel_opponent"}
 # Each round: one EPISODES_AND_GET_STATE (one training step), with an episode of two cart
@@ -251,7 +251,7 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
     cart, duel = by_id["cart"], by_id["duel"]
     assert list(by_id) == ["cart", "duel", "duel_opponent"]
     assert (cart["weights_seq_no"], duel["weights_seq_no"]) == (version, version - 1)  # duel: no game last round
-    assert duel["self_play"]["rated_games"] == len(GAMES) and duel["elo"] != 1200  # rated: the ELO moved
+    assert duel["self_play"]["rated_games"] == len(GAMES) and duel["elo"] != 1000  # rated: the ELO moved
     assert metrics["policies"]["duel"]["elo"] == duel["self_play"]["elo"] == duel["elo"]
 
     # The table: a row per module, the opponent too, in the gateway's order, with the REST numbers.

@@ -100,8 +100,15 @@ def test_a_turn_based_two_player_game_trains_one_shared_policy(tmp_path):
     assert before < 0.75 and after > 0.85, (before, after)
 
 
-def test_self_play_beats_a_random_player_and_its_rating_rises(tmp_path):
-    self_play = {"snapshot_every": 2, "window": 5, "play_against_latest_ratio": 0.2}
+def self_play_status(gateway: RunningGateway, module_id: str) -> dict:
+    (policy,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == module_id]
+    return policy["self_play"]
+
+
+def test_self_play_beats_a_random_player_and_its_rating_against_the_random_reference_rises(tmp_path):
+    # The default schedule (0.3 latest weights, 0.2 the random reference, the rest snapshots by PFSP)
+    # and the default entropy floor of a self-play learner.
+    self_play = {"snapshot_every": 2, "window": 5}
     settings = gateway_settings(
         tmp_path,
         policies={"learner": {**BOARD, "self_play": self_play}},
@@ -109,12 +116,25 @@ def test_self_play_beats_a_random_player_and_its_rating_rises(tmp_path):
     )
     with running_gateway(settings) as gateway:
         with connect(gateway, "tcp") as client:
-            run_scene(client, CountdownGame(), max_env_steps=40_000, seed=0)
-        (learner,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == "learner"]
+            run_scene(client, CountdownGame(), max_env_steps=4_000, seed=0)
+        early = self_play_status(gateway, "learner")
+        with connect(gateway, "tcp") as client:
+            run_scene(client, CountdownGame(), max_env_steps=40_000, seed=1)
+        late = self_play_status(gateway, "learner")
+        league_records = httpx.get(f"{gateway.base_url}/api/metrics").json()["policies"]["learner"]["league_records"]
+        prometheus = httpx.get(f"{gateway.base_url}/metrics").text
         win_rate = win_rate_against_random(gateway, "learner", seed=4)
-    assert learner["self_play"]["rated_games"] > 100
-    assert learner["self_play"]["elo"] > 1200 + 50, learner["self_play"]
+        learner_stats = httpx.get(f"{gateway.base_url}/api/metrics").json()["policies"]["learner"]["learner"]
+    assert late["references"] == early["references"] == [{"name": "random", "elo": 1000.0}]  # fixed: never moves
+    assert late["rated_games"] > 500 and late["games"] > late["rated_games"]  # games against itself: not rated
+    assert early["elo"] < 1000 + 300 < late["elo"] < 1000 + 1500, (early["elo"], late["elo"])
+    (versus_random,) = [r for r in late["records"] if r["opponent"] == "random"]
+    assert versus_random["seat"] == "player_0" and versus_random["win"] > 4 * versus_random["loss"], late["records"]
+    assert league_records == late["records"]  # /api/metrics and Prometheus show them too
+    labels = 'module_id="learner",opponent="random",outcome="win",seat="player_0"'
+    assert f"rllink_policy_league_recent_games{{{labels}}} {float(versus_random['win'])}" in prometheus
     assert win_rate > 0.9, win_rate
+    assert learner_stats["entropy_share"] > 0.05, learner_stats  # the floor (0.1 of the largest) held it up
 
 
 def test_a_module_with_a_small_share_of_the_scene_trains_on_batches_of_its_own_size_and_learns(tmp_path):

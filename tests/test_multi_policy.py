@@ -222,7 +222,7 @@ def test_a_restart_keeps_the_self_play_league_its_ratings_and_snapshots(tmp_path
 
     with running_gateway(settings) as gateway:
         after, opponent_after = league_now(gateway)
-    assert before["rated_games"] == 6 and before["elo"] > 1200, before
+    assert before["rated_games"] == 6 and before["elo"] > 1000, before
     assert [s["weights_seq_no"] for s in before["snapshots"]] == [4, 5, 6]  # a snapshot per version, a window of 3
     assert files == ["4.onnx", "5.onnx", "6.onnx", "league.json"]  # older snapshots' files are gone
     assert {k: after[k] for k in ("elo", "rated_games", "snapshots")} == {k: before[k] for k in ("elo", "rated_games", "snapshots")}
@@ -250,7 +250,7 @@ def test_a_league_that_no_longer_fits_starts_again_without_its_old_files(tmp_pat
         play_duel_games(gateway, 1)
         files = sorted(path.name for path in (module_dir / "league").iterdir())
         latest = gateway.service.current_state().modules["duel"].onnx_bytes
-    assert (league["elo"], league["rated_games"]) == (1200.0, 0), league
+    assert (league["elo"], league["rated_games"]) == (1000.0, 0), league
     version = 0 if change == "the policy started afresh" else 3  # a restored learner keeps its version
     assert [s["weights_seq_no"] for s in league["snapshots"]] == [version]
     assert files == [f"{version}.onnx", f"{version + 1}.onnx", "league.json"]

@@ -1,20 +1,38 @@
-"""The self-play league alone: snapshots, the opponent of each version, ELO ratings."""
+"""The self-play league alone: snapshots, fixed references, opponents, anchored ratings, records."""
 
 from __future__ import annotations
 
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 from app.settings.hyperparameters import SelfPlayConfig
-from app.training.onnx_export import PolicyState
-from app.training.self_play import League
+from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.onnx_export import PolicyState, export_onnx, set_state_payload
+from app.training.policy import ActorCritic
+from app.training.self_play import RANDOM, SNAPSHOT, Game, League, Opponent, expected_score
+
+ONNX = export_onnx(ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=3), (8,)), 0, "obs", action_masking=True)
 
 
 def state(version: int) -> PolicyState:
-    return PolicyState(version, b"onnx-%d" % version, f"b64-{version}")
+    """A learner export of `version` (the same weights: the league reads only the interface)."""
+    return PolicyState(version, ONNX, set_state_payload(ONNX))
+
+
+def config(**fields) -> SelfPlayConfig:
+    return SelfPlayConfig(
+        **{"snapshot_every": 1, "window": 5, "play_against_latest_ratio": 0.0, "play_against_random_ratio": 0.0, **fields}
+    )
+
+
+def play(league: League, version: int, outcome: str, games: int = 1, seat: str = "player_0") -> None:
+    """`games` games of the learner at `version` (each its own episode), all ending in `outcome`."""
+    league.record_games([Game(f"v{version}-{seat}-{i}-{outcome}", seat, outcome, version) for i in range(games)])
 
 
 def test_snapshots_every_n_changes_of_the_learner_within_a_window():
-    league = League(SelfPlayConfig(snapshot_every=2, window=3, play_against_latest_ratio=0.0))
+    league = League(config(snapshot_every=2, window=3))
     for version in range(10):
         league.on_new_version(version, state(version))
     assert [s.weights_seq_no for s in league.snapshots] == [4, 6, 8]  # 0, 2, 4, 6, 8 taken; the window keeps 3
@@ -23,50 +41,158 @@ def test_snapshots_every_n_changes_of_the_learner_within_a_window():
     assert [s.weights_seq_no for s in league.snapshots] == [4, 6, 8]
 
 
-@pytest.mark.parametrize("ratio", [0.0, 1.0])
-def test_the_opponent_is_a_snapshot_or_the_latest_weights_as_the_ratio_says(ratio):
-    league = League(SelfPlayConfig(snapshot_every=1, window=5, play_against_latest_ratio=ratio), seed=3)
-    served = [league.on_new_version(v, state(v)) for v in range(20)]
-    if ratio == 1.0:
-        assert [s.weights_seq_no for s in served] == list(range(20)) and league.opponent is None
-    else:
-        assert all(s.weights_seq_no <= v and v - s.weights_seq_no < 5 for v, s in enumerate(served))
-        assert any(s.weights_seq_no < v for v, s in enumerate(served))  # older snapshots are played
+def test_the_random_reference_plays_uniformly_among_the_legal_moves_with_the_learners_interface():
+    league = League(config(play_against_random_ratio=1.0))
+    served = league.on_new_version(0, state(0))
+    assert league.opponent.kind == "reference" and league.opponent.player == RANDOM and served.weights_seq_no == 0
+    session = ort.InferenceSession(served.onnx_bytes)
+    assert [i.name for i in session.get_inputs()] == ["obs", "action_mask"]
+    mask = np.array([[1, 0, 1], [0, 1, 0]], np.float32)
+    (logits,) = session.run(None, {"obs": np.random.default_rng(0).normal(size=(2, 4)).astype(np.float32), "action_mask": mask})
+    probabilities = np.exp(logits - logits.max(1, keepdims=True))
+    probabilities /= probabilities.sum(1, keepdims=True)
+    assert np.allclose(probabilities, mask / mask.sum(1, keepdims=True))
 
 
-def test_a_mix_of_opponents_follows_the_ratio():
-    league = League(SelfPlayConfig(snapshot_every=1, window=5, play_against_latest_ratio=0.3), seed=1)
-    latest = 0
-    for version in range(1000):
+def test_opponents_follow_the_schedule():
+    league = League(config(play_against_latest_ratio=0.3, play_against_random_ratio=0.2), seed=1)
+    kinds = []
+    for version in range(2000):
         league.on_new_version(version, state(version))
-        latest += league.opponent is None
-    assert 250 < latest < 350
+        kinds.append(league.opponent.kind)
+    assert 0.25 < kinds.count("latest") / 2000 < 0.35
+    assert 0.15 < kinds.count("reference") / 2000 < 0.25
+    assert 0.45 < kinds.count("snapshot") / 2000 < 0.55
+    # A snapshot opponent is an older snapshot than the learner's own (the newest), within the window.
+    league.on_new_version(3000, state(3000))
+    while league.opponent.kind != "snapshot":
+        league.on_new_version(3000, state(3000))
+    assert league.opponent.player in [s.weights_seq_no for s in list(league.snapshots)[:-1]]
 
 
-def test_elo_moves_both_ratings_by_k_times_surprise():
-    league = League(SelfPlayConfig(snapshot_every=1, window=5, play_against_latest_ratio=0.0, elo_k=16, initial_elo=1200))
-    league.on_new_version(0, state(0))  # the only snapshot, rated 1200 like the learner
-    assert league.record_game("win", 0)
-    assert league.elo == pytest.approx(1208) and league.snapshots[0].elo == pytest.approx(1192)
-    assert league.record_game("loss", 0)  # expected score now above one half: it loses more than 8
-    assert league.elo < 1200 and league.elo + league.snapshots[0].elo == pytest.approx(2400)
-    assert league.record_game("draw", 0) and league.rated_games == 3
+def test_pfsp_picks_the_snapshots_the_learner_does_not_beat_yet_more_often():
+    league = League(config(window=3), seed=2)
+    for version in range(3):  # snapshots 0, 1, 2: the learner (2) beats 0 every game, 1 half of them
+        league.on_new_version(version, state(version))
+    league._versions[100] = (2, Opponent(SNAPSHOT, 0))  # versions that played snapshot 0, and 1
+    league._versions[101] = (2, Opponent(SNAPSHOT, 1))
+    play(league, 100, "win", 30)
+    play(league, 101, "win", 15)
+    play(league, 101, "loss", 15)
+    picked = [league._draw().player for _ in range(400)]
+    assert picked.count(1) > 3 * picked.count(0), (picked.count(0), picked.count(1))
+    uniform = League(config(window=3, snapshot_sampling="uniform"), seed=2)
+    for version in range(3):
+        uniform.on_new_version(version, state(version))
+    picked = [uniform._draw().player for _ in range(400)]
+    assert 150 < picked.count(0) < 250
 
 
-def test_games_against_itself_or_an_unknown_version_are_not_rated():
-    league = League(SelfPlayConfig(play_against_latest_ratio=1.0))
-    league.on_new_version(0, state(0))
-    assert not league.record_game("win", 0)  # against the latest weights: itself
-    assert not league.record_game("win", 99) and not league.record_game("win", None)
-    assert league.elo == 1200 and league.rated_games == 0
+def test_references_never_move_and_a_snapshot_is_rated_from_its_own_games():
+    losing, winning = League(config(play_against_random_ratio=1.0)), League(config(play_against_random_ratio=1.0))
+    for league, outcome in ((losing, "loss"), (winning, "win")):
+        league.on_new_version(0, state(0))
+        play(league, 0, outcome, 50)
+        assert league.references == {RANDOM: 1000.0} and league.rated_games == 50
+    assert losing.elo < 1000 - 200 and winning.elo > 1000 + 200
+    # Ratings are not inherited: a new snapshot whose games are even with random comes back to it.
+    for league in (losing, winning):
+        before = league.elo
+        league.on_new_version(1, state(1))
+        assert league.elo == pytest.approx(before)  # a snapshot with no games yet leaves the learner's rating
+        play(league, 1, "win", 100)
+        play(league, 1, "loss", 100)
+        assert abs(league.elo - 1000) < 60, league.summary()["snapshots"]
+        assert league.references == {RANDOM: 1000.0}
 
 
-def test_a_learner_that_keeps_winning_rises():
-    league = League(SelfPlayConfig(snapshot_every=1, window=3, play_against_latest_ratio=0.0))
+def test_a_learner_that_beats_its_snapshots_without_getting_stronger_does_not_inflate():
+    """The issue's failure: every snapshot beaten by the next, yet even against random;
+    each snapshot inheriting the learner's rating, ELO rose without bound."""
+    league = League(config(window=10, play_against_random_ratio=0.5), seed=0)
+    elo = []
+    for version in range(600):
+        league.on_new_version(version, state(version))
+        if league.opponent.kind == "reference":
+            play(league, version, "win", 5)
+            play(league, version, "loss", 5)
+        else:
+            play(league, version, "win", 10)  # the learner beats every older snapshot
+        elo.append(league.elo)
+    means = [np.mean(elo[start : start + 100]) for start in range(100, 600, 100)]
+    assert max(means) < 1000 + 400 and max(means) - min(means) < 150, means  # flat, not rising
+    assert max(elo) < 1000 + 1500  # a newest snapshot that beat many older ones, no more
+    assert league.references == {RANDOM: 1000.0}
+
+
+def test_a_learner_that_gets_stronger_rises_and_ratings_stay_finite_when_it_always_wins():
+    league = League(config(window=10, play_against_random_ratio=0.3), seed=0)
+    for version in range(200):
+        league.on_new_version(version, state(version))
+        if league.opponent.kind == "reference":
+            strength = min(version / 100, 0.99)  # wins more of its games against random as it trains
+            play(league, version, "win", round(20 * strength))
+            play(league, version, "loss", 20 - round(20 * strength))
+        else:
+            play(league, version, "win", 6)
+            play(league, version, "loss", 4)
+    assert league.elo > 1000 + 400 and np.isfinite(league.elo)
+    assert league.elo < 1000 + 2000
+
+
+def test_playing_only_itself_is_counted_but_moves_no_rating():
+    league = League(config(play_against_latest_ratio=1.0))
     for version in range(50):
         league.on_new_version(version, state(version))
-        league.record_game("win", version)
-    assert league.elo > 1400
+        play(league, version, "win", 3)
+    assert league.opponent.kind == "latest" and league.rated_games == 0 and league.games == 150
+    assert league.elo == pytest.approx(1000.0)
+
+
+def test_each_game_is_counted_once_and_by_seat():
+    league = League(config(play_against_random_ratio=1.0))
+    league.on_new_version(0, state(0))
+    league.record_games([Game("g1", "player_0", "win", 0), Game("g2", "player_1", "draw", 0)])
+    league.record_games([Game("g1", "player_0", "win", 0)])  # sent again: already counted
+    # Both seats of one game played by the learner (one shared policy): one game, against itself.
+    league.record_games([Game("g3", "player_0", "win", 0), Game("g3", "player_1", "loss", 0)])
     summary = league.summary()
-    assert summary["elo"] == league.elo and summary["rated_games"] == 50
-    assert [s["weights_seq_no"] for s in summary["snapshots"]] == [47, 48, 49]
+    assert summary["games"] == 3 and summary["rated_games"] == 2
+    rows = {(r["opponent"], r["seat"]): (r["win"], r["draw"], r["loss"]) for r in summary["records"]}
+    assert rows == {
+        ("random", "player_0"): (1, 0, 0),
+        ("random", "player_1"): (0, 1, 0),
+        ("latest", "player_0"): (1, 0, 0),
+        ("latest", "player_1"): (0, 0, 1),
+    }
+
+
+def test_records_keep_the_last_window_of_games():
+    league = League(config(play_against_random_ratio=1.0, record_window=10))
+    league.on_new_version(0, state(0))
+    play(league, 0, "loss", 20)
+    play(league, 0, "win", 7)
+    (row,) = league.summary()["records"]
+    assert (row["win"], row["draw"], row["loss"]) == (7, 0, 3)
+
+
+def test_the_league_survives_a_restart_through_its_ratings_and_files():
+    league = League(config(window=3, play_against_random_ratio=0.5), seed=4)
+    for version in range(8):
+        league.on_new_version(version, state(version))
+        play(league, version, "win", 4)
+    restored = League(config(window=3, play_against_random_ratio=0.5))
+    restored.restore(league.ratings(), league.snapshot_files())
+    before, after = league.summary(), restored.summary()
+    assert after["snapshots"] == [{**s, "elo": pytest.approx(s["elo"])} for s in before["snapshots"]]
+    assert after["records"] == before["records"] and after["elo"] == pytest.approx(before["elo"])
+    assert (restored.rated_games, restored.games) == (league.rated_games, league.games)
+
+
+def test_expected_score_is_elos():
+    assert expected_score(1000, 1000) == 0.5 and expected_score(1400, 1000) == pytest.approx(10 / 11)
+
+
+def test_the_schedule_refuses_shares_above_one():
+    with pytest.raises(ValueError, match="must not exceed 1"):
+        SelfPlayConfig(play_against_latest_ratio=0.9, play_against_random_ratio=0.2)

@@ -50,6 +50,7 @@ def collect_metrics(gateway: Gateway) -> Metrics:
     snapshot = service.metrics.snapshot()
     for module_id, league in service.leagues.items():
         snapshot["policies"][module_id]["elo"] = league.elo
+        snapshot["policies"][module_id]["league_records"] = league.records.rows()
     clients: dict[str, int] = {"tcp": 0, "ws": 0}
     for client in service.clients:
         clients[client.transport] = clients.get(client.transport, 0) + 1

@@ -124,8 +124,18 @@ class _SnapshotCollector(Collector):
                 games.add_metric([module_id, outcome], count)
             for stat, value in policy.learner.model_dump(exclude_none=True).items():
                 learner.add_metric([module_id, stat], value)
+        league = GaugeMetricFamily(
+            PREFIX + "policy_league_recent_games",
+            "A self-play learner's recent games (its record_window) by opponent, seat and outcome.",
+            labels=["module_id", "opponent", "seat", "outcome"],
+        )
+        for module_id, policy in policies:
+            for record in policy.league_records or []:
+                for outcome in ("win", "draw", "loss"):
+                    league.add_metric([module_id, record.opponent, record.seat, outcome], getattr(record, outcome))
         yield games
         yield learner
+        yield league
 
 
 def render_prometheus(metrics: Metrics) -> bytes:

@@ -34,6 +34,12 @@ class LearnerStats(BaseModel):
     gradient_steps: float | None = Field(None, description="SAC: gradient steps in this training step.")
     buffer_size: float | None = Field(None, description="SAC: transitions in the replay buffer.")
     owed_updates: float | None = Field(None, description="SAC: gradient steps the data received asks for, not yet done.")
+    entropy_share: float | None = Field(
+        None, description="PPO with an entropy floor: the entropy as a share of the largest the legal actions allow."
+    )
+    entropy_bonus: float | None = Field(
+        None, description="PPO with an entropy floor: the bonus added to ent_coef now (0 while above the floor)."
+    )
 
 
 class EpisodeWindow(BaseModel):
@@ -51,6 +57,41 @@ class Games(BaseModel):
     win: int
     loss: int
     draw: int
+
+
+class LeagueOpponent(BaseModel):
+    """Whom the current version plays."""
+
+    kind: Literal["latest", "reference", "snapshot"] = Field(
+        description="latest: the learner's own weights; reference: a fixed reference player; snapshot: a kept snapshot."
+    )
+    player: int | str | None = Field(description="The reference's name, or the snapshot's weights_seq_no; None: latest.")
+
+
+class LeagueReference(BaseModel):
+    """A fixed reference player: its rating never moves."""
+
+    name: str = Field(description="random: the uniformly random legal player.")
+    elo: float
+
+
+class LeagueSnapshot(BaseModel):
+    """A kept snapshot of the learner and the rating its own games give it."""
+
+    weights_seq_no: int
+    elo: float
+    games: int = Field(description="Rated games it played (as the learner, between its version and the next snapshot, "
+                       "or as the opponent).")
+
+
+class LeagueRecord(BaseModel):
+    """The learner's recent games against one kind of opponent in one seat."""
+
+    opponent: str = Field(description="A reference's name (random), snapshots, or latest (itself).")
+    seat: str = Field(description="The learner's agent_id in those games (default: chunks without one).")
+    win: int
+    draw: int
+    loss: int
 
 
 class PolicyMetrics(EpisodeWindow):
@@ -71,6 +112,9 @@ class PolicyMetrics(EpisodeWindow):
     games: Games
     win_rate: float | None = Field(description="Share of wins among the recent games reported (None before any).")
     elo: float | None = Field(None, description="ELO rating of a self-play learner (None for other modules).")
+    league_records: list[LeagueRecord] | None = Field(
+        None, description="A self-play learner's recent W/D/L by opponent and seat (as /api/policies' self_play.records)."
+    )
 
 
 class Serving(BaseModel):
@@ -157,14 +201,22 @@ class Limits(BaseModel):
 
 
 class SelfPlayStatus(BaseModel):
-    """The learner's rating and the snapshots it plays against."""
+    """The learner's league: ratings anchored to fixed references, opponents, recent records."""
 
-    elo: float = Field(description="ELO rating of the learner, from the games clients report.")
-    rated_games: int = Field(description="Games rated (games against the latest weights, itself, are not).")
-    opponent_weights_seq_no: int | None = Field(
-        description="The snapshot the current version plays against; None: the latest weights."
+    elo: float = Field(
+        description="The learner's rating (its newest snapshot's), fitted from the games against the fixed references "
+        "and the snapshots; the random reference is fixed at random_elo (1000 by default)."
     )
-    snapshots: list[dict[str, float]] = Field(description="Kept snapshots: weights_seq_no and rating, oldest first.")
+    rated_games: int = Field(description="Games rated (not those against the latest weights, itself).")
+    games: int = Field(description="Games reported, each counted once.")
+    opponent: LeagueOpponent
+    opponent_weights_seq_no: int | None = Field(
+        description="The snapshot the current version plays against; None: the latest weights or a reference."
+    )
+    references: list[LeagueReference]
+    snapshots: list[LeagueSnapshot] = Field(description="Kept snapshots, oldest first.")
+    record_window: int = Field(description="Recent games per opponent and seat that `records` counts.")
+    records: list[LeagueRecord] = Field(description="Wins, draws and losses by opponent and seat over recent games.")
 
 
 class Policy(PolicyMetrics):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.spaces.models import ObservationSpace, Space
 
@@ -22,6 +22,18 @@ class PPOConfig(BaseModel):
     gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
     clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
     ent_coef: float = Field(0.0, ge=0, le=1, description="Entropy bonus coefficient.")
+    entropy_floor: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="Discrete actions: keep the policy's entropy above this share of the largest entropy of the "
+        "legal actions (log of their number), by an extra entropy bonus that rises while the entropy is below it and "
+        "falls back to 0 above it (a Lagrange multiplier, as SAC tunes alpha); 0: off; unset: 0.1 for a self-play "
+        "learner, off for others.",
+    )
+    entropy_floor_lr: float = Field(
+        0.01, gt=0, le=1, description="Step of the entropy floor's bonus per minibatch, per unit of entropy share missing."
+    )
     vf_coef: float = Field(0.5, ge=0, le=10, description="Value loss coefficient.")
     clip_vloss: bool = Field(False, description="Clip the value loss around the old values by clip_coef.")
     max_grad_norm: float = Field(0.5, gt=0, description="Global gradient clipping norm.")
@@ -90,7 +102,8 @@ MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a 
 
 
 class SelfPlayConfig(BaseModel):
-    """A policy that plays against frozen snapshots of itself (as ML-Agents' self-play)."""
+    """A policy that plays a league: frozen snapshots of itself, its latest weights and the
+    uniformly random reference, rated against that fixed reference (docs/multi-agent.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -100,10 +113,42 @@ class SelfPlayConfig(BaseModel):
     snapshot_every: int = Field(5, ge=1, description="Versions between two snapshots of the learner.")
     window: int = Field(10, ge=1, le=1000, description="Snapshots kept to play against (the most recent).")
     play_against_latest_ratio: float = Field(
-        0.5, ge=0, le=1, description="Share of versions whose opponent is the learner's latest weights, not a snapshot."
+        0.3, ge=0, le=1, description="Share of versions whose opponent is the learner's latest weights (games not rated)."
     )
-    elo_k: float = Field(16.0, gt=0, le=100, description="ELO K-factor: rating points moved per game at most.")
-    initial_elo: float = Field(1200.0, description="Rating of a fresh learner.")
+    play_against_random_ratio: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Share of versions whose opponent is the uniformly random reference: positions a weak player "
+        "makes, and the games that anchor the ratings. The rest play a snapshot older than the learner's newest.",
+    )
+    snapshot_sampling: Literal["pfsp", "uniform"] = Field(
+        "pfsp",
+        description="How a snapshot opponent is chosen: pfsp (AlphaStar's prioritised fictitious self-play, weight "
+        "(1 - p)^2 with p the learner's expected score against it, from the ratings) or uniform.",
+    )
+    random_elo: float = Field(
+        1000.0, description="The uniformly random reference's rating: fixed, the anchor of every other rating."
+    )
+    prior_games: float = Field(
+        2.0,
+        gt=0,
+        le=1000,
+        description="Virtual draws of each snapshot against the random reference: the prior that keeps ratings "
+        "finite (n straight wins against random rate about 400 log10(n) above it); more pulls ratings towards it.",
+    )
+    record_window: int = Field(
+        200, ge=1, le=100_000, description="Recent games per opponent and seat counted in /api/policies' records."
+    )
+    # Settings of earlier releases, accepted and unused: ratings are now fitted, not stepped by a K-factor.
+    elo_k: float | None = Field(None, description="Unused (ratings are fitted from the games); accepted for old settings.")
+    initial_elo: float | None = Field(None, description="Unused (see random_elo); accepted for old settings.")
+
+    @model_validator(mode="after")
+    def _shares(self) -> SelfPlayConfig:
+        if self.play_against_latest_ratio + self.play_against_random_ratio > 1:
+            raise ValueError("play_against_latest_ratio + play_against_random_ratio must not exceed 1")
+        return self
 
 
 class PolicyConfig(BaseModel):

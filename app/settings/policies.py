@@ -36,6 +36,7 @@ from app.spaces.models import (
 )
 
 MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
+SELF_PLAY_ENTROPY_FLOOR = 0.1  # a self-play learner's PPO entropy_floor unless set (docs/multi-agent.md)
 
 
 class ModuleSettings(Protocol):
@@ -165,6 +166,8 @@ class PolicySet:
         modules = []
         for module_id, policy in settings.policies.items():
             ppo = PPOConfig.model_validate({**settings.ppo.model_dump(), **policy.ppo})
+            if policy.self_play is not None and ppo.entropy_floor is None:
+                ppo = ppo.model_copy(update={"entropy_floor": SELF_PLAY_ENTROPY_FLOOR})
             sac = SACConfig.model_validate({**settings.sac.model_dump(), **policy.sac})
             algorithm = policy.algorithm or settings.algorithm
             masking = policy.action_masking

@@ -1,5 +1,6 @@
 """A self-play module's league on disk, beside its checkpoint: `league/league.json` (the
-ratings, and which versions are snapshots) and one `league/<weights_seq_no>.onnx` per
+ratings, which versions are snapshots, their rated results and the recent records: League.ratings;
+the fixed references are not saved) and one `league/<weights_seq_no>.onnx` per
 snapshot, written once; files of snapshots that left the window are removed. A league
 made for another model interface (spaces, input names: `--action-masking` changed, say)
 or damaged is not restored: the league starts again, with its folder emptied."""

@@ -232,6 +232,39 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", act
     return model.SerializeToString()
 
 
+def uniform_policy(onnx_bytes: bytes) -> bytes:
+    """A model with the interface of `onnx_bytes` (its inputs, output and metadata) whose
+    `action_dist_inputs` are all 0, plus the action mask term if it takes one: equal logits,
+    so a client plays uniformly among the legal actions (each sub-action of a MultiDiscrete);
+    for a Box, mean 0 and log std 0. Self-play's random reference player."""
+    model = onnx.load_from_string(onnx_bytes)
+    inputs, (output,) = list(model.graph.input), list(model.graph.output)
+    width = output.type.tensor_type.shape.dim[1].dim_value
+    graph = _Graph()
+    x = inputs[0].name
+    if len(inputs[0].type.tensor_type.shape.dim) > 2:
+        x = graph.node("Flatten", [x], "obs_flat", axis=1)
+    first = graph.node("Slice", [x, graph.ints([0], "start"), graph.ints([1], "end"), graph.ints([1], "axis")], "first")
+    zeros = np.zeros((width, 1), np.float32), np.zeros(width, np.float32)
+    if not any(i.name == ACTION_MASK_INPUT for i in inputs):
+        graph.gemm(first, *zeros, OUTPUT_NAME)  # 0 * obs[:, :1] + 0: [batch, width] zeros
+    else:
+        logits = graph.gemm(first, *zeros, "logits")
+        forbidden = graph.node("Sub", [ACTION_MASK_INPUT, graph.constant(np.array(1.0), "one")], "mask_minus_one")
+        penalty = graph.node("Mul", [forbidden, graph.constant(np.array(MASK_PENALTY), "mask_penalty")], "mask_penalty_term")
+        graph.node("Add", [logits, penalty], OUTPUT_NAME)
+    uniform = helper.make_graph(
+        graph.nodes, "rllink_uniform_policy", inputs, [output], initializer=graph.initializers,
+        doc_string="Uniformly random reference: " + model.graph.doc_string,
+    )
+    result = helper.make_model(
+        uniform, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rllink-gateway", ir_version=IR_VERSION
+    )
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    helper.set_model_props(result, {**props, "weights_seq_no": "0", "reference": "uniform_random"})
+    return result.SerializeToString()
+
+
 @dataclass(frozen=True)
 class PolicyState:
     """One published policy version, exported once and served to every client as is."""

@@ -143,6 +143,9 @@ class ActorCritic(nn.Module):
         else:
             self.actor = mlp(obs_dim, self.hidden_sizes, action_space.flat_dim, out_std=0.01)
             self.log_std = nn.Parameter(torch.zeros(action_space.flat_dim))
+        # The entropy floor's bonus (ppo.py), a Lagrange multiplier: not a weight, not checkpointed
+        # (after a restart it starts at 0 again and adapts within a few steps).
+        self.entropy_bonus = 0.0
 
     @property
     def device(self) -> torch.device:
@@ -187,6 +190,17 @@ class ActorCritic(nn.Module):
         """Log-probability of `actions` and the entropy of the (masked) policy, per observation."""
         dist = self.distribution(self(obs, mask))
         return dist.log_prob(self._flat(actions)), dist.entropy()
+
+    def max_entropy(self, batch_size: int, mask: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The largest entropy of each row's legal actions (the log of their number, summed over
+        a MultiDiscrete's sub-actions) [batch]; None for a Box (a Gaussian's has no bound)."""
+        if not self.is_discrete:
+            return None
+        nvec = list(self.action_space.nvec) if isinstance(self.action_space, MultiDiscreteSpace) else [num_logits(self.action_space)]
+        if mask is None:
+            return torch.full((batch_size,), float(sum(np.log(nvec))), device=self.device)
+        legal = torch.stack([part.sum(-1) for part in mask.split(nvec, dim=-1)], dim=-1)
+        return legal.clamp(min=1).log().sum(-1)
 
     def _flat(self, actions: torch.Tensor) -> torch.Tensor:
         """Box actions [batch, *shape] as the [batch, flat_dim] events of the Gaussian."""

@@ -3,6 +3,14 @@
 Clipped surrogate objective, (optionally clipped) value loss, entropy bonus, several
 epochs of shuffled minibatches, per-minibatch advantage normalisation, global
 gradient clipping and an optional early stop when the policy moved too far (KL).
+
+The entropy floor (`entropy_floor`, discrete actions): the entropy bonus is `ent_coef`
+plus a multiplier that each minibatch moves by `entropy_floor_lr` times (floor - the
+minibatch's entropy as a share of the largest entropy of its legal actions), kept in
+[0, 1]: dual gradient ascent on the constraint "entropy share >= floor", as SAC tunes
+its alpha (Haarnoja et al. 2018), but one-sided: above the floor it decays to 0 and PPO
+is left alone. Self-play against a copy of itself otherwise lets PPO's entropy collapse
+(every game the same) long before the policy is good.
 """
 
 from __future__ import annotations
@@ -26,6 +34,11 @@ def ppo_update(
     """Train `policy` on `batch`; returns the learner stats averaged over minibatches."""
     sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
     num_minibatches = 0
+    floor = cfg.entropy_floor or 0.0
+    max_entropy = policy.max_entropy(batch.num_steps, batch.masks) if floor > 0 else None
+    if max_entropy is None:
+        policy.entropy_bonus = 0.0
+    share_sum = 0.0
     for epoch in range(cfg.update_epochs):  # noqa: B007 - read after the loop (the epochs run)
         b_inds = torch.randperm(batch.num_steps, generator=generator).to(batch.obs.device)
         for start in range(0, batch.num_steps, cfg.minibatch_size):
@@ -60,7 +73,7 @@ def ppo_update(
                 v_loss = 0.5 * v_loss_unclipped.mean()
 
             entropy_loss = entropy.mean()
-            loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+            loss = pg_loss - (cfg.ent_coef + policy.entropy_bonus) * entropy_loss + cfg.vf_coef * v_loss
 
             optimizer.zero_grad()
             loss.backward()
@@ -76,6 +89,10 @@ def ppo_update(
             ):
                 sums[name] += value.item()
             num_minibatches += 1
+            if max_entropy is not None:
+                share = entropy_share(entropy.detach(), max_entropy[mb_inds])
+                share_sum += share
+                policy.entropy_bonus = min(1.0, max(0.0, policy.entropy_bonus + cfg.entropy_floor_lr * (floor - share)))
 
         if cfg.target_kl is not None and approx_kl > cfg.target_kl:
             break
@@ -83,7 +100,17 @@ def ppo_update(
     stats = {name: total / num_minibatches for name, total in sums.items()}
     stats["explained_var"] = explained_variance(batch.values, batch.returns)
     stats["epochs"] = float(epoch + 1)
+    if max_entropy is not None:
+        stats["entropy_share"] = share_sum / num_minibatches
+        stats["entropy_bonus"] = policy.entropy_bonus
     return stats
+
+
+def entropy_share(entropy: torch.Tensor, max_entropy: torch.Tensor) -> float:
+    """The entropy of a minibatch as a share of the largest its legal actions allow
+    (rows with one legal action have none to lose and count for nothing); 1 when none has a choice."""
+    most = float(max_entropy.sum())
+    return 1.0 if most <= 0 else float(entropy.sum()) / most
 
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:

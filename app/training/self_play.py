@@ -1,34 +1,74 @@
-"""Self-play for one learner: frozen snapshots of it, the opponent of each version, an ELO rating.
+"""Self-play for one learner: a league of frozen snapshots, fixed reference players and
+the current policy; the opponent of each version; ratings anchored to the references.
 
-Every `snapshot_every` versions the learner's exported policy is kept as a snapshot (the
-last `window` of them). Each new version gets one opponent, drawn once for everyone:
-the learner's latest weights with probability `play_against_latest_ratio`, else a kept
-snapshot, uniformly. Clients play it as the opponent module of `SET_STATE.onnx_files`
-and report each game on the learner's final chunk (`outcome`); the game is rated
-against the opponent of the version that played it. Like ML-Agents, both sides' ratings
-move: R += K * (score - expected), expected = 1 / (1 + 10 ** ((R_opponent - R) / 400)).
-Games against the latest weights (the learner itself) are counted but not rated.
-No torch: the snapshots are exported policies. `ratings`, `snapshot_files` and `restore`
-carry them over a restart (league_files.py) (the opponents of past versions are not kept: games of
-versions before the restart are not rated).
+The players. *References* are fixed: today the uniformly random legal player (its ONNX
+outputs equal logits, so a client that masks them plays uniformly among the legal
+moves), rated `random_elo` for ever. *Snapshots* are frozen copies of the learner, one
+every `snapshot_every` versions, the last `window` kept. The learner's games between two
+snapshots are the newest snapshot's games (the learner is a little stronger than it, but
+both are one player here): so every rated game is between two fixed policies, and a
+snapshot's rating comes from its own games, never from the learner's rating.
+
+The opponent of each version is drawn once for every client (documented schedule):
+the random reference with probability `play_against_random_ratio`, the latest weights
+(the learner itself, unrated) with `play_against_latest_ratio`, else a snapshot older
+than the learner's newest (while there is none: the random reference),
+uniformly or by prioritised fictitious self-play (AlphaStar's PFSP: weight (1 - p)^2,
+p the learner's expected score against it, so the snapshots it still loses to come
+more often).
+
+The ratings are the maximum a posteriori Elo (Bradley-Terry) ratings of the kept
+snapshots given their games in the window (a draw scores one half; a snapshot that left
+the window takes its games with it), the references held at their fixed ratings, with a
+prior of `prior_games` virtual draws of every snapshot against the random reference (as
+BayesElo's): it keeps a rating finite when a snapshot wins every game (after n straight
+wins against random, about 400 log10(n) above it). Nothing is inherited and nothing
+outside the window is held fixed, so a rating says how strong a snapshot is against the
+fixed references, and a learner that beats its past snapshots without getting stronger
+against them rises at most by the spread one window of snapshots can hold, never
+without bound. The learner's rating (`elo`) is that of its newest snapshot that has
+played as the learner.
+
+Games are counted once (by episode id: a game whose both seats the learner played, in
+one message, is one game against the latest weights), by opponent kind and by seat (the
+learner's chunk's agent_id), over the last `record_window` games of each.
+No torch: snapshots and references are exported policies. `ratings`, `snapshot_files`
+and `restore` carry the league over a restart (league_files.py); references are not
+saved (they are fixed), nor the opponents of past versions (games of versions before a
+restart are counted, not rated).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from app.settings.hyperparameters import SelfPlayConfig
-from app.training.onnx_export import PolicyState, set_state_payload
+from app.training.onnx_export import PolicyState, set_state_payload, uniform_policy
 
 SCORES = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+OUTCOMES = ("win", "draw", "loss")
+RANDOM = "random"  # the uniformly random reference's name
+LATEST, REFERENCE, SNAPSHOT = "latest", "reference", "snapshot"  # kinds of opponent
+SNAPSHOTS_RECORD = "snapshots"  # the opponent label of the per-seat records of games against snapshots
 REMEMBERED_VERSIONS = 1_000  # versions whose opponent is remembered, to rate games reported late
+REMEMBERED_EPISODES = 10_000  # games remembered by episode id, so that each is counted once
+DEFAULT_SEAT = "default"  # the seat of a chunk without an agent_id
+ELO_SCALE = 400.0
+NEWTON_STEPS = 100
+MAX_NEWTON_STEP = 200.0  # rating points one Newton step moves a rating at most (keeps the fit stable)
+
+Player = int | str  # a snapshot's weights_seq_no, or a reference's name
 
 
 @dataclass
 class Snapshot:
-    """A frozen version of the learner and the rating it has earned as an opponent."""
+    """A frozen version of the learner and the rating its games give it."""
 
     state: PolicyState
     elo: float
@@ -38,71 +78,285 @@ class Snapshot:
         return self.state.weights_seq_no
 
 
+@dataclass(frozen=True)
+class Opponent:
+    """The opponent of one version: its kind, and which reference or snapshot."""
+
+    kind: str  # LATEST, REFERENCE or SNAPSHOT
+    player: Player | None = None  # the reference's name, the snapshot's version; None for LATEST
+
+    def label(self) -> str:
+        """Its row in the per-seat records: a reference's name, 'snapshots' or 'latest'."""
+        return str(self.player) if self.kind == REFERENCE else SNAPSHOTS_RECORD if self.kind == SNAPSHOT else LATEST
+
+
+@dataclass(frozen=True)
+class Game:
+    """One learner chunk that ends a game: its episode, seat (agent_id), outcome and version."""
+
+    episode_id: str | None
+    seat: str | None
+    outcome: str
+    weights_seq_no: int | None
+
+
+@dataclass
+class _Results:
+    """Score and games of one pair (learner-side snapshot, opponent), from the snapshot's side."""
+
+    score: float = 0.0
+    games: int = 0
+
+
+@dataclass
+class _Records:
+    """Recent outcomes per (opponent label, seat), each window `size` long."""
+
+    size: int
+    outcomes: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
+
+    def add(self, opponent: str, seat: str, outcome: str) -> None:
+        self.outcomes.setdefault((opponent, seat), deque(maxlen=self.size)).append(outcome)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            {"opponent": opponent, "seat": seat, **{o: recent.count(o) for o in OUTCOMES}}
+            for (opponent, seat), recent in sorted(self.outcomes.items())
+        ]
+
+
 class League:
-    """The snapshots, the opponent of each version and the ratings of one self-play learner."""
+    """The references, snapshots, opponents, game records and ratings of one self-play learner."""
 
     def __init__(self, cfg: SelfPlayConfig, seed: int = 0) -> None:
         self.cfg = cfg
-        self.elo = cfg.initial_elo
-        self.snapshots: deque[Snapshot] = deque(maxlen=cfg.window)
+        self.references: dict[str, float] = {RANDOM: cfg.random_elo}  # fixed ratings
+        self._reference_states: dict[str, PolicyState] = {}  # made from the learner's first export
+        self.snapshots: deque[Snapshot] = deque()
+        self.results: dict[tuple[int, Player], _Results] = {}
         self.rated_games = 0
+        self.games = 0  # every game reported, each once
+        self.records = _Records(cfg.record_window)
         self._rng = random.Random(seed)
-        self._opponents: OrderedDict[int, Snapshot | None] = OrderedDict()  # version -> opponent (None: latest)
-        self.opponent: Snapshot | None = None  # of the current version
+        self._versions: OrderedDict[int, tuple[int, Opponent]] = OrderedDict()  # version -> (learner's snapshot, opponent)
+        self._episodes: OrderedDict[str, None] = OrderedDict()  # games counted, by episode id
+        self._fitted = True
+        self.opponent = Opponent(LATEST)  # of the current version
+
+    # -- Versions and opponents ---------------------------------------------------------
 
     def on_new_version(self, weights_seq_no: int, learner: PolicyState) -> PolicyState:
         """Keep a snapshot if one is due (the learner's weights changed `snapshot_every`
         versions after the last snapshot's), draw the opponent of this version, return its policy."""
+        if not self._reference_states:
+            self._reference_states[RANDOM] = _random_reference(learner)
         if not self.snapshots or learner.weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every:
-            self.snapshots.append(Snapshot(learner, self.elo))
-        against_latest = self._rng.random() < self.cfg.play_against_latest_ratio
-        self.opponent = None if against_latest else self._rng.choice(self.snapshots)
-        self._opponents[weights_seq_no] = self.opponent
-        while len(self._opponents) > REMEMBERED_VERSIONS:
-            self._opponents.popitem(last=False)
-        return learner if self.opponent is None else self.opponent.state
+            self._take_snapshot(learner)
+        self.opponent = self._draw()
+        self._versions[weights_seq_no] = (self.snapshots[-1].weights_seq_no, self.opponent)
+        while len(self._versions) > REMEMBERED_VERSIONS:
+            self._versions.popitem(last=False)
+        if self.opponent.kind == REFERENCE:
+            return self._reference_states[str(self.opponent.player)]
+        if self.opponent.kind == SNAPSHOT:
+            return self._snapshot(int(self.opponent.player)).state  # type: ignore[arg-type]
+        return learner
 
-    def record_game(self, outcome: str, weights_seq_no: int | None) -> bool:
-        """Rate a game the learner played with version `weights_seq_no`; False if it is not
-        rated (played against itself, or against an opponent no longer remembered)."""
-        if weights_seq_no is None or weights_seq_no not in self._opponents:
-            return False
-        opponent = self._opponents[weights_seq_no]
-        if opponent is None:
-            return False
-        expected = 1.0 / (1.0 + 10.0 ** ((opponent.elo - self.elo) / 400.0))
-        delta = self.cfg.elo_k * (SCORES[outcome] - expected)
-        self.elo += delta
-        opponent.elo -= delta
+    def _take_snapshot(self, learner: PolicyState) -> None:
+        """A new snapshot, starting (the fit's first guess) at the learner's rating; its games decide it."""
+        self.snapshots.append(Snapshot(learner, self.elo))
+        while len(self.snapshots) > self.cfg.window:
+            self.snapshots.popleft()
+        self._forget_unused()
+        self._fitted = False
+
+    def _draw(self) -> Opponent:
+        """The opponent of the next version, by the schedule (see the module's docstring)."""
+        draw = self._rng.random()
+        older = list(self.snapshots)[:-1]  # the newest is the learner's own snapshot
+        if draw < self.cfg.play_against_random_ratio:
+            return Opponent(REFERENCE, RANDOM)
+        if draw < self.cfg.play_against_random_ratio + self.cfg.play_against_latest_ratio:
+            return Opponent(LATEST)
+        if not older:  # no snapshot but the learner's own yet: a rated game rather than one against itself
+            return Opponent(REFERENCE, RANDOM)
+        if self.cfg.snapshot_sampling == "pfsp":
+            self._fit()
+            weights = [(1.0 - expected_score(self.elo, s.elo)) ** 2 for s in older]
+            if sum(weights) > 1e-9:
+                return Opponent(SNAPSHOT, self._rng.choices(older, weights)[0].weights_seq_no)
+        return Opponent(SNAPSHOT, self._rng.choice(older).weights_seq_no)
+
+    def _snapshot(self, version: int) -> Snapshot:
+        return next(s for s in self.snapshots if s.weights_seq_no == version)
+
+    # -- Games ------------------------------------------------------------------------
+
+    def record_games(self, games: list[Game]) -> int:
+        """Count (and where both players are known and differ, rate) the games of one message:
+        chunks of one episode id are one game (two seats of the learner: a game against the
+        latest weights), and a game seen before is not counted again. Returns the games rated."""
+        by_episode: dict[str, list[Game]] = {}
+        for game in games:
+            if game.episode_id is not None:
+                by_episode.setdefault(game.episode_id, []).append(game)
+        rated = 0
+        for game in [g for g in games if g.episode_id is None] + [seats[0] for seats in by_episode.values()]:
+            if game.episode_id is not None:
+                if game.episode_id in self._episodes:
+                    continue
+                self._episodes[game.episode_id] = None
+                while len(self._episodes) > REMEMBERED_EPISODES:
+                    self._episodes.popitem(last=False)
+                seats = by_episode[game.episode_id]
+                if len(seats) > 1:  # the learner played both seats: itself, whatever the version's opponent
+                    self.games += 1
+                    for seat in seats:
+                        self.records.add(LATEST, seat.seat or DEFAULT_SEAT, seat.outcome)
+                    continue
+            rated += self._record(game)
+        return rated
+
+    def _record(self, game: Game) -> int:
+        """Count one game against its version's opponent; rate it if that is known and not the learner itself."""
+        self.games += 1
+        known = self._versions.get(game.weights_seq_no) if game.weights_seq_no is not None else None
+        if known is None:  # a version before a restart, or too old: its opponent is unknown
+            return 0
+        learner_snapshot, opponent = known
+        self.records.add(opponent.label(), game.seat or DEFAULT_SEAT, game.outcome)
+        if opponent.kind == LATEST or opponent.player == learner_snapshot:
+            return 0
+        if opponent.kind == SNAPSHOT and not self._known(int(opponent.player)):  # type: ignore[arg-type]
+            return 0
+        if not any(s.weights_seq_no == learner_snapshot for s in self.snapshots):
+            return 0  # the learner's snapshot has left the window since
+        results = self.results.setdefault((learner_snapshot, opponent.player), _Results())  # type: ignore[arg-type]
+        results.score += SCORES[game.outcome]
+        results.games += 1
         self.rated_games += 1
-        return True
+        self._fitted = False
+        return 1
 
-    def ratings(self) -> dict:
-        """The ratings and which versions are snapshots, for the module's checkpoint folder."""
+    def _known(self, version: int) -> bool:
+        return any(s.weights_seq_no == version for s in self.snapshots)
+
+    def _forget_unused(self) -> None:
+        """Drop the results of snapshots that left the window (the ratings are the window's)."""
+        kept = {s.weights_seq_no for s in self.snapshots}
+        self.results = {(a, b): r for (a, b), r in self.results.items() if a in kept and (b in kept or b in self.references)}
+
+    # -- Ratings ----------------------------------------------------------------------
+
+    @property
+    def elo(self) -> float:
+        """The learner's rating: that of its newest snapshot that has played a rated game as the
+        learner (a snapshot just taken has no games of its own yet); the random reference's before any."""
+        self._fit()
+        played = {a for a, _ in self.results}
+        rated = [s for s in self.snapshots if s.weights_seq_no in played]
+        return rated[-1].elo if rated else self.snapshots[-1].elo if self.snapshots else self.cfg.random_elo
+
+    def _fit(self) -> None:
+        """The MAP ratings of the kept snapshots (Newton's method on the concave log-posterior)."""
+        if self._fitted or not self.snapshots:
+            self._fitted = True
+            return
+        index = {s.weights_seq_no: i for i, s in enumerate(self.snapshots)}
+        pairs: list[tuple[int, Player, float, float]] = [(a, b, r.score, float(r.games)) for (a, b), r in self.results.items()]
+        prior = self.cfg.prior_games
+        pairs += [(s.weights_seq_no, RANDOM, prior / 2, prior) for s in self.snapshots]
+        ratings = np.array([s.elo for s in self.snapshots], dtype=np.float64)
+        c = math.log(10) / ELO_SCALE
+        for _ in range(NEWTON_STEPS):
+            gradient = np.zeros(len(ratings))
+            hessian = np.zeros((len(ratings), len(ratings)))
+            for a, b, score, games in pairs:
+                i, j = index[int(a)], index.get(b) if isinstance(b, int) else None
+                opponent = ratings[j] if j is not None else self.references[str(b)]
+                expected = expected_score(ratings[i], opponent)
+                weight = c * c * games * expected * (1 - expected)
+                gradient[i] += c * (score - games * expected)
+                hessian[i, i] -= weight
+                if j is not None:
+                    gradient[j] -= c * (score - games * expected)
+                    hessian[j, j] -= weight
+                    hessian[i, j] += weight
+                    hessian[j, i] += weight
+            step = np.clip(np.linalg.solve(hessian, -gradient), -MAX_NEWTON_STEP, MAX_NEWTON_STEP)
+            ratings += step
+            if np.max(np.abs(step)) < 1e-6:
+                break
+        for snapshot, rating in zip(self.snapshots, ratings):
+            snapshot.elo = float(rating)
+        self._fitted = True
+
+    # -- On disk and on show --------------------------------------------------------
+
+    def ratings(self) -> dict[str, Any]:
+        """What the league keeps over a restart (but the ONNX files): ratings, results, records."""
+        self._fit()
         return {
-            "elo": self.elo,
+            "format": 2,
             "rated_games": self.rated_games,
+            "games": self.games,
             "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.snapshots],
+            "results": [[a, b, r.score, r.games] for (a, b), r in self.results.items()],
+            "records": [[o, s, "".join(x[0] for x in recent)] for (o, s), recent in self.records.outcomes.items()],
         }
 
     def snapshot_files(self) -> dict[int, bytes]:
         """Each snapshot's ONNX, by version."""
         return {s.weights_seq_no: s.state.onnx_bytes for s in self.snapshots}
 
-    def restore(self, ratings: dict, snapshot_files: dict[int, bytes]) -> None:
-        """Take back what `ratings` and `snapshot_files` gave (the last `window` snapshots)."""
-        self.elo, self.rated_games = float(ratings["elo"]), int(ratings["rated_games"])
+    def restore(self, ratings: dict[str, Any], snapshot_files: dict[int, bytes]) -> None:
+        """Take back what `ratings` and `snapshot_files` gave (the last `window` snapshots);
+        a league saved before format 2 keeps its snapshots and their ratings, not its games."""
+        self.rated_games, self.games = int(ratings["rated_games"]), int(ratings.get("games", ratings["rated_games"]))
         self.snapshots.clear()
-        for snapshot in ratings["snapshots"]:
+        for snapshot in ratings["snapshots"][-self.cfg.window :]:
             onnx_bytes = snapshot_files[snapshot["weights_seq_no"]]
             state = PolicyState(int(snapshot["weights_seq_no"]), onnx_bytes, set_state_payload(onnx_bytes))
             self.snapshots.append(Snapshot(state, float(snapshot["elo"])))
+        self.results = {(int(a), b): _Results(float(score), int(games)) for a, b, score, games in ratings.get("results", [])}
+        names = {outcome[0]: outcome for outcome in OUTCOMES}
+        for opponent, seat, recent in ratings.get("records", []):
+            for letter in recent:
+                self.records.add(opponent, seat, names[letter])
+        saved = (len(ratings["snapshots"]), len(self.results))
+        self._forget_unused()
+        # The saved ratings are the fit of these results, unless the window dropped some: kept as they are.
+        self._fitted = ratings.get("format") == 2 and saved == (len(self.snapshots), len(self.results))
 
-    def summary(self) -> dict:
-        """The rating and the league, for /api/policies and the dashboard."""
+    def summary(self) -> dict[str, Any]:
+        """The rating, the league and the recent records, for /api/policies and the dashboard."""
+        self._fit()
+        opponent = self.opponent
         return {
             "elo": self.elo,
             "rated_games": self.rated_games,
-            "opponent_weights_seq_no": None if self.opponent is None else self.opponent.weights_seq_no,
-            "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.snapshots],
+            "games": self.games,
+            "opponent": {"kind": opponent.kind, "player": opponent.player},
+            "opponent_weights_seq_no": opponent.player if opponent.kind == SNAPSHOT else None,
+            "references": [{"name": name, "elo": elo} for name, elo in self.references.items()],
+            "snapshots": [
+                {"weights_seq_no": s.weights_seq_no, "elo": s.elo, "games": self._games_of(s.weights_seq_no)} for s in self.snapshots
+            ],
+            "record_window": self.cfg.record_window,
+            "records": self.records.rows(),
         }
+
+    def _games_of(self, version: int) -> int:
+        """The rated games a snapshot played, on either side."""
+        return sum(r.games for (a, b), r in self.results.items() if version in (a, b))
+
+
+def expected_score(rating: float, opponent: float) -> float:
+    """Elo's expected score of `rating` against `opponent`: 1 / (1 + 10^((opponent - rating) / 400))."""
+    return float(1.0 / (1.0 + 10.0 ** ((opponent - rating) / ELO_SCALE)))
+
+
+def _random_reference(learner: PolicyState) -> PolicyState:
+    """The uniformly random reference with the learner's interface (version 0: it never changes)."""
+    onnx_bytes = uniform_policy(learner.onnx_bytes)
+    return PolicyState(0, onnx_bytes, set_state_payload(onnx_bytes))

@@ -1,0 +1,70 @@
+"""PPO's entropy floor (ppo.py): a policy pushed towards one move keeps the floor's share of
+the largest entropy its legal moves allow; without it, the entropy collapses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from app.settings.config import Settings
+from app.settings.hyperparameters import PPOConfig
+from app.settings.policies import SELF_PLAY_ENTROPY_FLOOR, PolicySet
+from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.batch import Batch
+from app.training.policy import ActorCritic
+from app.training.ppo import ppo_update
+
+STEPS = 256
+MOVES = 9
+
+
+def greedy_batch(policy: ActorCritic, generator: torch.Generator) -> Batch:
+    """Moves sampled from the policy on random boards with three moves forbidden; move 0 (always
+    legal) is the only one that pays: every PPO step makes the policy sharper."""
+    obs = torch.rand(STEPS, 4, generator=generator)
+    masks = torch.ones(STEPS, MOVES)
+    masks[:, 6:] = 0
+    with torch.no_grad():
+        dist = policy.distribution(policy(obs, masks))
+        actions = dist.sample()
+        logp = dist.log_prob(actions)
+        values = policy.value(obs)
+    advantages = (actions == 0).float() - 0.1
+    return Batch(obs, actions, logp, values, advantages, advantages + values, masks)
+
+
+def entropy_share_after(cfg: PPOConfig, updates: int = 40) -> tuple[float, dict[str, float]]:
+    torch.manual_seed(0)
+    policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=MOVES), (32,))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(0)
+    stats: dict[str, float] = {}
+    for _ in range(updates):
+        stats = ppo_update(policy, optimizer, greedy_batch(policy, generator), cfg, generator)
+    batch = greedy_batch(policy, generator)
+    with torch.no_grad():
+        entropy = policy.distribution(policy(batch.obs, batch.masks)).entropy().mean()
+    return float(entropy) / math.log(6), stats  # six legal moves
+
+
+def test_without_a_floor_the_entropy_collapses_and_with_one_it_holds():
+    collapsed, stats = entropy_share_after(PPOConfig(minibatch_size=64))
+    assert collapsed < 0.1 and "entropy_bonus" not in stats, collapsed
+    held, stats = entropy_share_after(PPOConfig(minibatch_size=64, entropy_floor=0.3))
+    assert held > 0.2 and stats["entropy_bonus"] > 0, (held, stats)
+    assert stats["entropy_share"] == pytest.approx(held, abs=0.1)
+
+
+def test_a_self_play_learner_gets_the_floor_unless_it_sets_one(tmp_path):
+    board = {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"type": "discrete", "n": MOVES}}
+    policies = {
+        "learner": {**board, "self_play": {}},
+        "tuned": {**board, "self_play": {}, "ppo": {"entropy_floor": 0.0}},
+        "plain": board,
+    }
+    settings = Settings(policies=policies, checkpoint_dir=tmp_path)
+    modules = PolicySet.from_settings(settings).modules
+    assert modules["learner"].ppo.entropy_floor == SELF_PLAY_ENTROPY_FLOOR
+    assert modules["tuned"].ppo.entropy_floor == 0.0 and modules["plain"].ppo.entropy_floor is None
