@@ -203,6 +203,20 @@ class Settings(BaseSettings):
         None, gt=0, description="Training budget in seconds since the gateway started serving; then it saves and exits 0."
     )
 
+    # Demonstrations (docs/training.md, "Demonstrations"; app/training/demos.py, behavior_cloning.py).
+    demos: Path | dict[str, Path] | None = Field(
+        None,
+        description="Demonstration file(s), episode chunks one JSON object a line: a path (each chunk trains the module "
+        "it names or its agent maps to), or JSON {module_id: path}; a PPO module that starts fresh (no checkpoint) is "
+        "pre-trained on them by behavioural cloning before its first version is published; a bad line refuses the start.",
+    )
+    bc_pretrain_epochs: int = Field(
+        50, ge=1, le=10_000, description="Passes over the demonstrations of behavioural-cloning pre-training (with demos)."
+    )
+    bc_fit_value: bool = Field(
+        True, description="Behavioural cloning also fits the value head to the demonstrations' discounted returns."
+    )
+
     # Scale-out on Ray (the optional extra `rllink-gateway[ray]`; app/cluster/).
     ray_address: str | None = Field(
         None,
@@ -336,6 +350,27 @@ class Settings(BaseSettings):
         for name, steps in budget.items() if isinstance(budget, dict) else [(None, budget)]:
             if steps is not None and steps < 1:
                 raise ValueError(f"max_env_steps{f' of {name}' if name else ''} must be at least 1, got {steps}")
+        return self
+
+    @model_validator(mode="after")
+    def _demos(self) -> Settings:
+        """Demonstrations name trained PPO modules (SAC has no behavioural cloning here)."""
+        if self.demos is None:
+            return self
+        trainable = {module.module_id: module for module in PolicySet.from_settings(self).trainable}
+        if isinstance(self.demos, dict):
+            if not self.demos:
+                raise ValueError("demos as a mapping must name at least one module (or be a path)")
+            if unknown := [module_id for module_id in self.demos if module_id not in trainable]:
+                raise ValueError(f"demos names {', '.join(unknown)}: not a trained module; modules: {', '.join(trainable)}")
+            targets = list(self.demos)
+        else:
+            targets = list(trainable)
+        if off_policy := [module_id for module_id in targets if trainable[module_id].off_policy]:
+            raise ValueError(
+                f"demos: {', '.join(off_policy)} learn with SAC, which has no behavioural-cloning pre-training; "
+                "give demos to PPO modules only (as {module_id: path})"
+            )
         return self
 
     @property

@@ -17,6 +17,7 @@ from app.schemas import EpisodeChunk
 from app.settings.hyperparameters import PPOConfig
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.batch import build_batch
+from app.training.behavior_cloning import bc_pretrain
 from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.policy import ActorCritic, RewardScaler
@@ -79,6 +80,16 @@ class Learner(Checkpointed):
 
     def export(self) -> PolicyState:
         return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name, self.action_masking)
+
+    def pretrain(self, demos: list[EpisodeChunk], epochs: int, fit_value: bool) -> dict[str, float]:
+        """Behavioural cloning on the demonstrations (behavior_cloning.py), then a checkpoint,
+        so that a restart restores the pre-trained policy instead of pre-training again. The
+        value head is fitted only where returns are not rescaled (no reward normalisation)."""
+        stats = bc_pretrain(
+            self.policy, demos, epochs, self.cfg.gamma, self.generator, fit_value=fit_value and self.reward_scaler is None
+        )
+        self.save()
+        return stats
 
     def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Train on the chunks, export the result as version `weights_seq_no` and checkpoint it."""

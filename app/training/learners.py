@@ -8,6 +8,7 @@ chunks, configs, `PolicyState`s, stats.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -16,10 +17,13 @@ from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import Module, PolicySet
+from app.training.demos import load_demos
 from app.training.device import resolve_device
 from app.training.learner import Learner
 from app.training.onnx_export import PolicyState
 from app.training.sac_learner import SACLearner
+
+log = logging.getLogger("app.training")
 
 
 class Learners:
@@ -30,6 +34,8 @@ class Learners:
         # OpenMP team of its own would make libgomp count more threads than cores and stop
         # spinning, so the learner's `learner_threads` would wait on futexes at every operation.
         torch.set_num_threads(1)
+        self.settings = settings
+        self.policies = policies
         self.device = resolve_device(settings.device)
         self.by_module: dict[str, Learner | SACLearner] = {
             module.module_id: self._learner(settings, module, settings.seed + i)
@@ -61,9 +67,38 @@ class Learners:
         return torch.get_num_threads()
 
     def restore(self, module_id: str) -> int | None:
-        """Load the module's checkpoint: its weights_seq_no, or None if it has none."""
+        """Load the module's checkpoint: its weights_seq_no, or None if it has none; a module
+        that starts fresh and has demonstrations is pre-trained on them first (once: its
+        checkpoint then holds the result)."""
         learner = self.by_module[module_id]
-        return learner.weights_seq_no if learner.restore() else None
+        if learner.restore():
+            if self._demos_path(module_id) is not None:
+                log.info("%s: restored from its checkpoint, no behavioural-cloning pre-training", module_id)
+            return learner.weights_seq_no
+        self._pretrain(module_id)
+        return None
+
+    def _demos_path(self, module_id: str) -> Any:
+        demos = self.settings.demos
+        return demos.get(module_id) if isinstance(demos, dict) else demos
+
+    def _pretrain(self, module_id: str) -> None:
+        """Behavioural cloning of a fresh PPO module on its demonstrations, if it has any
+        (a file refused: DemoFileError, the start fails)."""
+        path = self._demos_path(module_id)
+        learner = self.by_module[module_id]
+        if path is None or not isinstance(learner, Learner):  # Settings refuse demos for SAC modules
+            return
+        chunks = [c for c in load_demos(path, self.policies, None) if c.module_id == module_id]
+        if not chunks:
+            log.warning("%s: no chunk of demos file %s trains it, no behavioural-cloning pre-training", module_id, path)
+            return
+        stats = learner.pretrain(chunks, self.settings.bc_pretrain_epochs, self.settings.bc_fit_value)
+        log.info(
+            "%s: starts fresh, pre-trained by behavioural cloning on %d steps of %s for %d epochs: %s",
+            module_id, int(stats.pop("bc_steps")), path, self.settings.bc_pretrain_epochs,
+            ", ".join(f"{name} {value:.3f}" for name, value in stats.items()),
+        )
 
     def export(self, module_id: str) -> PolicyState:
         return self.by_module[module_id].export()

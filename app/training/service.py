@@ -7,7 +7,7 @@ A composition of parts, each with one job:
 - a learner per trainable module (learner.py for PPO, sac_learner.py for SAC): its
   weights and one training step; all of them in one `Learners` (learners.py), hosted in
   a thread or a child process (learner_host.py);
-- a `League` per self-play module (self_play.py): snapshots, opponents, the rating;
+- a `League` per self-play module (self_play.py): snapshots, references, opponents, ratings;
 - `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
 Here they are wired together: a learner turn trains every module whose batch is due, in
 the learners' thread or process (learner_host.py) so the event loop keeps serving; then
@@ -34,6 +34,7 @@ from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
+from app.training.demos import DemoFileError
 from app.training.device import resolve_device
 from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
 from app.training.learner_host import learner_host
@@ -45,7 +46,7 @@ from app.training.onnx_export import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
 from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
-from app.training.self_play import League
+from app.training.self_play import Game, League
 
 __all__ = ["ClientInfo", "LocalTrainingService", "PolicySetState"]
 
@@ -138,6 +139,8 @@ class LocalTrainingService:
                     restored[module_id] = version
                 else:
                     fresh.append(module_id)
+            except DemoFileError:
+                raise  # a bad demonstrations file is the settings' fault, not a checkpoint's: said as is
             except CheckpointMismatch as exc:
                 refused.append(f"{module_id}: {exc}")
         directory = self.settings.checkpoint_dir.resolve()
@@ -279,13 +282,16 @@ class LocalTrainingService:
             self.start_sampling(client)
         if not episodes:
             return
+        games: dict[str, list[Game]] = {}  # each league's games ended in this message
         for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending
             self.metrics.record_chunk(client.id, chunk)
-            if chunk.outcome is None or chunk.module_id is None:  # no game ended; or a chunk of no module, in no league
+            if chunk.outcome is None or chunk.module_id not in self.leagues:  # no game ended, or not a self-play learner's
                 continue
-            if (league := self.leagues.get(chunk.module_id)) is not None:
-                version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
-                league.record_game(chunk.outcome, version)
+            version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
+            game = Game(chunk.episode_id, chunk.agent_id, chunk.outcome, version)
+            games.setdefault(chunk.module_id, []).append(game)
+        for module_id, ended in games.items():
+            self.leagues[module_id].record_games(ended)
         self._scheduler.add(client, episodes, self.policies.default_module_id)
 
     def must_wait(self) -> bool:

@@ -4,6 +4,7 @@
     python -m rllink_clients.cartpole --transport ws --port 8000 --env Pendulum-v1 --max-seconds 60
     python -m rllink_clients.cartpole --inference server      # a thin client: the gateway acts
     python -m rllink_clients.cartpole --inference server --num-envs 8   # 8 envs, one batched GET_ACTION per step
+    python -m rllink_clients.cartpole --record-demos played.jsonl      # also keep what it plays as demonstrations
 
 Launched by a gateway (`rllink-gateway --env-path "python -m rllink_clients.cartpole"`), it reads
 the `--rllink-*` arguments (launch_args.py): it connects over TCP to the host and port given,
@@ -19,6 +20,7 @@ import json
 import logging
 import sys
 
+from rllink_clients.demos import DemoWriter
 from rllink_clients.gym_client import GetConfigRefused, RunResult, run
 from rllink_clients.launch_args import parse_launch_args
 from rllink_clients.rllink_client import RLlinkClient
@@ -50,6 +52,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--inference", choices=["local", "server"], default="local",
         help="local: act with the downloaded ONNX policy; server: a thin client, the gateway acts (GET_ACTION)",
     )
+    parser.add_argument(
+        "--record-demos", metavar="FILE",
+        help="with --inference local: also write every chunk sent to FILE as demonstrations (docs/training.md)",
+    )
     launch, rest = parse_launch_args(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(rest)
     args.token = launch.token
@@ -65,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.record_demos and args.inference != "local":
+        print("--record-demos records what the client itself plays: use it with --inference local", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     port = args.port or DEFAULT_PORTS[args.transport]
     with RLlinkClient(args.transport, args.host, port) as client:
@@ -96,9 +105,16 @@ def _train(client: RLlinkClient, args: argparse.Namespace) -> RunResult:
             client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
             max_seconds=args.max_seconds, seed=args.seed,
         )
+    if args.record_demos is None:
+        return _run_local(client, args, None)
+    with DemoWriter(args.record_demos) as demos:
+        return _run_local(client, args, demos)
+
+
+def _run_local(client: RLlinkClient, args: argparse.Namespace, demos: DemoWriter | None) -> RunResult:
     return run(
         client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
-        max_seconds=args.max_seconds, seed=args.seed, plain=args.plain,
+        max_seconds=args.max_seconds, seed=args.seed, plain=args.plain, record_demos=demos,
     )
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 from rllink.action_dists import sample_actions
+from rllink_clients.demos import DemoWriter
 from rllink_clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("rllink_clients")
@@ -201,9 +202,11 @@ def run(
     seed: int = 0,
     plain: bool = False,
     stop: threading.Event | None = None,
+    record_demos: DemoWriter | None = None,
 ) -> RunResult:
     """Train through the gateway until the target mean return (last 20 episodes), a
-    limit, or `stop` is set (checked after each SET_STATE)."""
+    limit, or `stop` is set (checked after each SET_STATE); `record_demos`: every chunk
+    sent is also written there as a demonstration."""
     result, started = RunResult(), time.monotonic()
     rng = np.random.default_rng(seed)
     env = gym.make(env_id)
@@ -241,6 +244,8 @@ def run(
         if chunk["actions"]:
             chunks.append(_finish(chunk, episode_id, policy, plain))  # the episode goes on
         result.env_steps += steps_per_sample
+        for sent in chunks if record_demos is not None else ():
+            record_demos.write(sent)
 
         reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps_per_sample})
         if reply.get("type") != "SET_STATE":
