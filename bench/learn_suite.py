@@ -1,4 +1,4 @@
-"""Learn suite: the gateway vs Stable-Baselines3 on four tasks, same seeds, same env-step budgets.
+"""Learn suite: the gateway vs Stable-Baselines3 on six tasks, same seeds, same env-step budgets.
 
 Install the extra packages first (Stable-Baselines3, box2d, mujoco; nothing locked changes,
 torch stays 2.13.0+cpu):
@@ -14,6 +14,8 @@ torch stays 2.13.0+cpu):
 | Pendulum-v1    | SAC       | 15,000             | 20,000    | hyperparams/sac.yml Pendulum-v1 (n_timesteps 2e4) |
 | LunarLander-v3 | PPO       | 196,608            | 983,040   | hyperparams/ppo.yml LunarLander-v3 (n_timesteps 1e6) |
 | HalfCheetah-v5 | SAC       | 30,000             | 300,000   | hyperparams/sac.yml HalfCheetah-v4 (n_timesteps 1e6; no v5 entry) |
+| MountainCarContinuous-v0 | SAC | 50,000           | 50,000    | hyperparams/sac.yml MountainCarContinuous-v0 (gSDE; the gateway has none) |
+| Acrobot-v1     | PPO       | 100,000            | 1,000,000 | hyperparams/ppo.yml Acrobot-v1 (without its VecNormalize) |
 
 Why these budgets: each is where the task is visibly learnt but not finished, so the
 returns still separate a better learner from a worse one, and all four sides together
@@ -237,6 +239,47 @@ TASKS: dict[str, Task] = {
             sb3=dict(policy="MlpPolicy", learning_starts=10_000),
             gateway_env=_sac_env(17, 6, -1.0, 1.0, lr=3e-4, learning_starts=10_000),
             notes="SAC with the SB3/rl-zoo hyperparameters translated (see _sac_env)",
+        ),
+        Task(
+            env_id="MountainCarContinuous-v0",
+            algorithm="sac",
+            budget=50_000,
+            long_budget=50_000,
+            # rl-zoo hyperparams/sac.yml, MountainCarContinuous-v0 (gSDE, a fixed entropy coefficient).
+            zoo_entry="rl_zoo3 2.9.2 hyperparams/sac.yml: MountainCarContinuous-v0",
+            n_envs=1,
+            sb3=dict(
+                policy="MlpPolicy", learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1,
+                train_freq=32, gradient_steps=32, gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True,
+                policy_kwargs=dict(log_std_init=-3.67, net_arch=[64, 64]),
+            ),
+            gateway_env=_sac_env(2, 1, -1.0, 1.0, lr=3e-4, learning_starts=1)
+            | {
+                "RLLINK_SAC__BUFFER_SIZE": "50000",
+                "RLLINK_SAC__BATCH_SIZE": "512",
+                "RLLINK_SAC__GAMMA": "0.9999",
+                "RLLINK_SAC__TAU": "0.01",
+                "RLLINK_SAC__AUTOTUNE": "false",
+                "RLLINK_SAC__ALPHA": "0.1",
+                "RLLINK_SAC__HIDDEN_SIZES": "[64, 64]",
+            },
+            notes="rl-zoo's SAC settings translated, without gSDE (the gateway's SAC samples white noise)",
+        ),
+        Task(
+            env_id="Acrobot-v1",
+            algorithm="ppo",
+            budget=100_000,
+            long_budget=1_000_000,
+            # rl-zoo hyperparams/ppo.yml, Acrobot-v1 (normalize: true, n_envs 16).
+            zoo_entry="rl_zoo3 2.9.2 hyperparams/ppo.yml: Acrobot-v1 (without its VecNormalize)",
+            n_envs=16,
+            sb3=dict(policy="MlpPolicy", n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4, ent_coef=0.0),
+            gateway_env={
+                "RLLINK_ALGORITHM": "ppo",
+                "RLLINK_OBSERVATION_SPACE": space_json({"type": "box", "shape": [6]}),
+                "RLLINK_ACTION_SPACE": space_json({"type": "discrete", "n": 3}),
+            },
+            notes="the gateway's embedded PPO defaults; evaluated greedily (the most likely action), as a game ships it",
         ),
     )
 }
