@@ -14,7 +14,7 @@ torch stays 2.13.0+cpu):
 | Pendulum-v1    | SAC       | 15,000             | 20,000    | hyperparams/sac.yml Pendulum-v1 (n_timesteps 2e4) |
 | LunarLander-v3 | PPO       | 196,608            | 983,040   | hyperparams/ppo.yml LunarLander-v3 (n_timesteps 1e6) |
 | HalfCheetah-v5 | SAC       | 30,000             | 300,000   | hyperparams/sac.yml HalfCheetah-v4 (n_timesteps 1e6; no v5 entry) |
-| MountainCarContinuous-v0 | SAC | 50,000           | 50,000    | hyperparams/sac.yml MountainCarContinuous-v0 (gSDE; the gateway has none) |
+| MountainCarContinuous-v0 | SAC | 50,000           | 50,000    | hyperparams/sac.yml (gSDE: the gateway has none) |
 | Acrobot-v1     | PPO       | 100,000            | 1,000,000 | hyperparams/ppo.yml Acrobot-v1 (without its VecNormalize) |
 
 Why these budgets: each is where the task is visibly learnt but not finished, so the
