@@ -133,13 +133,15 @@ class OnnxPolicy:
         (outputs,) = self.session.run(None, feed)[:1]
         return outputs.astype(np.float64)
 
-    def sample(self, dist_inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def sample(
+        self, dist_inputs: np.ndarray, explore: bool = True, mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Actions and their log-probs: ints [N] (or [N, len(nvec)]) from logits, or floats
         [N, *shape] from a mean and log std (unclipped for `gaussian`, in the box for
-        `squashed_gaussian`)."""
+        `squashed_gaussian`); `explore` False: the distribution's mode (greedy play)."""
         space = self.action_space
         actions, logps = sample_actions(
-            self.distribution, dist_inputs, self.rng, True, space.get("low"), space.get("high"), space.get("nvec")
+            self.distribution, dist_inputs, self.rng, explore, space.get("low"), space.get("high"), space.get("nvec"), mask
         )
         if space["type"] in ("discrete", "multi_discrete"):
             return actions, logps

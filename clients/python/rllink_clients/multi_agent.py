@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from rllink.action_dists import sample_actions
 from rllink_clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
 from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
@@ -268,7 +267,9 @@ class ModulePolicies:
         mask_batch = _mask_batch(module_id, spec, masks)
         policy = self.policies[module_id]
         dist_inputs = policy.dist_inputs(batch, mask_batch)
-        actions, logps = policy.sample(dist_inputs) if explore else _mode(policy, dist_inputs, mask_batch)
+        if not explore and spec.action_space["type"] not in ("discrete", "multi_discrete"):
+            raise ValueError("greedy play (explore=False) is for discrete action spaces")
+        actions, logps = policy.sample(dist_inputs, explore, mask_batch if not explore else None)
         version = self.weights_seq_no
         return [
             PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask)
@@ -288,13 +289,6 @@ def _mask_batch(module_id: str, spec: ModuleSpec, masks: list[Any]) -> np.ndarra
         )
     width = len(given[0])
     return np.stack([np.ones(width, np.float32) if mask is None else np.asarray(mask, np.float32) for mask in masks])
-
-
-def _mode(policy: OnnxPolicy, dist_inputs: np.ndarray, masks: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy actions (the distribution's mode) of discrete modules, and their log-probs."""
-    if policy.action_space["type"] not in ("discrete", "multi_discrete"):
-        raise ValueError("greedy play (explore=False) is for discrete action spaces")
-    return sample_actions(policy.distribution, dist_inputs, policy.rng, False, nvec=policy.action_space.get("nvec"), mask=masks)
 
 
 def _env_action(action: np.ndarray, space: dict) -> Any:
