@@ -72,14 +72,14 @@ class LeagueReference(BaseModel):
     """A fixed reference player: its rating never moves."""
 
     name: str = Field(description="random: the uniformly random legal player.")
-    elo: float
+    elo: float = Field(description="Its fixed rating: the scale every other rating is read against.")
 
 
 class LeagueSnapshot(BaseModel):
     """A kept snapshot of the learner and the rating its own games give it."""
 
-    weights_seq_no: int
-    elo: float
+    weights_seq_no: int = Field(description="The learner's version this snapshot froze.")
+    elo: float = Field(description="Its rating, fitted from its own games against the references and other snapshots.")
     games: int = Field(description="Rated games it played (as the learner, between its version and the next snapshot, "
                        "or as the opponent).")
 
@@ -89,9 +89,9 @@ class LeagueRecord(BaseModel):
 
     opponent: str = Field(description="A reference's name (random), snapshots, or latest (itself).")
     seat: str = Field(description="The learner's agent_id in those games (default: chunks without one).")
-    win: int
-    draw: int
-    loss: int
+    win: int = Field(description="The learner's wins in those games (recent window).")
+    draw: int = Field(description="The learner's draws in those games (recent window).")
+    loss: int = Field(description="The learner's losses in those games (recent window).")
 
 
 class PolicyMetrics(EpisodeWindow):
@@ -209,11 +209,11 @@ class SelfPlayStatus(BaseModel):
     )
     rated_games: int = Field(description="Games rated (not those against the latest weights, itself).")
     games: int = Field(description="Games reported, each counted once.")
-    opponent: LeagueOpponent
+    opponent: LeagueOpponent = Field(description="Who the current version plays: a reference, a snapshot, or the latest weights.")
     opponent_weights_seq_no: int | None = Field(
         description="The snapshot the current version plays against; None: the latest weights or a reference."
     )
-    references: list[LeagueReference]
+    references: list[LeagueReference] = Field(description="The fixed reference players; their ratings never move.")
     snapshots: list[LeagueSnapshot] = Field(description="Kept snapshots, oldest first.")
     record_window: int = Field(description="Recent games per opponent and seat that `records` counts.")
     records: list[LeagueRecord] = Field(description="Wins, draws and losses by opponent and seat over recent games.")
