@@ -325,6 +325,9 @@ class EpisodeChunk(_Message):
     outcome: Literal["win", "loss", "draw"] | None = Field(
         None, description="How the agent's game ended, on the chunk that ends it (competitive games; feeds the rating)."
     )
+    evaluation: StrictBool = Field(
+        False, description="An evaluation episode (actions from the distribution's mode): never trained on, its return reported apart."
+    )
 
     @field_validator("module_id")
     @classmethod
@@ -537,7 +540,10 @@ class StartEpisode(_Message):
     episode_id: str | None = Field(None, min_length=1, max_length=256, description="Default: a new unique id.")
     agent_id: str | None = Field(None, max_length=256, description="Its module is the policy_mapping's for it.")
     module_id: str | None = Field(None, max_length=64, description="The module that acts (wins over agent_id).")
-    training_enabled: StrictBool = Field(True, description="False: served but never trained on (evaluation).")
+    training_enabled: StrictBool = Field(True, description="False: served but never trained on.")
+    evaluation: StrictBool = Field(
+        False, description="An evaluation episode: actions from the distribution's mode, never trained on, its return reported apart."
+    )
 
 
 @dataclass(slots=True)
@@ -709,6 +715,9 @@ class SetConfig(_Message):
     policies: dict[str, PolicyDescription] = Field(description="Every module, by module_id.")
     policy_mapping: dict[str, str] = Field(description="agent_id glob -> module_id; the first glob that matches wins.")
     default_module_id: str = Field(description="The module of chunks with neither agent_id nor module_id.")
+    env_params: dict[str, float | int | str | bool] = Field(
+        default_factory=dict, description="The environment parameters' current values (curriculum lessons included)."
+    )
     protocol_version: str = PROTOCOL_VERSION
 
 
@@ -718,6 +727,9 @@ class SetState(_Message):
     weights_seq_no: int = Field(ge=0, description="Version of those weights, strictly increasing.")
     onnx_files: dict[str, str] = Field(
         default_factory=dict, description="Every module's ONNX policy, by module_id (gateway extension)."
+    )
+    env_params: dict[str, float | int | str | bool] | None = Field(
+        None, description="The environment parameters' new values, after a curriculum lesson changed them (gateway extension)."
     )
 
 

@@ -216,6 +216,13 @@ class Settings(BaseSettings):
     bc_fit_value: bool = Field(
         True, description="Behavioural cloning also fits the value head to the demonstrations' discounted returns."
     )
+    bc_strength: float = Field(
+        0.0, ge=0, le=100, description="Weight of a behavioural-cloning loss on the demonstrations added to PPO's during RL "
+        "(with demos; 0: none); it decays linearly to 0 over bc_steps env steps trained."
+    )
+    bc_steps: int = Field(
+        100_000, ge=1, description="Env steps trained over which the behavioural-cloning weight decays from bc_strength to 0."
+    )
 
     # Scale-out on Ray (the optional extra `rllink-gateway[ray]`; app/cluster/).
     ray_address: str | None = Field(
