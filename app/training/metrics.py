@@ -6,12 +6,15 @@ Chunks are joined into trajectories per client and agent: by `episode_id` when t
 client sends one, else in order (a chunk that is not done continues in the client's
 next chunk of that agent). In a multi-agent episode each agent's trajectory counts as
 one episode of its module: `episode_return_mean` is the mean return of one agent.
+Evaluation episodes (chunks with `evaluation`) are counted apart: their steps are never
+sampled for training, their returns go to `evaluation_return_mean` only.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +25,8 @@ MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; the oldest are for
 MAX_AGENTS = 1_000  # agent ids whose returns are kept; the least recently seen are forgotten beyond
 OUTCOMES = ("win", "loss", "draw")
 RATE_WINDOW_S = 10.0  # env_steps_per_s averages over this many recent seconds
+
+EpisodeListener = Callable[[str, float, int], None]  # (module_id, return, length) of a training episode that ended
 
 
 @dataclass
@@ -45,6 +50,17 @@ def _window_stats(returns: deque[float], lengths: deque[int] | None = None) -> d
     return stats
 
 
+def _evaluation_stats(counts: ModuleMetrics | TrainingMetrics) -> dict[str, Any]:
+    """The evaluation episodes' counters and the mean return of the window (None before any)."""
+    returns = counts.evaluation_returns
+    return {
+        "num_env_steps_evaluated_lifetime": counts.num_env_steps_evaluated_lifetime,
+        "num_evaluation_episodes_lifetime": counts.num_evaluation_episodes_lifetime,
+        "evaluation_episodes_in_window": len(returns),
+        "evaluation_return_mean": sum(returns) / len(returns) if returns else None,
+    }
+
+
 class ModuleMetrics:
     """What one module has seen and done."""
 
@@ -60,6 +76,9 @@ class ModuleMetrics:
         self.episode_lengths: deque[int] = deque(maxlen=window)
         self.outcomes: Counter[str] = Counter()  # games reported won, lost, drawn (lifetime)
         self.recent_outcomes: deque[str] = deque(maxlen=window)
+        self.num_env_steps_evaluated_lifetime = 0
+        self.num_evaluation_episodes_lifetime = 0
+        self.evaluation_returns: deque[float] = deque(maxlen=window)
 
     def snapshot(self) -> dict[str, Any]:
         recent = self.recent_outcomes
@@ -74,6 +93,7 @@ class ModuleMetrics:
             "learner": dict(self.learner_stats),
             "games": {outcome: self.outcomes[outcome] for outcome in OUTCOMES},
             "win_rate": recent.count("win") / len(recent) if recent else None,
+            **_evaluation_stats(self),
         }
 
 
@@ -95,7 +115,11 @@ class TrainingMetrics:
         self.last_training_step_s: float | None = None
         self.episode_returns: deque[float] = deque(maxlen=window)
         self.episode_lengths: deque[int] = deque(maxlen=window)
-        self._open: dict[tuple[int, str | None, str | None], _OpenEpisode] = {}
+        self.num_env_steps_evaluated_lifetime = 0
+        self.num_evaluation_episodes_lifetime = 0
+        self.evaluation_returns: deque[float] = deque(maxlen=window)
+        self.episode_listeners: list[EpisodeListener] = []
+        self._open: dict[tuple[object, ...], _OpenEpisode] = {}
         self._created = time.monotonic()
         self._arrivals: deque[tuple[float, int]] = deque()  # (monotonic time, env steps) in the rate window
 
@@ -103,9 +127,16 @@ class TrainingMetrics:
         """The metrics of the chunk's module (the default one for a chunk validated without modules)."""
         return self.modules[chunk.module_id or self.default_module_id]
 
+    def add_episode_listener(self, listener: EpisodeListener) -> None:
+        """Call `listener` with each training episode that ends (not evaluation ones)."""
+        self.episode_listeners.append(listener)
+
     def record_chunk(self, client_id: int, chunk: EpisodeChunk) -> None:
         """Count the chunk's steps and add them to its agent's episode; a done chunk ends it."""
         module, steps = self.module(chunk), chunk.num_steps
+        if chunk.evaluation:
+            self._record_evaluation(client_id, chunk, module)
+            return
         self.num_env_steps_sampled_lifetime += steps
         module.num_env_steps_sampled_lifetime += steps
         self._arrivals.append((time.monotonic(), steps))
@@ -118,6 +149,8 @@ class TrainingMetrics:
                 counts.num_episodes_lifetime += 1
                 counts.episode_returns.append(episode.episode_return)
                 counts.episode_lengths.append(episode.length)
+            for listener in self.episode_listeners:
+                listener(chunk.module_id or self.default_module_id, episode.episode_return, episode.length)
             if chunk.outcome is not None:
                 module.outcomes[chunk.outcome] += 1
                 module.recent_outcomes.append(chunk.outcome)
@@ -125,6 +158,22 @@ class TrainingMetrics:
                 self._record_agent_return(chunk.agent_id, episode.episode_return)
             return
         self._open[key] = episode  # re-inserted last: dicts keep insertion order
+        if len(self._open) > MAX_OPEN_EPISODES:
+            del self._open[next(iter(self._open))]
+
+    def _record_evaluation(self, client_id: int, chunk: EpisodeChunk, module: ModuleMetrics) -> None:
+        """An evaluation chunk: its steps and, when it ends its episode, its return, apart."""
+        key = (client_id, chunk.episode_id, chunk.agent_id, "evaluation")
+        episode = self._open.pop(key, None) or _OpenEpisode()
+        episode.episode_return += float(chunk.rewards.sum())
+        for counts in (self, module):
+            counts.num_env_steps_evaluated_lifetime += chunk.num_steps
+        if chunk.is_terminated or chunk.is_truncated:
+            for counts in (self, module):
+                counts.num_evaluation_episodes_lifetime += 1
+                counts.evaluation_returns.append(episode.episode_return)
+            return
+        self._open[key] = episode
         if len(self._open) > MAX_OPEN_EPISODES:
             del self._open[next(iter(self._open))]
 
@@ -138,7 +187,7 @@ class TrainingMetrics:
     def __getstate__(self) -> dict[str, Any]:
         """A copy sent to another process (a front-end's mirror on Ray) keeps the rate
         measured when it was taken: monotonic clocks do not travel between hosts."""
-        return {**self.__dict__, "_frozen_rate": self.env_steps_per_s()}
+        return {**self.__dict__, "episode_listeners": [], "_frozen_rate": self.env_steps_per_s()}
 
     def env_steps_per_s(self) -> float:
         """Env steps received per second over the last RATE_WINDOW_S seconds."""
@@ -182,6 +231,7 @@ class TrainingMetrics:
             "num_training_steps": self.num_training_steps,
             "weights_seq_no": self.weights_seq_no,
             **_window_stats(self.episode_returns, self.episode_lengths),
+            **_evaluation_stats(self),
             "learner": dict(self.learner_stats),
             "last_training_step_s": self.last_training_step_s,
             "dropped_env_steps": dict(self.dropped_env_steps),
