@@ -102,6 +102,9 @@ CORRUPTIONS: dict[str, Any] = {
     "outcome on a done chunk": lambda c: c.update(outcome="win", is_terminated=True),
     "outcome mid-episode": lambda c: c.update(outcome="loss", is_terminated=False, is_truncated=False),
     "outcome unknown": lambda c: c.update(outcome="tie", is_truncated=True),
+    "evaluation": lambda c: c.update(evaluation=True),
+    "evaluation 1": lambda c: c.update(evaluation=1),
+    "evaluation a string": lambda c: c.update(evaluation="yes"),
     "an extra field": lambda c: c.update(infos={"a": 1}),
     "no agent_id": lambda c: c.pop("agent_id"),
 }
@@ -196,7 +199,7 @@ def test_a_chunk_built_from_columns_equals_model_construct():
     values = {
         "obs": np.zeros((3, 4), np.float32), "actions": np.array([0, 1]), "rewards": np.ones(2, np.float32),
         "is_terminated": True, "is_truncated": False, "agent_id": "cart_0", "module_id": "cart",
-        "episode_id": None, "weights_seq_no": 2, "outcome": None,
+        "episode_id": None, "weights_seq_no": 2, "outcome": None, "evaluation": False,
     }
     unset = {"action_logp": None, "action_dist_inputs": None, "action_mask": None}
     built, constructed = _chunk(dict(values), unset), EpisodeChunk.model_construct(**values)

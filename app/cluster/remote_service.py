@@ -171,7 +171,7 @@ class RemoteTrainingService:
 
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
-        steps = sum(chunk.num_steps for chunk in episodes)
+        steps = sum(chunk.num_steps for chunk in episodes if not chunk.evaluation)  # evaluation steps never wait for room
         client.env_steps_sent += steps
         self._sent_since_status += steps
         self._outbox.append((client, episodes, sampling))

@@ -39,7 +39,7 @@ MIN_CHUNKS = 2  # one chunk gains nothing: app.rllink.json_arrays decodes it
 LISTS_MAX_BYTES_PER_CHUNK = 8 * 1024  # see loads_episodes
 _ARRAYS = ("obs", "actions", "rewards", "action_logp", "action_dist_inputs")
 _ROW_FIELDS = frozenset({"obs", "action_dist_inputs"})  # a row of numbers per step (per observation)
-_SCALARS = ("agent_id", "module_id", "episode_id", "weights_seq_no", "outcome", "is_terminated", "is_truncated")
+_SCALARS = ("agent_id", "module_id", "episode_id", "weights_seq_no", "outcome", "is_terminated", "is_truncated", "evaluation")
 _REQUIRED = frozenset({"obs", "actions", "rewards", "is_terminated", "is_truncated"})  # as EpisodeChunk's
 _KNOWN = frozenset(_ARRAYS + _SCALARS)
 _MAX_ID_LENGTH = {"agent_id": 256, "module_id": 64, "episode_id": 256}  # as EpisodeChunk's fields
@@ -145,11 +145,11 @@ class _Columns:
         return modules
 
     def _scalars_valid(self) -> bool:
-        """The flags strict booleans, the ids short strings, versions non-negative ints,
+        """The flags (evaluation too: False when absent) strict booleans, the ids short strings, versions non-negative ints,
         outcomes known (that one comes only on a chunk that ends its episode, EpisodeChunk's
         model validator checks: pydantic runs it on the chunks built here too)."""
-        terminated, truncated = self.scalars["is_terminated"], self.scalars["is_truncated"]
-        if any(type(flag) is not bool for flag in terminated) or any(type(flag) is not bool for flag in truncated):
+        flags = (self.scalars["is_terminated"], self.scalars["is_truncated"], self.scalars["evaluation"])
+        if any(type(flag) is not bool for column in flags for flag in column):
             return False
         if not _short_ids(self.scalars["episode_id"], "episode_id"):
             return False
@@ -209,7 +209,7 @@ def _pack_group(chunks: list[dict[str, Any]], positions: list[int]) -> _Columns 
             if (array := _column(name, values)) is None:
                 return None
             arrays[name], lengths[name] = array, list(map(len, values))
-    scalars = {name: [chunk.get(name) for chunk in chunks] for name in _SCALARS}
+    scalars = {name: [chunk.get(name, _CHUNK_DEFAULTS[name]) for chunk in chunks] for name in _SCALARS}
     return _Columns(positions, arrays, lengths, scalars)
 
 

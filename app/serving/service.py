@@ -63,6 +63,7 @@ class ServedEpisode:
     training_enabled: bool
     agent_id: str | None
     last_seen: float  # monotonic
+    evaluation: bool = False  # acts with the mode; its chunks reach training for the metrics only
 
 
 class ServingService:
@@ -121,10 +122,11 @@ class ServingService:
                 ErrorCode.TOO_MANY_EPISODES,
             )
         episode_id = request.episode_id or uuid.uuid4().hex
-        training = request.training_enabled and module.trainable
+        training = request.training_enabled and module.trainable and not request.evaluation
         steps = self._tables.setdefault(module.module_id, StepTable())
         episodes[episode_id] = ServedEpisode(
-            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic()
+            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(),
+            evaluation=request.evaluation and module.trainable,
         )
         self.metrics.episodes_started_total += 1
         self.metrics.open_episodes += 1
@@ -138,7 +140,7 @@ class ServingService:
             raise refusal("a GET_ACTION batch names an episode more than once (one action per episode at a time)")
         # One batcher request per module in the message (a batch may mix modules); every
         # group is checked before any acts, so a bad item costs no episode a step.
-        explore = np.array(requests.explore)
+        explore = np.array(requests.explore) & ~np.array([episode.evaluation for episode in episodes])  # evaluation: the mode
         groups = []
         for indices in indices_by_module(episode.module for episode in episodes):
             module = episodes[indices[0]].module
@@ -282,11 +284,13 @@ class ServingService:
     def _send(
         self, client: ClientInfo, episode: ServedEpisode, data: dict | None, terminated: bool = False, truncated: bool = False
     ) -> None:
-        """An episode's complete steps (StepTable's chunk), to training if it trains."""
-        if data is None or not episode.training_enabled:
+        """An episode's complete steps (StepTable's chunk), to training if it trains (or
+        evaluates: then the training service records its return and trains on none of it)."""
+        if data is None or not (episode.training_enabled or episode.evaluation):
             return
         data.update(
-            is_terminated=terminated, is_truncated=truncated, episode_id=episode.episode_id, module_id=episode.module.module_id
+            is_terminated=terminated, is_truncated=truncated, episode_id=episode.episode_id, module_id=episode.module.module_id,
+            evaluation=episode.evaluation,
         )
         if episode.agent_id is not None:
             data["agent_id"] = episode.agent_id

@@ -277,21 +277,26 @@ class LocalTrainingService:
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
         """Add the chunks to the pending batch (and to the metrics); never blocks.
         `sampling`: the client samples with downloaded policies and may wait for training
-        (the barrier waits for it); False for chunks the gateway built for a thin client."""
+        (the barrier waits for it); False for chunks the gateway built for a thin client.
+        Evaluation chunks go to the metrics only: never trained on, no game of the league."""
         if sampling:
             self.start_sampling(client)
         if not episodes:
             return
         games: dict[str, list[Game]] = {}  # each league's games ended in this message
-        for chunk in episodes:  # received, so sampled: from here on trained, dropped or pending
+        evaluated = False
+        for chunk in episodes:  # received, so sampled (or evaluated): from here on trained, dropped or pending
             self.metrics.record_chunk(client.id, chunk)
-            if chunk.outcome is None or chunk.module_id not in self.leagues:  # no game ended, or not a self-play learner's
+            evaluated = evaluated or chunk.evaluation
+            if chunk.evaluation or chunk.outcome is None or chunk.module_id not in self.leagues:  # no league game ended
                 continue
             version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
             game = Game(chunk.episode_id, chunk.agent_id, chunk.outcome, version)
             games.setdefault(chunk.module_id, []).append(game)
         for module_id, ended in games.items():
             self.leagues[module_id].record_games(ended)
+        if evaluated:
+            episodes = [chunk for chunk in episodes if not chunk.evaluation]
         self._scheduler.add(client, episodes, self.policies.default_module_id)
 
     def must_wait(self) -> bool:

@@ -5,6 +5,7 @@
     python -m rllink_clients.cartpole --inference server      # a thin client: the gateway acts
     python -m rllink_clients.cartpole --inference server --num-envs 8   # 8 envs, one batched GET_ACTION per step
     python -m rllink_clients.cartpole --record-demos played.jsonl      # also keep what it plays as demonstrations
+    python -m rllink_clients.cartpole --eval-every 10                  # 5 greedy evaluation episodes every 10 versions
 
 Launched by a gateway (`rllink-gateway --env-path "python -m rllink_clients.cartpole"`), it reads
 the `--rllink-*` arguments (launch_args.py): it connects over TCP to the host and port given,
@@ -56,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--record-demos", metavar="FILE",
         help="with --inference local: also write every chunk sent to FILE as demonstrations (docs/training.md)",
     )
+    parser.add_argument(
+        "--eval-every", type=int, default=0, metavar="N",
+        help="with --inference local: every N policy versions, play --eval-episodes greedy evaluation episodes "
+        "(sent marked evaluation: reported apart, never trained on); 0: never",
+    )
+    parser.add_argument("--eval-episodes", type=int, default=5, help="episodes of each evaluation (default 5)")
     launch, rest = parse_launch_args(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(rest)
     args.token = launch.token
@@ -89,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "reached_target": result.reached_target, "env_steps": result.env_steps, "episodes": result.episodes,
         "seconds": round(result.seconds, 2), "mean_return_last_20": round(result.mean_return, 1),
         "weights_seq_no": result.weights_seq_no,
+        **({"last_evaluation_return": round(result.evaluations[-1][1], 1)} if result.evaluations else {}),
     }
     print(json.dumps(summary))
     return 0 if result.reached_target or args.target_return is None else 1
@@ -115,6 +123,7 @@ def _run_local(client: RLlinkClient, args: argparse.Namespace, demos: DemoWriter
     return run(
         client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
         max_seconds=args.max_seconds, seed=args.seed, plain=args.plain, record_demos=demos,
+        eval_every=args.eval_every, eval_episodes=args.eval_episodes,
     )
 
 

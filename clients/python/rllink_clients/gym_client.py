@@ -43,6 +43,7 @@ class RunResult:
     first_returns: list[float] = field(default_factory=list)  # the first 20 episodes, to compare with
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     reached_target: bool = False
+    evaluations: list[tuple[int, float]] = field(default_factory=list)  # (policy version, mean greedy return)
 
     @property
     def mean_return(self) -> float:
@@ -112,10 +113,11 @@ class OnnxPolicy:
         state = {"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}
         return cls(state, input_name, action_space, rng, distribution, mask_input)
 
-    def act(self, obs: np.ndarray, mask: np.ndarray | None = None) -> tuple[Any, float, list[float]]:
-        """Sample one action (among those `mask` allows); return it, its log-prob and the raw policy outputs."""
+    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = True) -> tuple[Any, float, list[float]]:
+        """Sample one action (among those `mask` allows; `explore` False: the mode); return it,
+        its log-prob and the raw policy outputs."""
         dist_inputs = self.dist_inputs(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None])
-        actions, logps = self.sample(dist_inputs)
+        actions, logps = self.sample(dist_inputs, explore)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), dist_inputs[0].tolist()
 
@@ -205,10 +207,13 @@ def run(
     plain: bool = False,
     stop: threading.Event | None = None,
     record_demos: DemoWriter | None = None,
+    eval_every: int = 0,
+    eval_episodes: int = 5,
 ) -> RunResult:
     """Train through the gateway until the target mean return (last 20 episodes), a
     limit, or `stop` is set (checked after each SET_STATE); `record_demos`: every chunk
-    sent is also written there as a demonstration."""
+    sent is also written there as a demonstration; `eval_every` N > 0: every N policy
+    versions, `eval_episodes` greedy evaluation episodes (`evaluate`)."""
     result, started = RunResult(), time.monotonic()
     rng = np.random.default_rng(seed)
     env = gym.make(env_id)
@@ -221,6 +226,8 @@ def run(
     mask_input = config.get("onnx_action_mask_input_name")
     policy_of = lambda state: OnnxPolicy(state, input_name, action_space, rng, distribution, mask_input)  # noqa: E731
     policy = policy_of(client.request({"type": "GET_STATE"}))
+    eval_env = gym.make(env_id) if eval_every > 0 and not plain else None
+    evaluated_at = policy.weights_seq_no
 
     obs, info = env.reset(seed=seed)
     episode_id, episode_return = uuid.uuid4().hex, 0.0
@@ -254,10 +261,41 @@ def run(
             raise RuntimeError(f"the gateway answered {reply}")
         policy = policy_of(reply)
         result.weights_seq_no = policy.weights_seq_no
+        if eval_env is not None and policy.weights_seq_no >= evaluated_at + eval_every:
+            evaluated_at = policy.weights_seq_no
+            returns = evaluate(client, eval_env, policy, eval_episodes, mask_input is not None, seed + 10_000 * evaluated_at)
+            result.evaluations.append((evaluated_at, float(np.mean(returns))))
+            log.info("v%d  evaluation (greedy)  mean return %.1f over %d episodes", evaluated_at, np.mean(returns), len(returns))
         result.seconds = time.monotonic() - started
         result.log_progress()
         if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
+
+
+def evaluate(client: RLlinkClient, env: gym.Env, policy: OnnxPolicy, episodes: int, masked: bool, seed: int) -> list[float]:
+    """Play whole episodes with the policy's mode, as a shipped game plays it, and send each
+    as an evaluation episode (RLLINK.md, "Evaluation episodes": the gateway reports its return
+    apart and never trains on it); their returns."""
+    returns = []
+    for episode in range(episodes):
+        obs, info = env.reset(seed=seed + episode)
+        chunk, done = _new_chunk(obs), False
+        while not done:
+            mask = np.asarray(info["action_mask"], np.float32) if masked else None
+            action, logp, _dist = policy.act(flat_observation(obs), mask, explore=False)
+            obs, reward, terminated, truncated, info = env.step(env_action(action, policy.action_space))
+            done = bool(terminated or truncated)
+            chunk["actions"].append(action)
+            chunk["rewards"].append(float(reward))
+            chunk["action_logp"].append(logp)
+            chunk["obs"].append(flat_observation(obs).tolist())
+            if mask is not None:
+                chunk.setdefault("action_mask", []).append(mask.tolist())
+            chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
+        chunk.update(evaluation=True)
+        client.send({"type": "EPISODES", "episodes": [_finish(chunk, uuid.uuid4().hex, policy, False)]})
+        returns.append(float(sum(chunk["rewards"])))
+    return returns
 
 
 def budget_spent(
