@@ -3,6 +3,7 @@ learner actor and two front-end actors, real clients over real sockets."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from app.settings.config import Settings  # noqa: E402
 from rllink_clients.gym_client import RunResult, run  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
-from .helpers import wait_until  # noqa: E402
+from .helpers import chunk, frame, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -201,3 +202,67 @@ def test_a_learner_that_dies_comes_back_at_its_version_while_front_ends_keep_ser
     assert second.weights_seq_no > version
     restored = ray.get(cluster.learner.start.remote())
     assert restored >= version + 1
+
+
+FLOOD_STEPS, FLOOD_MESSAGES, FLOOD_BATCH, FLOOD_BACKLOG = 500, 40, 1000, 2000
+
+
+def test_an_episodes_flood_into_both_front_ends_is_held_back_and_every_step_accounted_for(ray_nodes, tmp_path: Path) -> None:
+    """Two clients that never read flood fire-and-forget EPISODES into the two front-ends: each
+    front-end stops reading its client while the learner's backlog is full, so what waits at
+    the learner stays bounded; every step ends up trained, dropped or pending; another
+    client's PINGs are answered throughout, and evaluation chunks count apart."""
+    settings = Settings(
+        http_port=0, tcp_port=0, checkpoint_dir=tmp_path / "checkpoints", frontends=2, decode_workers=0,
+        train_batch_size=FLOOD_BATCH, max_backlog_env_steps=FLOOD_BACKLOG, ppo={"update_epochs": 10},
+    )
+    cluster = start_cluster(settings)
+    try:
+        addresses = cluster.addresses
+        sent = threading.Event()
+        done: list[int] = []
+        pongs = [0]
+
+        def flood(index: int) -> None:
+            with socket.create_connection(("127.0.0.1", addresses[index]["tcp_port"]), timeout=240) as sock:
+                for i in range(FLOOD_MESSAGES):  # never reads: only flow control slows it down
+                    sock.sendall(frame({"type": "EPISODES", "episodes": [chunk(FLOOD_STEPS, seed=1000 * index + i)]}))
+                sock.sendall(frame({"type": "EPISODES", "episodes": [chunk(7, evaluation=True, episode_id=f"eval{index}")]}))
+                sock.sendall(frame({"type": "PING"}))
+                sock.recv(1)  # the PONG: everything before it was read
+                done.append(index)
+
+        def ping() -> None:
+            with RLlinkClient("tcp", "127.0.0.1", addresses[0]["tcp_port"], timeout=60) as watcher:
+                while not sent.is_set():
+                    assert watcher.request({"type": "PING"})["type"] == "PONG"
+                    pongs[0] += 1
+
+        floods = [threading.Thread(target=flood, args=(i,), daemon=True) for i in (0, 1)]
+        pinger = threading.Thread(target=ping, daemon=True)
+        for thread in (*floods, pinger):
+            thread.start()
+        most_pending = 0
+        while any(thread.is_alive() for thread in floods):  # what waits at the learner itself
+            most_pending = max(most_pending, ray.get(cluster.learner.status.remote()).pending_env_steps)
+            time.sleep(0.05)
+        sent.set()
+        pinger.join(timeout=60)
+        assert sorted(done) == [0, 1]
+        total = 2 * FLOOD_MESSAGES * FLOOD_STEPS
+        metrics = wait_until(
+            lambda: (m := metrics_of(addresses[0]))["num_env_steps_sampled_lifetime"] == total
+            and m["num_evaluation_episodes_lifetime"] == 2 and m["training_in_progress"] is False and m,
+            180, "every step sent to be received",
+        )
+    finally:
+        cluster.stop()
+    accounted = (metrics["num_env_steps_trained_lifetime"] + sum(metrics["dropped_env_steps"].values())
+                 + metrics["pending_env_steps"] + metrics["training_env_steps"])
+    assert accounted == total and metrics["num_env_steps_trained_lifetime"] > total / 2, metrics
+    # Each front-end may send what the learner's last status left room for, and the message that filled it.
+    print(f"most pending {most_pending}, trained {metrics['num_env_steps_trained_lifetime']}, pongs {pongs[0]}")
+    assert most_pending <= 2 * (FLOOD_BACKLOG + FLOOD_STEPS), most_pending
+    assert 0 < metrics["policies"]["default_policy"]["max_batch_env_steps"] <= FLOOD_BATCH
+    assert metrics["evaluation_return_mean"] == 7.0 and metrics["num_env_steps_evaluated_lifetime"] == 14
+    assert pongs[0] > 0

@@ -58,8 +58,8 @@ def test_docs_page_loads_only_local_files(client):
 
 
 def test_prometheus_page_has_every_metrics_field(client):
-    with client.websocket_connect(f"/rllink?token={TOKEN}") as ws:  # one trained episode: no field is empty
-        ws.send_text(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(5)]}).decode())
+    with client.websocket_connect(f"/rllink?token={TOKEN}") as ws:  # one trained episode, one evaluated: no field is empty
+        ws.send_text(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(5), chunk(4, evaluation=True)]}).decode())
         assert b"SET_STATE" in ws.receive_text().encode()
     metrics = client.get("/api/metrics", params={"token": TOKEN}).json()
     assert all(value is not None for value in metrics.values()), metrics

@@ -51,6 +51,20 @@ class EpisodeWindow(BaseModel):
     episode_return_max: float | None
 
 
+class EvaluationStats(BaseModel):
+    """Evaluation episodes (chunks or thin-client episodes marked `evaluation`): played with the
+    mode, never trained on, counted apart from training's episodes."""
+
+    evaluation_return_mean: float | None = Field(
+        description="Mean return of the most recent evaluation episodes (the last 100; None before any)."
+    )
+    evaluation_episodes_in_window: int = Field(description="Evaluation episodes evaluation_return_mean covers.")
+    num_evaluation_episodes_lifetime: int = Field(description="Evaluation episodes ended since start.")
+    num_env_steps_evaluated_lifetime: int = Field(
+        description="Env steps of evaluation episodes received (never in num_env_steps_sampled_lifetime)."
+    )
+
+
 class Games(BaseModel):
     """Games reported through chunks' `outcome`, since start."""
 
@@ -94,7 +108,7 @@ class LeagueRecord(BaseModel):
     loss: int = Field(description="The learner's losses in those games (recent window).")
 
 
-class PolicyMetrics(EpisodeWindow):
+class PolicyMetrics(EvaluationStats, EpisodeWindow):
     """What one module has seen and done."""
 
     weights_seq_no: int = Field(description="The gateway version in which this module's weights last changed.")
@@ -133,7 +147,7 @@ class Serving(BaseModel):
     episodes_ended: dict[str, int] = Field(description="By how: terminated, truncated, timeout, disconnect, shutdown.")
 
 
-class Metrics(BaseModel):
+class Metrics(EvaluationStats):
     """Training progress and traffic; names follow RLlib's where RLlib has one."""
 
     weights_seq_no: int

@@ -24,7 +24,7 @@ from tensorboardX.record_writer import masked_crc32c
 
 log = logging.getLogger("app.tensorboard")
 
-MODULE_STATS = ("episode_return_mean", "episode_len_mean", "win_rate", "elo")
+MODULE_STATS = ("episode_return_mean", "episode_len_mean", "evaluation_return_mean", "win_rate", "elo")
 GATEWAY_STATS = ("env_steps_per_s", "weights_seq_no", "last_training_step_s")
 FLUSH_SECS = 10  # the writer's thread flushes this often: a killed gateway loses at most this much
 MAX_QUEUE = 1000  # events waiting for the writer's thread; one per training step, so record never blocks
