@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from .gateway_process import ROOT, free_port, gateway_process
@@ -52,6 +53,11 @@ def test_max_seconds_stops_a_run_nobody_connects_to_and_exits_0(tmp_path):
     assert (tmp_path / "runs" / "idle" / "checkpoints" / "default_policy" / "policy.pt").exists()  # saved as on Ctrl-C
 
 
+def version_of(gateway, module_id: str) -> int:
+    (policy,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == module_id]
+    return policy["weights_seq_no"]
+
+
 def test_each_module_spends_its_own_env_steps_and_the_run_ends_when_all_have(tmp_path):
     run_dir = tmp_path / "runs" / "two"
     log_path = tmp_path / "gateway.log"
@@ -78,10 +84,21 @@ def test_each_module_spends_its_own_env_steps_and_the_run_ends_when_all_have(tmp
                 what="module a's budget to be spent",
             )
             assert gateway.proc.poll() is None  # b has steps left: the run goes on
-            for seed in (3, 4):
-                sock.sendall(frame({"type": "EPISODES", "episodes": [chunk(1000, seed=seed, module_id="b")]}))
+            # a trains no more: its steps are dropped (counted), its version stays; b trains on.
+            version_a = version_of(gateway, "a")
+            sock.sendall(frame({"type": "EPISODES", "episodes": [chunk(1000, seed=3, module_id="a"), chunk(1000, seed=4, module_id="b")]}))
+            metrics = wait_until(
+                lambda: (m := httpx.get(f"{gateway.base_url}/api/metrics").json())["policies"]["b"][
+                    "num_env_steps_trained_lifetime"] == 2000 and m,
+                timeout_s=120, what="b's second batch",
+            )
+            assert metrics["dropped_env_steps"].get("budget") == 1000, metrics["dropped_env_steps"]
+            assert metrics["policies"]["a"]["num_env_steps_trained_lifetime"] == 1000
+            assert version_of(gateway, "a") == version_a
+            sock.sendall(frame({"type": "EPISODES", "episodes": [chunk(1000, seed=5, module_id="b")]}))
             assert gateway.proc.wait(timeout=300) == 0, gateway.log_tail()
     log = log_path.read_text()
+    assert "a trains no more (budget): it keeps its version" in log
     assert "budget: b trained 3000 env steps of its 3000" in log and "budget spent (max_env_steps of every module reached)" in log
     assert re.search(
         r"run ended \(max_env_steps of every module reached\): env steps trained "

@@ -281,6 +281,20 @@ async def test_a_client_is_held_while_its_module_holds_more_than_max_backlog():
     assert batches.queues[DEFAULT].pending_env_steps <= 6
 
 
+async def test_a_closed_module_drops_its_steps_and_neither_trains_nor_holds_anyone():
+    trainer = Trainer()
+    registry, metrics, batches = scheduler(trainer, modules={DEFAULT: limits(100, min_barrier=4), "arm": limits(10, backlog=10)})
+    a = sampler(registry)
+    batches.add(a, [chunk(3), chunk_of("arm", 8)], DEFAULT)
+    batches.close("arm", "budget")  # its 8 pending steps dropped
+    assert metrics.dropped_env_steps["budget"] == 8 and batches.queues["arm"].pending_env_steps == 0
+    batches.add(a, [chunk(2), chunk_of("arm", 50)], DEFAULT)  # more than arm's batch and backlog: dropped, no hold
+    assert batches.has_room(a) and metrics.dropped_env_steps["budget"] == 58
+    await asyncio.wait_for(batches.wait_for_training(a), 10)  # the barrier trains the default module alone
+    assert trainer.turns == [{DEFAULT: ([3, 2], "all clients waiting")}]
+    assert batches.pending_env_steps == 0
+
+
 @pytest.mark.parametrize("module", ["app.training.scheduler", "app.training.registry"])
 def test_the_scheduler_needs_no_torch(module):
     check = f"import sys, {module}; sys.exit('torch' in sys.modules)"

@@ -179,6 +179,10 @@ class LearnerActor:
             for client, chunks, sampling in batch:
                 self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
 
+    async def stop_training(self, call: Call, module_id: str, reason: str) -> None:
+        async with self._in_order(call):
+            self.service.stop_training(module_id, reason)
+
     async def note_state_sent(self, call: Call, client: ClientInfo, weights_seq_no: int) -> None:
         async with self._in_order(call):
             self._client(client).last_weights_seq_no_sent = weights_seq_no

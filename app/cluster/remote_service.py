@@ -179,6 +179,10 @@ class RemoteTrainingService:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._send_outbox)
 
+    def stop_training(self, module_id: str, reason: str) -> None:
+        self._send_outbox()  # the experience before it still trains
+        self._learner.stop_training.remote(self._call(), module_id, reason)
+
     def _send_outbox(self) -> None:
         """One call with everything queued."""
         self._flush_scheduled = False

@@ -1,6 +1,7 @@
 """The budget that ends a run: `max_env_steps` trained (all modules together, or each its
-own) and `max_seconds` since the gateway began serving. When it is spent, the server stops
-as on a first Ctrl-C and logs one summary line."""
+own: a module whose own is spent trains no more while the others go on) and `max_seconds`
+since the gateway began serving. When it is spent, the server stops as on a first Ctrl-C
+and logs one summary line."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ class Budget:
                     steps,
                     f"; waiting for {', '.join(others)}" if others else "",
                 )
+                if others:  # it trains no more; the clients keep playing its last version
+                    self.service.stop_training(module_id, "budget")
         if len(self._modules_spent) == len(budget):
             self._spend("max_env_steps of every module reached")
 

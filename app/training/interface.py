@@ -46,6 +46,8 @@ class TrainingService(Protocol):
 
     # -- Experience and versions
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None: ...
+    def stop_training(self, module_id: str, reason: str) -> None:
+        """The module trains no more; the steps that come for it are dropped under `reason`."""
     def must_wait(self) -> bool:
         """Whether a client that sent episodes waits for the next version (force_on_policy)."""
     async def wait_for_training(self, client: ClientInfo) -> PolicySetState: ...

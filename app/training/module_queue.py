@@ -52,6 +52,7 @@ class ModuleQueue:
         # The versions in which this module last changed (oldest first): a chunk's lag is how
         # many of them came after the version that collected it.
         self._updates: deque[int] = deque(maxlen=max_policy_lag + 1)
+        self.closed: str | None = None  # why the module trains no more (its steps are then dropped), or None
 
     def add(self, chunk: EpisodeChunk, weights_seq_no: int | None) -> None:
         self._chunks.append(PendingChunk(chunk, weights_seq_no))

@@ -17,8 +17,10 @@ as stale (never an off-policy module's). A client that sends experience is held
 (`wait_for_room`) while a module it feeds has more than `max_backlog` steps pending (plus,
 off-policy, steps whose gradient steps are owed), so memory stays bounded however fast
 clients are. Every env step received is, at any moment, trained, dropped (by reason),
-pending, or in the turn under way (`training_env_steps`). The training step itself is
-injected (`train`): no torch here. All methods run on the asyncio event loop.
+pending, or in the turn under way (`training_env_steps`). A module may be closed (its
+budget spent): it trains no more, and its steps are dropped under the reason given. The
+training step itself is injected (`train`): no torch here. All methods run on the
+asyncio event loop.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class BatchScheduler:
         self.turn_started = 0.0  # time.monotonic() when the turn under way started
         self._progress = asyncio.Event()  # set (and replaced) whenever a waiter may be done waiting
         self._training: asyncio.Task[None] | None = None
+        self._turn_modules: frozenset[str] = frozenset()  # the modules of the turn under way
         self._stopped = False
 
     @property
@@ -80,8 +83,10 @@ class BatchScheduler:
         return sum(queue.pending_env_steps for queue in self.queues.values())
 
     def backlog(self, module_id: str) -> float:
-        """The module's steps not yet trained on: pending, plus (off-policy) those whose gradient steps are owed."""
-        return self.queues[module_id].pending_env_steps + self._owed_env_steps(module_id)
+        """The module's steps not yet trained on: pending, plus (off-policy) those whose gradient
+        steps are owed; none once it is closed (they will never be)."""
+        queue = self.queues[module_id]
+        return 0.0 if queue.closed is not None else queue.pending_env_steps + self._owed_env_steps(module_id)
 
     @property
     def room_env_steps(self) -> float:
@@ -100,6 +105,9 @@ class BatchScheduler:
         loop = asyncio.get_running_loop()
         for chunk in episodes:
             queue = self.queues[chunk.module_id or default_module_id]
+            if queue.closed is not None:
+                self._metrics.dropped_env_steps[queue.closed] += chunk.num_steps
+                continue
             version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
             queue.add(chunk, version)
             marks[queue.module_id] = queue.received
@@ -107,6 +115,22 @@ class BatchScheduler:
                 self._timers[queue.module_id] = loop.call_later(self.barrier_timeout_s, self._on_barrier_timeout, queue.module_id)
         client.env_steps_sent += steps
         self.maybe_train()
+
+    def close(self, module_id: str, reason: str) -> None:
+        """Train the module no more: its pending steps, and every step that comes for it
+        later, are dropped (counted under `reason`); nobody waits for it or is held by it."""
+        queue = self.queues[module_id]
+        if queue.closed is not None:
+            return
+        queue.closed = reason
+        self._metrics.dropped_env_steps[reason] += sum(p.chunk.num_steps for p in queue.take_all())
+        if module_id not in self._turn_modules:  # else the turn under way finishes what it took
+            queue.finished = queue.taken
+        if (timer := self._timers.pop(module_id, None)) is not None:
+            timer.cancel()
+        self._timed_out.discard(module_id)
+        self._wake_waiters()
+        self.maybe_train()  # the barrier may hold only the others now
 
     def forget(self, client: ClientInfo) -> None:
         """The client left; its pending steps stay. If everyone left is waiting now, train."""
@@ -163,6 +187,8 @@ class BatchScheduler:
     def _due(self, queue: ModuleQueue) -> str | None:
         """Why the module's batch is due now, or None."""
         limits = queue.limits
+        if queue.closed is not None:
+            return None
         if limits.off_policy:
             if queue.pending_env_steps:
                 return "off-policy: train on arrival"
@@ -203,6 +229,7 @@ class BatchScheduler:
         if not reasons:
             return
         batch = {module_id: self._take(self.queues[module_id]) for module_id in reasons}
+        self._turn_modules = frozenset(batch)
         self.training_env_steps = sum(p.chunk.num_steps for chunks in batch.values() for p in chunks)
         self.turn_started = time.monotonic()
         self._wake_waiters()  # room made
@@ -251,6 +278,7 @@ class BatchScheduler:
         finally:
             self.training_env_steps = 0
             self._training = None
+            self._turn_modules = frozenset()
             for module_id in batch:
                 queue = self.queues[module_id]
                 queue.finished = queue.taken

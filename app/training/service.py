@@ -299,6 +299,13 @@ class LocalTrainingService:
             episodes = [chunk for chunk in episodes if not chunk.evaluation]
         self._scheduler.add(client, episodes, self.policies.default_module_id)
 
+    def stop_training(self, module_id: str, reason: str) -> None:
+        """The module trains no more (its budget is spent): it keeps serving its last version,
+        and the steps that come for it are dropped, counted under `reason`."""
+        logger.info("%s trains no more (%s): it keeps its version %d; its env steps are dropped from now on",
+                 module_id, reason, self.metrics.modules[module_id].weights_seq_no)
+        self._scheduler.close(module_id, reason)
+
     def must_wait(self) -> bool:
         """Whether EPISODES_AND_GET_STATE waits for training: always while learning on-policy,
         else only while the learner is more than max_training_backlog env steps behind."""
