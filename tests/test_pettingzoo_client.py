@@ -131,6 +131,26 @@ def test_tictactoe_self_play_plays_legal_moves_swaps_seats_and_reports_each_game
     assert set(returns) <= {-1.0, 0.0, 1.0}
 
 
+def test_games_side_by_side_are_each_reported_once_and_share_out_the_seats(tmp_path) -> None:
+    settings = gateway_settings(
+        tmp_path,
+        policies={"ttt": TICTACTOE | {"action_masking": True, "self_play": {}}},
+        policy_mapping={"player_*": "ttt"},
+        env_steps_per_sample=200,
+    )
+    scenes = [AECScene(load_env("pettingzoo.classic.tictactoe_v3")) for _ in range(4)]
+    with running_gateway(settings) as gateway, connect(gateway, "tcp") as client:
+        result = run_scene(client, scenes, max_env_steps=3000, seed=0, seatings=seatings_for(None, SEATS))
+        (ttt,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == "ttt"]
+        metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
+    games = result.scene_episodes
+    assert games > 200 and result.env_steps >= 3000 and metrics["errors"] == {}
+    assert sum(ttt["games"][k] for k in ("win", "draw", "loss")) == games  # each game of each board reported once
+    assert ttt["num_env_steps_sampled_lifetime"] == result.sent_steps
+    # From the first moves on, the boards seat the learner in both seats (board k starts k games on).
+    assert all(sum(result.outcome_counts("ttt", seat).values()) == 100 for seat in SEATS)
+
+
 def test_connect_four_plays_whole_games_against_the_local_random_player_over_websocket(tmp_path) -> None:
     settings = gateway_settings(
         tmp_path, policies={"c4": CONNECT_FOUR | {"action_masking": True}}, policy_mapping={"player_*": "c4"}, env_steps_per_sample=100

@@ -500,7 +500,7 @@ class SceneResult:
 
 def run_scene(
     client: RLlinkClient,
-    env: MultiAgentEnv,
+    env: MultiAgentEnv | Sequence[MultiAgentEnv],
     *,
     target_return: float | dict[str, float] | None = None,
     max_env_steps: int | None = None,
@@ -519,29 +519,41 @@ def run_scene(
     `{module_id: target}`. `opponents`: `{agent_id_glob: obs -> action}` plays matching
     agents locally, unsent. `module_filter`: send only these modules' experience (the
     others are still played). `seatings(config)`: who plays which seat, game by game
-    (`swapped_seatings`).
+    (`swapped_seatings`). Several envs (copies of one scene) are stepped side by side, each
+    module's acting agents of all of them in one model call; env k is seeded `seed + k`
+    and starts its seatings k games on, so that seats are shared out from the start.
     """
     result, started = SceneResult(), time.monotonic()
+    envs = list(env) if isinstance(env, Sequence) else [env]
     config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
-    casting = Casting(config, opponents, module_filter, None if seatings is None else seatings(config))
-    trained = casting.trained(env.possible_agents)
+    castings = [Casting(config, opponents, module_filter, None if seatings is None else seatings(config)) for _ in envs]
+    trained = castings[0].trained(envs[0].possible_agents)
     if not trained:
-        raise ValueError(f"no agent of {env.possible_agents} plays a module this client sends experience for")
+        raise ValueError(f"no agent of {envs[0].possible_agents} plays a module this client sends experience for")
     targets = _targets(target_return, trained)
     policies = ModulePolicies(config, np.random.default_rng(seed))
     policies.load(client.request({"type": "GET_STATE"}))
-    collector = SceneCollector(env, casting.sends, seed=seed, module_of=casting.module_id, on_game=casting.start_game)
+    collectors = [
+        SceneCollector(
+            scene, casting.sends, seed=seed + k, module_of=casting.module_id,
+            on_game=lambda game, casting=casting, k=k: casting.start_game(game + k),
+        )
+        for k, (scene, casting) in enumerate(zip(envs, castings))
+    ]
     while True:
-        for trajectory in collector.step(choose_actions(collector.acting, collector.masks, casting, policies)):
-            result.record(trajectory.agent_id, trajectory.module_id, trajectory.episode_return, trajectory.outcome)
-        if collector.ready_steps < config.env_steps_per_sample:
+        for collector, actions in zip(collectors, choose_actions_in(collectors, castings, policies)):
+            for trajectory in collector.step(actions):
+                result.record(trajectory.agent_id, trajectory.module_id, trajectory.episode_return, trajectory.outcome)
+        if sum(collector.ready_steps for collector in collectors) < config.env_steps_per_sample:
             continue
-        chunks = collector.take_chunks()
+        chunks = [chunk for collector in collectors for chunk in collector.take_chunks()]
         steps = sum(len(chunk["actions"]) for chunk in chunks)
         policies.load(client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps}))
         result.sent_steps += steps
-        result.env_steps, result.agent_steps = collector.scene_steps, collector.agent_steps
-        result.scene_episodes, result.weights_seq_no = collector.scene_episodes, policies.weights_seq_no
+        result.env_steps = sum(collector.scene_steps for collector in collectors)
+        result.agent_steps = sum(collector.agent_steps for collector in collectors)
+        result.scene_episodes = sum(collector.scene_episodes for collector in collectors)
+        result.weights_seq_no = policies.weights_seq_no
         result.seconds = time.monotonic() - started
         _log_progress(result, trained)
         if result.reached(targets):
@@ -567,17 +579,35 @@ def choose_actions(
 ) -> dict[str, PlayedAction]:
     """Every acting agent's action (among its mask's, if it has one): local opponents one by
     one (given the mask too, if there is one), each module in one batch (greedy unless `explore`)."""
-    actions, by_module = {}, defaultdict(list)
-    for agent_id, obs in acting.items():
-        opponent = casting.opponent(agent_id)
-        if opponent is None:
-            by_module[casting.module(agent_id).module_id].append(agent_id)
-        else:
-            action = opponent(obs) if agent_id not in masks else opponent(obs, masks[agent_id])
-            actions[agent_id] = PlayedAction(action, _chunk_action(action), 0.0, policies.weights_seq_no)
-    for module_id, agent_ids in by_module.items():
-        played = policies.act(module_id, [acting[a] for a in agent_ids], [masks.get(a) for a in agent_ids], explore)
-        actions.update(zip(agent_ids, played))
+    (actions,) = _choose([(acting, masks, casting)], policies, explore)
+    return actions
+
+
+def choose_actions_in(
+    collectors: Sequence[SceneCollector], castings: Sequence[Casting], policies: ModulePolicies, *, explore: bool = True
+) -> list[dict[str, PlayedAction]]:
+    """`choose_actions` for several scenes at once: each module's agents of all of them in one batch."""
+    return _choose([(c.acting, c.masks, casting) for c, casting in zip(collectors, castings)], policies, explore)
+
+
+def _choose(
+    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting]], policies: ModulePolicies, explore: bool
+) -> list[dict[str, PlayedAction]]:
+    actions: list[dict[str, PlayedAction]] = [{} for _ in scenes]
+    by_module: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for k, (acting, masks, casting) in enumerate(scenes):
+        for agent_id, obs in acting.items():
+            opponent = casting.opponent(agent_id)
+            if opponent is None:
+                by_module[casting.module(agent_id).module_id].append((k, agent_id))
+            else:
+                action = opponent(obs) if agent_id not in masks else opponent(obs, masks[agent_id])
+                actions[k][agent_id] = PlayedAction(action, _chunk_action(action), 0.0, policies.weights_seq_no)
+    for module_id, agents in by_module.items():
+        observations = [scenes[k][0][agent_id] for k, agent_id in agents]
+        played = policies.act(module_id, observations, [scenes[k][1].get(agent_id) for k, agent_id in agents], explore)
+        for (k, agent_id), action in zip(agents, played):
+            actions[k][agent_id] = action
     return actions
 
 

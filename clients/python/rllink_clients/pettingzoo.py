@@ -25,6 +25,7 @@ instead (never sent). Chunks name their `module_id`.
 
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.tictactoe_v3
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --opponent random --transport ws
+    python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16   # 16 games side by side
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.tictactoe_v3 --print-spaces
 """
 
@@ -251,6 +252,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-env-steps", type=int, help="stop after this many moves (all players)")
     parser.add_argument("--max-seconds", type=float, help="stop after this long")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--num-envs", type=int, default=1,
+        help="play this many games side by side, each module's moves of all of them in one model call (default 1)",
+    )
     parser.add_argument("--print-spaces", action="store_true", help="print the env's spaces as a gateway `policies` entry, and exit")
     return parser.parse_args(argv)
 
@@ -264,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(gateway_spaces(env)))
             return 0
         scene = AECScene(env)
+        scenes = [scene] + [AECScene(load_env(args.env, args.env_kwargs)) for _ in range(args.num_envs - 1)]
         rival = None
         if args.opponent == "random":
             n = int(env.action_space(scene.possible_agents[0]).n)
@@ -273,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         with RLlinkClient(args.transport, args.host, port) as client:
             result = run_scene(
                 client,
-                scene,
+                scenes,
                 target_return=target,
                 max_env_steps=args.max_env_steps,
                 max_seconds=args.max_seconds,
