@@ -1,6 +1,7 @@
 """Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
 
-    python bench/games.py [--minutes 20] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws] [--out-dir DIR]
+    python bench/games.py [--minutes 20] [--num-envs 16] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
+                          [--out-dir DIR] [--gateway-args "--env-steps-per-sample 2000 ..."]
 
 A fresh gateway (`python -m app`, its embedded defaults but for one module) in a
 subprocess:
@@ -11,7 +12,7 @@ subprocess:
     --policy-mapping '{"player_*": "c4"}'
 
 and the PettingZoo reference client (`rllink_clients.pettingzoo`, what `python -m
-rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3` runs) in this process,
+rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16` runs) in this process,
 playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
 with seats swapped each game against the gateway's frozen self-play opponent, for
 `--minutes`. Every `--rating-every` seconds the module's self-play rating (and what else
@@ -35,6 +36,7 @@ import argparse
 import csv
 import functools
 import json
+import shlex
 import sys
 import tempfile
 import threading
@@ -121,16 +123,18 @@ def league_row(base_url: str, started: float) -> dict:
     return row
 
 
-def train(client: RLlinkClient, base_url: str, minutes: float, every_s: float, seed: int) -> tuple[SceneResult, list[dict]]:
-    """Self-play for `minutes`, sampling the league every `every_s` seconds."""
-    scene = AECScene(load_env(ENV))
+def train(
+    client: RLlinkClient, base_url: str, minutes: float, every_s: float, seed: int, num_envs: int
+) -> tuple[SceneResult, list[dict]]:
+    """Self-play for `minutes` on `num_envs` boards side by side, sampling the league every `every_s` seconds."""
+    scenes = [AECScene(load_env(ENV)) for _ in range(num_envs)]
     result: dict[str, SceneResult] = {}
     failure: list[BaseException] = []
 
     def play() -> None:
         try:
             result["scene"] = run_scene(
-                client, scene, max_seconds=minutes * 60, seed=seed, seatings=seatings_for(None, scene.possible_agents)
+                client, scenes, max_seconds=minutes * 60, seed=seed, seatings=seatings_for(None, scenes[0].possible_agents)
             )
         except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
             failure.append(exc)
@@ -199,6 +203,8 @@ def write_ratings(rows: list[dict], out_dir: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=20.0, help="self-play training time")
+    parser.add_argument("--num-envs", type=int, default=16, help="boards played side by side (one model call per move of all)")
+    parser.add_argument("--gateway-args", default="", help="more flags for the gateway (settings for board games), one string")
     parser.add_argument("--games", type=int, default=200, help="evaluation games against each fixed player")
     parser.add_argument("--rating-every", type=float, default=30.0, help="seconds between two samples of the rating")
     parser.add_argument("--seed", type=int, default=0)
@@ -207,19 +213,23 @@ def main() -> None:
     args = parser.parse_args()
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
 
-    flags = ("--seed", str(args.seed), "--policies", json.dumps(POLICY), "--policy-mapping", json.dumps({"player_*": MODULE}))
+    flags = (
+        "--seed", str(args.seed), "--policies", json.dumps(POLICY), "--policy-mapping", json.dumps({"player_*": MODULE}),
+        *shlex.split(args.gateway_args),
+    )
     with running_gateway(*flags) as gateway:
         base_url = f"http://{HOST}:{gateway.http_port}"
         port = gateway.tcp_port if args.transport == "tcp" else gateway.http_port
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            scene, rows = train(client, base_url, args.minutes, args.rating_every, args.seed)
+            scene, rows = train(client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs)
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
             results = evaluations(client, args.games, args.seed)
     file_lines = write_ratings(rows, out_dir)
 
     seats = ("player_0", "player_1")
     lines = [
-        f"Connect Four by self-play for {args.minutes:g} min over {args.transport}: {scene.agent_steps:,} moves, "
+        f"Connect Four by self-play for {args.minutes:g} min over {args.transport}, {args.num_envs} boards"
+        f"{' ' + args.gateway_args if args.gateway_args else ''}: {scene.agent_steps:,} moves, "
         f"{scene.scene_episodes:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}",
         f"evaluation: {args.games} games per line, seats alternating (player_0 moves first); the learner's W/D/L",
     ]
@@ -240,6 +250,8 @@ def main() -> None:
         [*lines, *file_lines],
         {
             "minutes": args.minutes,
+            "num_envs": args.num_envs,
+            "gateway_args": args.gateway_args,
             "transport": args.transport,
             "moves": scene.agent_steps,
             "games_played": scene.scene_episodes,
