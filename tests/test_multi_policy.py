@@ -334,3 +334,21 @@ def test_modules_of_every_new_space_train_together_each_with_its_own_model(tmp_p
         "team": [("obs", [2]), ("action_mask", [5])],
         "mixed": [("obs", [74])],
     }
+
+
+def test_a_game_whose_two_seats_one_module_played_counts_once_against_itself(tmp_path):
+    policies = {"shared": CARTPOLE, "other": CARTPOLE}
+    mapping = {"p_*": "shared", "q_*": "other"}
+    with running_gateway(multi_settings(tmp_path, policies, mapping)) as gateway, TcpPeer.connect(gateway) as peer:
+        games = [  # one shared policy on both seats, then against the other module
+            chunk(3, episode_id="g1", agent_id="p_0", outcome="win"), chunk(2, episode_id="g1", agent_id="p_1", outcome="loss"),
+            chunk(3, episode_id="g2", agent_id="p_0", outcome="win"), chunk(2, episode_id="g2", agent_id="q_1", outcome="loss"),
+            chunk(4, episode_id="g3", agent_id="p_1", outcome="draw"), chunk(4, episode_id="g3", agent_id="q_0", outcome="draw"),
+        ]
+        peer.send(frame({"type": "EPISODES", "episodes": games}))
+        peer.send(frame({"type": "PING"}))
+        assert peer.receive()["type"] == "PONG"
+        metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
+    shared, other = metrics["policies"]["shared"], metrics["policies"]["other"]
+    assert shared["games"] == {"win": 1, "loss": 0, "draw": 1, "against_itself": 1} and shared["win_rate"] == 0.5
+    assert other["games"] == {"win": 0, "loss": 1, "draw": 1, "against_itself": 0} and other["win_rate"] == 0.0

@@ -66,11 +66,14 @@ class EvaluationStats(BaseModel):
 
 
 class Games(BaseModel):
-    """Games reported through chunks' `outcome`, since start."""
+    """Games reported through chunks' `outcome`, since start, each counted once per module."""
 
     win: int
     loss: int
     draw: int
+    against_itself: int = Field(
+        description="Games in which the module played two seats (a shared policy against itself): neither a win nor a loss."
+    )
 
 
 class LeagueOpponent(BaseModel):

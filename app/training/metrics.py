@@ -6,6 +6,9 @@ Chunks are joined into trajectories per client and agent: by `episode_id` when t
 client sends one, else in order (a chunk that is not done continues in the client's
 next chunk of that agent). In a multi-agent episode each agent's trajectory counts as
 one episode of its module: `episode_return_mean` is the mean return of one agent.
+A game (chunks with an `outcome`) counts once per module: when the same module played
+two seats of one game (a shared policy against itself), the game counts in
+`against_itself`, not as a win and a loss, and not in `win_rate`.
 Evaluation episodes (chunks with `evaluation`) are counted apart: their steps are never
 sampled for training, their returns go to `evaluation_return_mean` only.
 """
@@ -23,6 +26,7 @@ from app.settings.hyperparameters import DEFAULT_MODULE_ID
 
 MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; the oldest are forgotten beyond
 MAX_AGENTS = 1_000  # agent ids whose returns are kept; the least recently seen are forgotten beyond
+MAX_GAMES = 10_000  # games whose first reported outcome is remembered per module, to spot a module playing itself
 OUTCOMES = ("win", "loss", "draw")
 RATE_WINDOW_S = 10.0  # env_steps_per_s averages over this many recent seconds
 
@@ -76,9 +80,27 @@ class ModuleMetrics:
         self.episode_lengths: deque[int] = deque(maxlen=window)
         self.outcomes: Counter[str] = Counter()  # games reported won, lost, drawn (lifetime)
         self.recent_outcomes: deque[str] = deque(maxlen=window)
+        self.games_against_itself = 0
+        self._games: OrderedDict[tuple[int, str], str] = OrderedDict()  # (client, episode) -> the first seat's outcome
         self.num_env_steps_evaluated_lifetime = 0
         self.num_evaluation_episodes_lifetime = 0
         self.evaluation_returns: deque[float] = deque(maxlen=window)
+
+    def record_game(self, client_id: int, episode_id: str | None, outcome: str) -> None:
+        """One seat's outcome; a second seat of the same game makes it a game against itself."""
+        first = None if episode_id is None else self._games.pop((client_id, episode_id), None)
+        if first is not None:  # it played both seats: take back the first seat's outcome
+            self.outcomes[first] -= 1
+            if first in self.recent_outcomes:  # else it has left the window already
+                self.recent_outcomes.remove(first)
+            self.games_against_itself += 1
+            return
+        self.outcomes[outcome] += 1
+        self.recent_outcomes.append(outcome)
+        if episode_id is not None:
+            self._games[(client_id, episode_id)] = outcome
+            if len(self._games) > MAX_GAMES:
+                self._games.popitem(last=False)
 
     def snapshot(self) -> dict[str, Any]:
         recent = self.recent_outcomes
@@ -91,7 +113,7 @@ class ModuleMetrics:
             "max_batch_env_steps": self.max_batch_env_steps,
             **_window_stats(self.episode_returns, self.episode_lengths),
             "learner": dict(self.learner_stats),
-            "games": {outcome: self.outcomes[outcome] for outcome in OUTCOMES},
+            "games": {**{outcome: self.outcomes[outcome] for outcome in OUTCOMES}, "against_itself": self.games_against_itself},
             "win_rate": recent.count("win") / len(recent) if recent else None,
             **_evaluation_stats(self),
         }
@@ -152,8 +174,7 @@ class TrainingMetrics:
             for listener in self.episode_listeners:
                 listener(chunk.module_id or self.default_module_id, episode.episode_return, episode.length)
             if chunk.outcome is not None:
-                module.outcomes[chunk.outcome] += 1
-                module.recent_outcomes.append(chunk.outcome)
+                module.record_game(client_id, chunk.episode_id, chunk.outcome)
             if chunk.agent_id is not None:
                 self._record_agent_return(chunk.agent_id, episode.episode_return)
             return
