@@ -36,6 +36,12 @@ against a real gateway over TCP.
   arguments a gateway gives the builds it starts (--rllink-port over the inspector's port,
   --rllink-time-scale into Time.timeScale, --rllink-env-index into the seed; a malformed
   one stops the agent saying which); the ray-cast sensor's fan against a wall.
+- Demonstrations: a heuristic agent with recordDemosPath (and the console example's
+  --record-demos, masks included) writes the episodes it plays, with no gateway, to a file
+  the gateway's own loader (app.training.demos.load_demos) takes, steps and returns as the
+  game reported them; a real gateway started with `--demos` on the agent's file pre-trains a
+  policy that the agent then plays from the export, balancing with no RL step; a file that
+  cannot be written stops the agent (or the example) saying which.
 
 Skipped when mono's `mcs` or `mono` is missing (Debian: apt-get install -y mono-mcs mono-runtime).
 """
@@ -53,11 +59,14 @@ import onnxruntime as ort
 import pytest
 
 from app.settings.hyperparameters import PPOConfig
+from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from app.training.demos import DemoFileError, load_demos
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import RunningGateway, TcpProxy, gateway_settings, load_script, running_gateway
+from .gateway_process import gateway_process
+from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, load_script, running_gateway
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
 PACKAGE = KIT.parent / "unity"
@@ -538,6 +547,9 @@ def test_the_inspectors_settings_checks(kit, tmp_path):
     assert levels("url-in-editor") == ["Info"] and "TCP to 10.0.0.7:5555" in cases["url-in-editor"][0]
     assert levels("heuristic-alone") == ["Info"] and "no gateway" in cases["heuristic-alone"][0]
     assert levels("webgl-heuristic") == ["Warning"] and "without sending" in cases["webgl-heuristic"][0]
+    assert levels("recording") == ["Info"] and "records each episode Heuristic() plays to demos.jsonl" in cases["recording"][0]
+    assert levels("recording-thin") == ["Warning"] and "for inference Heuristic" in cases["recording-thin"][0]
+    assert levels("webgl-recording")[0] == "Warning" and "no file system" in cases["webgl-recording"][0]
     assert levels("bundled") == ["Info"] and "policy version 3, action space Discrete(2)" in cases["bundled"][0]
     assert levels("bundled-unplayable") == ["Error"] and "Conv" in cases["bundled-unplayable"][0]
     assert cases["tcp-host"] == ["10.0.0.7", "127.0.0.1"]
@@ -584,3 +596,76 @@ def test_the_ray_sensor_sees_a_wall_through_its_fan(kit):
     far = agent_loop("sensor", "--rays", "4", "--fov", "90", "--length", "10", "--wall", "20", timeout=60)
     assert near.returncode == 0 and near.stdout.split() == ["0.7071", "0.5000", "0.7071"], near
     assert far.returncode == 0 and far.stdout.split() == ["1.0000"] * 4, far
+
+
+# -- Demonstrations ------------------------------------------------------------------------------
+
+
+def played_episodes(stdout: str) -> list[tuple[float, int]]:
+    """AgentLoop play's lines `episode I: return R, steps S`, as (R, S)."""
+    rows = [line.replace(",", "").split() for line in stdout.splitlines() if line.startswith("episode ")]
+    return [(float(words[3]), int(words[5])) for words in rows]
+
+
+@pytest.mark.e2e
+def test_a_heuristic_agent_records_demonstrations_that_pre_train_a_gateway_its_export_then_balances(kit, tmp_path):
+    demos = tmp_path / "cartpole_demos.jsonl"
+    args = ("--record-demos", str(demos), "--agent-id", "cart_0", "--module", "default_policy")
+    first = agent_loop("play", "--heuristic", "--episodes", "3", *args, timeout=120)
+    again = agent_loop("play", "--heuristic", "--episodes", "2", *args, timeout=120)  # a second session appends
+    assert first.returncode == 0 and again.returncode == 0, (first, again)
+    played = played_episodes(first.stdout) + played_episodes(again.stdout)
+    assert len(played) == 5
+
+    lines = demos.read_text().splitlines()
+    assert lines[0].startswith("# rllink demonstrations") and sum(line.startswith("#") for line in lines) == 1
+    chunks = load_demos(demos, CARTPOLE)  # the gateway's own loader and checks
+    assert [(sum(c.rewards), len(c.actions)) for c in chunks] == played
+    for c in chunks:
+        assert len(c.obs) == len(c.actions) + 1 and c.agent_id == "cart_0" and c.module_id == "default_policy"
+        assert c.is_truncated and not c.is_terminated  # the heuristic balances to the 500-step limit
+        assert set(np.unique(c.actions)) == {0, 1}
+    assert len({c.episode_id for c in chunks}) == 5
+
+    # A real gateway pre-trains on the file; the agent plays its export with no gateway and no RL step.
+    log = tmp_path / "gateway.log"
+    with gateway_process(tmp_path / "checkpoints", log, "--demos", str(demos)) as gateway:
+        model = httpx.get(f"{gateway.base_url}/api/model.onnx", timeout=30).raise_for_status().content
+    assert "pre-trained by behavioural cloning on 2500 steps of" in log.read_text(), log.read_text()
+    path = tmp_path / "pretrained.onnx.bytes"
+    path.write_bytes(model)
+    result = agent_loop("play", "--model", str(path), "--episodes", "5", timeout=120)
+    assert result.returncode == 0, result
+    assert np.mean([r for r, _ in played_episodes(result.stdout)]) >= 150, result.stdout  # random play: about 22
+
+    unwritable = agent_loop("play", "--heuristic", "--record-demos", str(tmp_path / "no_such_dir" / "d.jsonl"), timeout=60)
+    assert unwritable.returncode == 3 and f"cannot record demonstrations to {tmp_path / 'no_such_dir' / 'd.jsonl'}" in unwritable.stderr
+
+
+def test_the_console_example_records_masked_demonstrations_the_gateways_loader_takes(kit, tmp_path):
+    demos = tmp_path / "masked_pick.jsonl"
+    command = ["mono", str(kit), "--env", "masked-pick", "--record-demos", str(demos), "--episodes", "6", "--seed", "3"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result
+    reported = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert f"recorded: 6 episodes, 60 steps to {demos}" in result.stdout
+
+    masked = PolicySet([Module("default_policy", BoxSpace(shape=(12,)), DiscreteSpace(n=6), PPOConfig(), action_masking=True)])
+    chunks = load_demos(demos, masked)  # checks each mask allows its step's action
+    assert len(chunks) == 6
+    for chunk, row in zip(chunks, reported, strict=True):
+        assert len(chunk.actions) == row["steps"] == 10 and chunk.is_truncated
+        assert sum(chunk.rewards) == pytest.approx(row["return"], abs=1e-4)
+        mask = np.asarray(chunk.action_mask)
+        obs = np.asarray(chunk.obs)
+        assert mask.shape == (10, 6) and (mask.sum(axis=1) == 3).all()
+        np.testing.assert_array_equal(mask, obs[:-1, 6:])  # the env shows its mask in the observation
+        # The scripted controller picks the most valuable allowed item, and that is what was recorded.
+        np.testing.assert_array_equal(chunk.actions, np.where(mask == 1, obs[:-1, :6], -1).argmax(axis=1))
+        np.testing.assert_allclose(chunk.rewards, obs[np.arange(10), chunk.actions], rtol=0, atol=0)
+    # A gateway without action_masking refuses the file's masks, naming the line.
+    with pytest.raises(DemoFileError, match=r"line 2: action_mask: action_mask given, but module 'default_policy' takes no action masks"):
+        load_demos(demos, PolicySet.single(BoxSpace(shape=(12,)), DiscreteSpace(n=6)))
+
+    unwritable = subprocess.run(["mono", str(kit), "--record-demos", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert unwritable.returncode == 2 and f"error: cannot record demonstrations to {tmp_path}" in unwritable.stderr

@@ -10,11 +10,19 @@ what runs everywhere is static:
   every reply it waits for is one the gateway sends, and the gateway error codes the
   kit reacts to are the gateway's;
 - the launch arguments the kit reads are RLLINK.md's "Launching games" names;
-- every setting the README documents is an `@export` of the agent node, and back.
+- every setting the README documents is an `@export` of the agent node, and back;
+- demonstrations: the recorder (rllink_demo_recorder.gd) writes exactly the chunk fields
+  the Python recorder writes, each a field of the gateway's EpisodeChunk and every
+  required one among them, under the same header; the heuristic session feeds it every
+  step, reward and episode end, and the agent makes it from `record_demos_path`;
+- the masked-pick example (ported from the Godot 3 kit) is the Python reference env's
+  MaskedPick (its constants), and its scene, script and command line agree.
 
 With a Godot 4 binary (`godot4` on PATH, or `GODOT4` naming it) the example trains
-CartPole headless against a real gateway in thin mode, and the GDScript ONNX runtime is
-compared with onnxruntime; without one these are skipped, saying so.
+CartPole headless against a real gateway in thin mode, masked-pick with action masks, the
+GDScript ONNX runtime is compared with onnxruntime, and heuristic masked-pick play is
+recorded with no gateway and loaded by the gateway's loader; without one these are
+skipped, saying so.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.schemas import NO_REPLY_TYPES, REQUEST_TYPES, RESPONSE_TYPES, GetConfig
+from app.schemas import NO_REPLY_TYPES, REQUEST_TYPES, RESPONSE_TYPES, EpisodeChunk, GetConfig
 from rllink.errors import ErrorCode
+from rllink_clients import demos as python_demos
+from rllink_clients.choice_envs import MaskedPickEnv
 
 from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
 
@@ -186,6 +196,51 @@ def test_every_setting_the_readme_documents_is_an_export_of_the_agent_and_back()
     assert inference and re.findall(r'"(\w+)"', inference.group(1)) == ["thin", "local", "model_file", "heuristic"]
 
 
+# -- Demonstrations and the masked-pick example ------------------------------------------------
+
+
+def test_the_demo_recorder_writes_the_chunk_fields_the_gateways_loader_reads():
+    recorder = read(ADDON / "rllink_demo_recorder.gd")
+    written = set(re.findall(r'chunk\["(\w+)"\] =', recorder))
+    required = {name for name, field in EpisodeChunk.model_fields.items() if field.is_required()}
+    assert written == set(python_demos.DEMO_FIELDS), sorted(written ^ set(python_demos.DEMO_FIELDS))
+    assert required <= written <= set(EpisodeChunk.model_fields), sorted(written - set(EpisodeChunk.model_fields))
+    header = re.search(r'const HEADER = \(\s*"([^"]*)"\s*\+\s*"([^"]*)"\s*\)', recorder)
+    assert header and header.group(1) + header.group(2) == python_demos.HEADER
+    assert "JsonWriter.write(chunk)" in recorder and "_file.flush()" in recorder  # the wire's numbers, a line per episode
+    # The heuristic session feeds it every step, reward and episode end; the agent makes it.
+    session = read(ADDON / "rllink_heuristic_session.gd")
+    for call in (
+        "recorder.step(obs, _action, mask)",
+        "recorder.add_reward(reward)",
+        "recorder.end_episode(final_obs, terminated, truncated)",
+    ):
+        assert call in session, call
+    agent = read(ADDON / "rllink_agent.gd")
+    assert "record_demos_path" in exported_settings()
+    assert "DemoRecorder.new(record_demos_path)" in agent and "session.recorder = _recorder" in agent
+
+
+def test_the_masked_pick_example_is_the_reference_env_with_its_scene_and_command_line():
+    env = read(EXAMPLE / "masked_pick_env.gd")
+    constants = {name: int(value) for name, value in re.findall(r"^const (\w+) = (\d+)$", env, flags=re.M)}
+    assert constants == {"ITEMS": MaskedPickEnv.ITEMS, "FORBIDDEN": MaskedPickEnv.FORBIDDEN, "LENGTH": MaskedPickEnv.LENGTH}
+    agent = read(EXAMPLE / "masked_pick_agent.gd")
+    assert "func get_action_mask() -> Array:" in agent and "func get_heuristic_action():" in agent
+    scene = read(EXAMPLE / "masked_pick.tscn")
+    assert scene.startswith("[gd_scene") and "format=3" in scene and 'path="res://main.gd"' in scene
+    main = read(EXAMPLE / "main.gd")
+    scene_env = re.search(r'^env = "([\w-]+)"$', scene, flags=re.M)
+    choices = re.search(r"@export_enum\(([^)]*)\) var env", main)
+    assert scene_env and choices
+    envs = re.findall(r'"([\w-]+)"', choices.group(1))
+    assert scene_env.group(1) == "masked-pick" and envs == ["cartpole", "masked-pick"]
+    cli = read(EXAMPLE / "cli.gd")
+    assert re.findall(r'"([\w-]+)"', re.search(r"^const ENVS = \[(.*)\]$", cli, flags=re.M).group(1)) == envs
+    for flag in ("--env", "--record-demos", "--episodes"):
+        assert f'"{flag}"' in cli, flag
+
+
 # -- In a real Godot 4 (skipped without one) ------------------------------------------------------
 
 needs_godot4 = pytest.mark.skipif(GODOT4 is None, reason="no Godot 4 runtime on PATH: install godot4 or set GODOT4 to its binary")
@@ -273,3 +328,39 @@ def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes_in_godot4(p
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     expected = session.run(None, {session.get_inputs()[0].name: observations})[0]
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_godot4
+def test_heuristic_masked_pick_play_is_recorded_without_a_gateway_and_loads_in_godot4(project, tmp_path):
+    from app.settings.hyperparameters import PPOConfig
+    from app.settings.policies import Module, PolicySet
+    from app.spaces.models import BoxSpace, DiscreteSpace
+    from app.training.demos import load_demos
+
+    demos = tmp_path / "masked_pick.jsonl"
+    result = run_godot(project, "res://masked_pick.tscn", "--", "--host", "", "--inference", "heuristic",
+                       "--record-demos", str(demos), "--episodes", "5")  # fmt: skip
+    assert result.returncode == 0 and "SCRIPT ERROR" not in result.stderr, result.stdout + result.stderr
+    assert "masked-pick: 50 decisions, 0 forbidden actions taken" in result.stdout
+    reported = [json.loads(line) for line in result.stdout.splitlines() if line.startswith('{"episode"')]
+    masked = PolicySet([Module("default_policy", BoxSpace(shape=(12,)), DiscreteSpace(n=6), PPOConfig(), action_masking=True)])
+    chunks = load_demos(demos, masked)
+    assert len(chunks) == len(reported) == 5
+    for chunk, row in zip(chunks, reported, strict=True):
+        assert len(chunk.actions) == row["steps"] == 10 and chunk.is_truncated
+        assert float(sum(chunk.rewards)) == pytest.approx(row["return"], abs=1e-3)  # Godot prints 6 digits
+        mask, obs = np.asarray(chunk.action_mask), np.asarray(chunk.obs)
+        np.testing.assert_array_equal(mask, obs[:-1, 6:])
+        np.testing.assert_array_equal(chunk.actions, np.where(mask == 1, obs[:-1, :6], -1).argmax(axis=1))
+
+
+@needs_godot4
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_godot4_masked_pick_learns_with_action_masks_and_never_takes_a_forbidden_action(project, tmp_path):
+    spaces = {"observation_space": {"type": "box", "shape": [12]}, "action_space": {"type": "discrete", "n": 6}}
+    with running_gateway(gateway_settings(tmp_path, action_masking=True, **spaces)) as gateway:
+        result = run_godot(project, "res://masked_pick.tscn", "--", "--port", str(gateway.tcp_port),
+                           "--target-return", "6.5", "--max-seconds", "240")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr  # exit 4 at a forbidden action
+    assert "reached the target" in result.stdout and ", 0 forbidden actions taken" in result.stdout

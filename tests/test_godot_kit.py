@@ -21,6 +21,13 @@
   and local mode with no forbidden action taken; the masks travel in GET_ACTION (thin)
   and in the chunks (local), each the one its step's action was chosen under; a mask
   for a module without action_masking is a clear error in both modes.
+- Heuristic play and demonstrations (RLlinkAgent's inference "heuristic" and
+  record_demos_path): the example's scripted controllers play; with a gateway each
+  decision reaches it as LOG_ACTION (the gateway serves no action and counts every step),
+  and every episode is also appended to the demonstrations file, with or without a
+  gateway, which the gateway's own loader (app.training.demos.load_demos) takes with the
+  steps and returns the game printed, masks included; a file that cannot be written stops
+  the example (exit 3) naming it.
 
 Each run works on a copy of the example project in tmp_path (Godot writes .import/ into
 a project and user data under XDG_DATA_HOME, both kept out of the repository and $HOME).
@@ -41,11 +48,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from app.settings.hyperparameters import PPOConfig
+from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
+from app.training.demos import load_demos
 from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
-from .helpers import RunningGateway, TcpProxy, gateway_settings, running_gateway, wait_until
+from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, running_gateway, wait_until
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "godot"
 GODOT = shutil.which("godot3-server")
@@ -234,7 +244,7 @@ def test_a_gateway_limit_reaches_the_game_as_an_error_it_handles(project, tmp_pa
 def test_exit_codes_say_bad_arguments_and_an_unreachable_gateway_apart(project):
     bad = cartpole(project, 5555, "--inference", "remote")
     assert bad.returncode == 2, bad
-    assert "--inference is thin or local" in bad.stderr and "usage:" in bad.stderr
+    assert "--inference is thin, local or heuristic" in bad.stderr and "usage:" in bad.stderr
     with socket.create_server(("127.0.0.1", 0)) as placeholder:
         free_port = placeholder.getsockname()[1]  # closed again below: nothing listens there
     unreachable = cartpole(project, free_port, max_seconds=2)
@@ -465,3 +475,67 @@ def test_a_mask_for_a_module_without_action_masking_is_a_clear_error_in_both_mod
     assert "takes no action masks (set action_masking)" in thin.stderr and "(request GET_ACTION)" in thin.stderr
     assert local.returncode == 3, local  # found in the game, before a sample the gateway would refuse
     assert "[invalid_message] get_action_mask() gave a mask, but module 'default_policy' takes no action masks" in local.stderr
+
+
+# -- Heuristic play and demonstrations -----------------------------------------------------------
+
+
+def recorded(result: subprocess.CompletedProcess) -> list[dict]:
+    """The example's line per recorded episode: {"episode", "return", "steps"}."""
+    assert result.returncode == 0 and "SCRIPT ERROR" not in result.stderr, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.e2e
+def test_heuristic_play_is_logged_to_the_gateway_and_recorded_as_demonstrations_it_loads(project, tmp_path):
+    demos = tmp_path / "cartpole.jsonl"
+    with running_gateway(gateway_settings(tmp_path)) as gateway:
+        result = cartpole(project, gateway.tcp_port, "--inference", "heuristic", "--record-demos", str(demos), "--episodes", "3")
+        episodes = recorded(result)
+
+        def settled() -> dict | None:
+            m = metrics(gateway)
+            return m if m["frames_received"].get("END_EPISODE") == 3 and m["serving"]["open_episodes"] == 0 else None
+
+        after = wait_until(settled, 30, "the gateway to end the 3 logged episodes")
+    assert [(row["return"], row["steps"]) for row in episodes] == [(500, 500)] * 3  # the scripted controller balances
+    # Every decision once connected is logged (heuristic play waits for no handshake: the
+    # first episode's first steps may go unlogged) and trained on; no action was served.
+    logged = after["frames_received"]["LOG_ACTION"]
+    assert 1000 < logged <= 1500 and after["num_env_steps_sampled_lifetime"] == logged
+    assert after["serving"]["actions_served_total"] == 0 and after["errors"] == {}
+
+    chunks = load_demos(demos, CARTPOLE)  # the gateway's own loader and checks
+    assert [(float(sum(c.rewards)), len(c.actions)) for c in chunks] == [(500.0, 500)] * 3
+    for c in chunks:
+        assert len(c.obs) == 501 and c.is_truncated and not c.is_terminated and c.action_mask is None
+        assert set(np.unique(c.actions)) == {0, 1}
+    lines = demos.read_text().splitlines()
+    assert lines[0].startswith("# rllink demonstrations") and len(lines) == 4
+
+    unwritable = cartpole(project, 1, "--host", "", "--inference", "heuristic", "--record-demos", str(tmp_path / "no" / "d.jsonl"))
+    assert unwritable.returncode == 3, unwritable
+    assert f"error: cannot record: [file_error] cannot record demonstrations to {tmp_path / 'no' / 'd.jsonl'}" in unwritable.stderr
+
+
+def test_masked_heuristic_play_is_recorded_with_no_gateway_masks_included(project, tmp_path):
+    demos = tmp_path / "masked_pick.jsonl"
+    args = ("--host", "", "--inference", "heuristic", "--record-demos", str(demos), "--episodes", "4")
+    first = recorded(masked_pick(project, 1, *args, "--seed", "5"))
+    again = recorded(masked_pick(project, 1, *args, "--seed", "6"))  # a second session appends
+    episodes = first + again
+    assert len(episodes) == 8
+
+    masked = PolicySet([Module("default_policy", BoxSpace(shape=(12,)), DiscreteSpace(n=6), PPOConfig(), action_masking=True)])
+    chunks = load_demos(demos, masked)  # checks each mask allows its step's action
+    assert sum(line.startswith("#") for line in demos.read_text().splitlines()) == 1
+    assert len({c.episode_id for c in chunks}) == 8
+    for chunk, row in zip(chunks, episodes, strict=True):
+        assert len(chunk.actions) == row["steps"] == 10 and chunk.is_truncated
+        assert float(sum(chunk.rewards)) == pytest.approx(row["return"], abs=1e-5)
+        mask, obs = np.asarray(chunk.action_mask), np.asarray(chunk.obs)
+        assert mask.shape == (10, 6) and (mask.sum(axis=1) == 3).all()
+        np.testing.assert_array_equal(mask, obs[:-1, 6:])  # the env shows its mask in the observation
+        # The scripted picker took the most valuable allowed item, and that is what was recorded.
+        np.testing.assert_array_equal(chunk.actions, np.where(mask == 1, obs[:-1, :6], -1).argmax(axis=1))
+        np.testing.assert_array_equal(chunk.rewards, obs[np.arange(10), chunk.actions])

@@ -26,6 +26,13 @@ namespace RLlink.Example
 
         public float[] Observation() { return physics.Observation(); }
 
+        /// <summary>Push under the pole as it falls (the sample agent's Heuristic()): balances to the limit.</summary>
+        public object Heuristic()
+        {
+            float[] state = physics.Observation(); // x, x', theta, theta'
+            return state[2] + 0.5f * state[3] > 0 ? 1 : 0;
+        }
+
         public float Step(AgentAction action, out bool terminated, out bool truncated)
         {
             terminated = physics.Step(action.Discrete);

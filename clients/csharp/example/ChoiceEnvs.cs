@@ -28,6 +28,9 @@ namespace RLlink.Example
         /// <summary>One step; returns the reward.</summary>
         float Step(AgentAction action, out bool terminated, out bool truncated);
         int Steps { get; }
+        /// <summary>A scripted controller's action now (an int or an int[], one the mask allows):
+        /// what --record-demos plays.</summary>
+        object Heuristic();
     }
 
     /// <summary>The env was given an action it does not take (forbidden by its mask, or out of range).</summary>
@@ -62,6 +65,9 @@ namespace RLlink.Example
             Draw();
             return Observation();
         }
+
+        /// <summary>Both targets: the best action, never a forbidden one (only wrong ones are).</summary>
+        public object Heuristic() { return new[] { targets[0], targets[1] }; }
 
         public float[] Observation()
         {
@@ -121,6 +127,15 @@ namespace RLlink.Example
             Steps = 0;
             Draw();
             return Observation();
+        }
+
+        /// <summary>The most valuable allowed item: the best allowed return.</summary>
+        public object Heuristic()
+        {
+            int best = -1;
+            for (int i = 0; i < Items; i++)
+                if (mask[i] == 1 && (best < 0 || values[i] > values[best])) best = i;
+            return best;
         }
 
         public float[] Observation()

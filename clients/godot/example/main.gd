@@ -10,6 +10,8 @@
 #
 # --env masked-pick plays masked_pick_agent.gd instead (action masks): it exits 4 at
 # the first forbidden action, and prints how many decisions it checked at the end.
+# --inference heuristic --record-demos FILE records the scripted controller's episodes as
+# demonstrations (with --host "": no gateway at all); --episodes N stops after N.
 extends Node2D
 
 const Cli = preload("res://cli.gd")
@@ -44,18 +46,8 @@ func _ready() -> void:
 		return
 	options = parsed.options
 	_set_speed(options.speedup)
-	client = RLlinkClient.new()
-	client.host = options.host
-	client.port = options.port
-	client.token = options.token
-	client.transport = options.transport
-	client.use_tls = options.tls
-	client.tls_certificate_path = options.tls_cert
-	client.tls_hostname = options.tls_hostname
-	if options.max_seconds > 0:  # never spend longer reconnecting than the whole run may take
-		client.reconnect_timeout_s = min(client.reconnect_timeout_s, options.max_seconds)
-	client.connect("note", self, "_on_note")
-	client.connect("connected", self, "_on_connected")
+	if options.host != "":
+		client = _new_client()
 	started_msec = OS.get_ticks_msec()
 	for i in range(options.envs):
 		var agent
@@ -67,14 +59,32 @@ func _ready() -> void:
 			agent = CartPoleAgent.new()
 			agent.name = "Cart%d" % i
 			agent.env = CartPoleEnv.new(options.seed + i)
-		agent.client = client  # one connection for every cart
+		agent.client = client  # one connection for every cart (null: heuristic with no gateway)
+		agent.host = options.host
 		agent.inference = options.inference
+		agent.record_demos_path = options.record_demos
 		agent.blocking = not options.async
 		agent.seed_value = options.seed + i
 		agent.connect("episode_finished", self, "_on_episode_finished", [agent])
 		agent.connect("gateway_error", self, "_on_gateway_error", [agent])
 		agents.append(agent)
 		add_child(agent)
+
+
+func _new_client():
+	var made = RLlinkClient.new()
+	made.host = options.host
+	made.port = options.port
+	made.token = options.token
+	made.transport = options.transport
+	made.use_tls = options.tls
+	made.tls_certificate_path = options.tls_cert
+	made.tls_hostname = options.tls_hostname
+	if options.max_seconds > 0:  # never spend longer reconnecting than the whole run may take
+		made.reconnect_timeout_s = min(made.reconnect_timeout_s, options.max_seconds)
+	made.connect("note", self, "_on_note")
+	made.connect("connected", self, "_on_connected")
+	return made
 
 
 # Headless, run the physics as fast as the gateway answers: many ticks per second, and
@@ -116,6 +126,8 @@ func _on_note(text: String) -> void:
 func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 	if finished or _forbidden_taken():
 		return
+	if options.record_demos != "":
+		print(to_json({"episode": episodes + 1, "return": episode_return, "steps": steps}))
 	episodes += 1
 	env_steps += steps
 	recent.append(episode_return)
@@ -133,6 +145,9 @@ func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 		print("reached the target: mean return %.1f >= %s after %d episodes, %d env steps, %.1fs" % [
 			_mean(), str(options.target_return), episodes, env_steps, _elapsed()])
 		_finish(0)
+	elif options.episodes > 0 and episodes >= options.episodes:
+		print("played %d episodes, %d env steps, %.1fs" % [episodes, env_steps, _elapsed()])
+		_finish(0)
 	elif _budget_spent():
 		_finish(1)
 
@@ -144,8 +159,11 @@ func _on_gateway_error(info: Dictionary, _agent) -> void:
 	var request = str(info.get("request", ""))
 	var ours = code in [RLlinkClient.CONNECTION_CLOSED, RLlinkClient.TIMEOUT, RLlinkClient.BAD_FRAME,
 		RLlinkClient.UNEXPECTED_REPLY, RLlinkClient.TLS_ERROR]
+	var what = "cannot talk to the gateway" if ours else "the gateway refused us"
+	if code == "file_error":
+		what = "cannot record"
 	printerr("error: %s: [%s] %s%s" % [
-		"cannot talk to the gateway" if ours else "the gateway refused us", code, str(info.get("message", "")),
+		what, code, str(info.get("message", "")),
 		" (request %s)" % request if request != "" else ""])
 	_finish(3)
 

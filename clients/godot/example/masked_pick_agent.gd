@@ -38,3 +38,8 @@ func reset() -> void:
 	env.reset()
 	_reward = 0.0
 	_truncated = false
+
+
+# heuristic mode: a scripted picker standing in for a player: the most valuable allowed item.
+func get_heuristic_action():
+	return env.best_allowed()

@@ -37,6 +37,15 @@ func observation() -> Array:
 	return obs
 
 
+# The most valuable allowed item: the best allowed return (7.5 on average).
+func best_allowed() -> int:
+	var best = -1
+	for i in range(ITEMS):
+		if mask[i] == 1 and (best < 0 or values[i] > values[best]):
+			best = i
+	return best
+
+
 # {reward, terminated, truncated}; the next step's items are drawn at once.
 func step(action: int) -> Dictionary:
 	var reward = 0.0

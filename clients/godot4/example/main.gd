@@ -9,6 +9,12 @@
 # arguments, 3 when the gateway refuses us or cannot be reached (code and message).
 # A gateway that launched the game (--rllink-host, --rllink-port, --rllink-token)
 # wins over --host, --port and --token.
+#
+# masked_pick.tscn (or --env masked-pick) plays masked_pick_agent.gd instead (action
+# masks: the gateway needs action_masking and Box(12) / Discrete(6)): it exits 4 at the
+# first forbidden action, and prints how many decisions it checked at the end.
+# --inference heuristic --record-demos FILE records the scripted controller's episodes as
+# demonstrations (with --host "": no gateway at all); --episodes N stops after N.
 extends Node2D
 
 const Cli = preload("res://cli.gd")
@@ -16,8 +22,12 @@ const RLlinkClient = preload("res://addons/rllink/rllink_client.gd")
 const LaunchArgs = preload("res://addons/rllink/rllink_launch_args.gd")
 const CartPoleAgent = preload("res://cartpole_agent.gd")
 const CartPoleEnv = preload("res://cartpole_env.gd")
+const MaskedPickAgent = preload("res://masked_pick_agent.gd")
+const MaskedPickEnv = preload("res://masked_pick_env.gd")
 
 const WINDOW = 20
+
+@export_enum("cartpole", "masked-pick") var env := "cartpole"  # --env wins
 
 var options := {}
 var client = null
@@ -46,16 +56,18 @@ func _ready() -> void:
 	options = parsed.options
 	for key in ["host", "port", "token"]:
 		options[key] = launch.get(key, options[key])
+	if options.env == "":
+		options.env = env
 	_set_speed(options.speedup)
-	if options.inference != "model_file":
+	if options.inference != "model_file" and options.host != "":
 		client = _new_client()
 	started_msec = Time.get_ticks_msec()
 	for i in range(options.envs):
-		var agent = CartPoleAgent.new()
-		agent.name = "Cart%d" % i
-		agent.env = CartPoleEnv.new(options.seed + i)
-		agent.client = client  # one connection for every cart (null: model_file)
+		var agent = _new_agent(i)
+		agent.client = client  # one connection for every agent (null: model_file, or no gateway)
+		agent.host = options.host
 		agent.inference = options.inference
+		agent.record_demos_path = options.record_demos
 		agent.model_path = options.model_path
 		agent.blocking = not options.async
 		agent.seed_value = options.seed + i
@@ -65,6 +77,19 @@ func _ready() -> void:
 		agent.gateway_error.connect(_on_gateway_error.bind(agent))
 		agents.append(agent)
 		add_child(agent)
+
+
+func _new_agent(i: int):
+	var agent
+	if options.env == "masked-pick":
+		agent = MaskedPickAgent.new()
+		agent.name = "Picker%d" % i
+		agent.env = MaskedPickEnv.new(options.seed + i)
+	else:
+		agent = CartPoleAgent.new()
+		agent.name = "Cart%d" % i
+		agent.env = CartPoleEnv.new(options.seed + i)
+	return agent
 
 
 func _new_client():
@@ -95,12 +120,12 @@ func _set_speed(speedup: float) -> void:
 
 
 func _process(_delta: float) -> void:
-	if finished:
+	if finished or _forbidden_taken():
 		return
 	if _budget_spent():
 		_finish(1)
 		return
-	if DisplayServer.get_name() != "headless":
+	if DisplayServer.get_name() != "headless" and options.env == "cartpole":
 		queue_redraw()  # redraw the carts in a window
 
 
@@ -137,8 +162,10 @@ func _on_note(text: String) -> void:
 
 
 func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
-	if finished:
+	if finished or _forbidden_taken():
 		return
+	if options.record_demos != "":
+		print(JSON.stringify({"episode": episodes + 1, "return": episode_return, "steps": steps}))
 	episodes += 1
 	env_steps += steps
 	recent.append(episode_return)
@@ -171,6 +198,9 @@ func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 			)
 		)
 		_finish(0)
+	elif options.episodes > 0 and episodes >= options.episodes:
+		print("played %d episodes, %d env steps, %.1fs" % [episodes, env_steps, _elapsed()])
+		_finish(0)
 	elif _budget_spent():
 		_finish(1)
 
@@ -181,11 +211,16 @@ func _on_gateway_error(info: Dictionary, _agent) -> void:
 	var code := str(info.get("code", "error"))
 	var request := str(info.get("request", ""))
 	var ours: bool = code in RLlinkClient.OWN_CODES
+	var what := "the gateway refused us"
+	if ours:
+		what = "cannot talk to the gateway"
+	elif code == "file_error":
+		what = "cannot record"
 	printerr(
 		(
 			"error: %s: [%s] %s%s"
 			% [
-				"cannot talk to the gateway" if ours else "the gateway refused us",
+				what,
 				code,
 				str(info.get("message", "")),
 				" (request %s)" % request if request != "" else ""
@@ -193,6 +228,18 @@ func _on_gateway_error(info: Dictionary, _agent) -> void:
 		)
 	)
 	_finish(3)
+
+
+# masked-pick: a forbidden action ends the run (exit 4); true once it has.
+func _forbidden_taken() -> bool:
+	if options.env != "masked-pick":
+		return false
+	for agent in agents:
+		if agent.env.forbidden_taken > 0:
+			printerr("error: %s took a forbidden action: %s" % [agent.name, agent.env.last_forbidden])
+			_finish(4)
+			return true
+	return false
 
 
 func _budget_spent() -> bool:
@@ -215,8 +262,15 @@ func _budget_spent() -> bool:
 
 func _finish(code: int) -> void:
 	finished = true
+	if options.env == "masked-pick":
+		var decisions := 0
+		var forbidden := 0
+		for agent in agents:
+			decisions += agent.env.total_steps
+			forbidden += agent.env.forbidden_taken
+		print("masked-pick: %d decisions, %d forbidden actions taken" % [decisions, forbidden])
 	for agent in agents:
-		agent.stop()
+		agent.close()  # stops it, and closes its demonstrations file
 	if client != null:
 		client.close()  # sends what is queued (the last END_EPISODE)
 	_quit(code)
@@ -242,7 +296,7 @@ func _elapsed() -> float:
 
 # In a window: each cart as a box on a rail with its pole.
 func _draw() -> void:
-	if agents.is_empty():
+	if agents.is_empty() or options.env != "cartpole":
 		return
 	var size := get_viewport_rect().size
 	var scale_x := size.x / (2 * CartPoleEnv.X_THRESHOLD + 1.0)

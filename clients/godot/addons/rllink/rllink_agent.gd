@@ -24,6 +24,10 @@
 # inference "thin" (default): the gateway chooses every action (one round trip per
 # decision, no model in the game). "local": the game runs the downloaded policy in
 # GDScript and sends its experience every env_steps_per_sample steps (see README).
+# "heuristic": get_heuristic_action() plays (a human, a script); logged with LOG_ACTION
+# when a gateway is connected (host empty: none), so the gateway trains on it; with
+# record_demos_path, each episode is also written to that demonstrations file, the
+# gateway's `demos` format, gateway or not.
 #
 # blocking (desktop default): the tick that asks for an action waits for it (~0.3 ms
 # on localhost), so every action acts on the observation it was chosen for. Without
@@ -44,6 +48,8 @@ signal gateway_error(info)                      # the agent stopped: {code, mess
 const RLlinkClient = preload("res://addons/rllink/rllink_client.gd")
 const ThinSession = preload("res://addons/rllink/rllink_thin_session.gd")
 const LocalSession = preload("res://addons/rllink/rllink_local_session.gd")
+const HeuristicSession = preload("res://addons/rllink/rllink_heuristic_session.gd")
+const DemoRecorder = preload("res://addons/rllink/rllink_demo_recorder.gd")
 
 export var host = "127.0.0.1"
 export var port = 5555                      # the gateway's tcp_port (tcp) or http_port (ws)
@@ -53,7 +59,8 @@ export var ws_path = "/rllink"
 export var use_tls = false
 export(String, FILE, "*.pem,*.crt") var tls_certificate = ""  # a certificate to trust (self-signed)
 export var tls_hostname = ""                # the name on the gateway's certificate (empty: host)
-export(String, "thin", "local") var inference = "thin"
+export(String, "thin", "local", "heuristic") var inference = "thin"
+export var record_demos_path = ""           # heuristic: append each episode to this demonstrations file
 export var agent_id = ""                    # picks the module through the gateway's policy_mapping
 export var module_id = ""                   # the module to play (wins over the mapping)
 export var explore = true                   # false: the most likely action (evaluation)
@@ -78,6 +85,7 @@ var _running = false
 var _step_open = false                      # an action was asked for and has not arrived
 var _ticks = 0
 var _owns_client = false
+var _recorder = null                        # rllink_demo_recorder.gd while heuristic play is recorded
 
 
 # -- The hooks: override them ---------------------------------------------------------------
@@ -123,6 +131,13 @@ func get_action_mask() -> Array:
 	return []
 
 
+# heuristic mode: the action the game's own controls choose now (a human, a script),
+# in the form set_action() takes.
+func get_heuristic_action():
+	push_error("RLlinkAgent: inference is heuristic: override get_heuristic_action()")
+	return 0
+
+
 # -- Control --------------------------------------------------------------------------------
 
 func _ready() -> void:
@@ -132,7 +147,7 @@ func _ready() -> void:
 
 # Connect (if need be) and start the episode loop from reset().
 func start() -> void:
-	if client == null:
+	if client == null and (inference != "heuristic" or host != ""):
 		client = RLlinkClient.new()
 		client.host = host
 		client.port = port
@@ -145,18 +160,43 @@ func start() -> void:
 		_owns_client = true
 	if OS.has_feature("JavaScript"):
 		blocking = false  # a browser cannot wait inside a frame
-	session = LocalSession.new(client, seed_value) if inference == "local" else ThinSession.new(client)
+	match inference:
+		"local":
+			session = LocalSession.new(client, seed_value)
+		"heuristic":
+			session = HeuristicSession.new(client, funcref(self, "get_heuristic_action"))
+			if not _start_recording():
+				return
+			session.recorder = _recorder
+		_:
+			session = ThinSession.new(client)
 	session.agent_id = agent_id
 	session.module_id = module_id
 	session.explore = explore
 	session.training_enabled = training_enabled
-	client.connect_to_gateway()
+	if client != null:
+		client.connect_to_gateway()
 	episode_return = 0.0
 	episode_steps = 0
 	_step_open = false
 	_ticks = 0
 	reset()
 	_running = true
+
+
+# heuristic mode with record_demos_path: open the demonstrations file (once: start() may
+# come again); false, and the agent stopped saying why, when it cannot be written.
+func _start_recording() -> bool:
+	if record_demos_path == "" or _recorder != null:
+		return true
+	var recorder = DemoRecorder.new(record_demos_path)
+	if not recorder.is_open():
+		_fail({"code": "file_error", "message": recorder.error_message, "details": null, "request": ""})
+		return false
+	recorder.agent_id = agent_id
+	recorder.module_id = module_id
+	_recorder = recorder
+	return true
 
 
 # Stop deciding (the connection stays; start() goes on with a new episode).
@@ -173,6 +213,9 @@ func close() -> void:
 	_running = false
 	if client != null and _owns_client:
 		client.close()
+	if _recorder != null:
+		_recorder.close()
+		_recorder = null
 
 
 func _exit_tree() -> void:
@@ -197,7 +240,7 @@ func decide() -> void:
 	if not _running:
 		return
 	if not _step_open:
-		if not _connected():
+		if inference != "heuristic" and not _connected():  # heuristic play waits for no gateway
 			return
 		if episode_steps > 0 and not _close_step():
 			return
@@ -216,7 +259,7 @@ func decide() -> void:
 		weights_seq_no = result.weights_seq_no
 		emit_signal("policy_updated", weights_seq_no)
 	episode_steps += 1
-	last_action = _game_action(result.action)
+	last_action = result.action if inference == "heuristic" else _game_action(result.action)
 	set_action(last_action)
 
 

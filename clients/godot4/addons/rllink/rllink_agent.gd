@@ -20,7 +20,8 @@
 # game runs SET_STATE's ONNX in GDScript and sends its experience every
 # env_steps_per_sample steps), "model_file" (a bundled .onnx plays, no gateway at all),
 # "heuristic" (get_heuristic_action() plays; logged with LOG_ACTION when connected, so
-# the gateway trains on it). See the README.
+# the gateway trains on it; with record_demos_path, each episode is also written to that
+# demonstrations file, the gateway's `demos` format, gateway or not). See the README.
 #
 # A gateway that launched the game (--env-path) passes --rllink-host, --rllink-port,
 # --rllink-token and --rllink-time-scale, which win over the exported settings, and
@@ -43,6 +44,7 @@ const ThinSession = preload("res://addons/rllink/rllink_thin_session.gd")
 const LocalSession = preload("res://addons/rllink/rllink_local_session.gd")
 const ModelFileSession = preload("res://addons/rllink/rllink_model_file_session.gd")
 const HeuristicSession = preload("res://addons/rllink/rllink_heuristic_session.gd")
+const DemoRecorder = preload("res://addons/rllink/rllink_demo_recorder.gd")
 const LaunchArgs = preload("res://addons/rllink/rllink_launch_args.gd")
 const Speed = preload("res://addons/rllink/rllink_speed.gd")
 
@@ -72,6 +74,11 @@ const Speed = preload("res://addons/rllink/rllink_speed.gd")
 @export var autostart := true  # start() when the node is ready
 @export var time_scale := 1.0  # game speed: Engine.time_scale and physics ticks together
 
+@export_group("Demonstrations")
+# heuristic mode: append each finished episode to this file (user:// or an absolute path)
+# as RLlink episode chunks, one JSON object a line: the gateway's `demos` format. Empty: off.
+@export var record_demos_path := ""
+
 @export_group("Spaces")
 # The spaces this game declares in GET_CONFIG (RLLINK.md "Spaces the game declares"),
 # e.g. {"type": "box", "shape": [4]} and {"type": "discrete", "n": 2}; empty: none.
@@ -93,6 +100,7 @@ var _step_open := false  # an action was asked for and has not arrived
 var _ticks := 0
 var _owns_client := false
 var _launch_applied := false
+var _recorder = null  # rllink_demo_recorder.gd while heuristic play is recorded
 
 # -- The hooks: override them ---------------------------------------------------------------
 
@@ -186,6 +194,9 @@ func start() -> void:
 				session = LocalSession.new(client, seed_value)
 			"heuristic":
 				session = HeuristicSession.new(client, get_heuristic_action)
+				if not _start_recording():
+					return
+				session.recorder = _recorder
 			_:
 				session = ThinSession.new(client)
 	session.agent_id = agent_id
@@ -198,6 +209,21 @@ func start() -> void:
 	_ticks = 0
 	reset()
 	_running = true
+
+
+# heuristic mode with record_demos_path: open the demonstrations file (once: start() may
+# come again); false, and the agent stopped saying why, when it cannot be written.
+func _start_recording() -> bool:
+	if record_demos_path == "" or _recorder != null:
+		return true
+	var recorder = DemoRecorder.new(record_demos_path)
+	if not recorder.is_open():
+		_fail({"code": "file_error", "message": recorder.error_message, "details": null, "request": ""})
+		return false
+	recorder.agent_id = agent_id
+	recorder.module_id = module_id
+	_recorder = recorder
+	return true
 
 
 # The launch arguments win over the exported settings (once: start() may come again).
@@ -242,6 +268,9 @@ func close() -> void:
 	_running = false
 	if client != null and _owns_client:
 		client.close()
+	if _recorder != null:
+		_recorder.close()
+		_recorder = null
 
 
 func _exit_tree() -> void:

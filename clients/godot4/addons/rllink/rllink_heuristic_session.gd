@@ -8,9 +8,13 @@
 # Nothing waits for the gateway: while it is unreachable the game plays on and the
 # decisions are not logged (a new episode starts once it is back). A refusal (a wrong
 # token, a bad observation) ends the step with {"error"} as in thin mode.
+#
+# With a recorder (rllink_demo_recorder.gd: the agent's record_demos_path), every episode
+# is also written to the demonstrations file, gateway or not.
 extends "res://addons/rllink/rllink_session.gd"
 
 var heuristic: Callable  # the game's get_heuristic_action()
+var recorder = null  # rllink_demo_recorder.gd, or null: record nothing
 
 var _episode_id := ""  # the logged gateway episode ("" none)
 var _episode_connection := -1
@@ -37,6 +41,8 @@ func needs_gateway() -> bool:
 
 func begin_step(obs, mask := []) -> void:
 	_action = heuristic.call()
+	if recorder != null:
+		recorder.step(obs, _action, mask)
 	if not _logging():
 		return
 	if _episode_id != "" and _episode_connection != client.connection_number:
@@ -69,9 +75,13 @@ func poll_step():
 
 func add_reward(reward: float) -> void:
 	_pending_reward += reward
+	if recorder != null:
+		recorder.add_reward(reward)
 
 
 func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
+	if recorder != null:
+		recorder.end_episode(final_obs, terminated, truncated)  # written, gateway or not
 	if _logging() and _episode_id != "" and _episode_connection == client.connection_number:
 		if _acted and _pending_reward != 0.0:
 			client.log_returns(_episode_id, _pending_reward)

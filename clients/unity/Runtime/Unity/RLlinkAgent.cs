@@ -28,7 +28,10 @@
 // bundledModel (the gateway's export of a trained policy) the agent plays it with no
 // gateway at all, on every platform (WebGL included). With inference Heuristic the game's
 // Heuristic() plays (a human or a script); with a host set, each of its actions is logged
-// to the gateway (LOG_ACTION), which trains on them; with host empty nothing is sent.
+// to the gateway (LOG_ACTION), which trains on them; with host empty nothing is sent. With
+// recordDemosPath set, a heuristic agent also writes each episode it finishes to that
+// demonstrations file (DemoRecorder: RLlink episode chunks, one a line), gateway or not:
+// the file a gateway's `demos` setting pre-trains a policy on (docs/training.md).
 //
 // Launched by a gateway (rllink-gateway --env-path BUILD), the player reads the
 // --rllink-host, --rllink-port, --rllink-token, --rllink-time-scale and --rllink-env-index
@@ -41,6 +44,7 @@
 
 using System;
 using System.Collections.Generic;
+using System.IO;
 using UnityEngine;
 
 namespace RLlink.Unity
@@ -90,6 +94,11 @@ namespace RLlink.Unity
         [Tooltip("A trained policy to play with no gateway: the gateway's GET /api/model.onnx saved as model.onnx.bytes "
             + "(a TextAsset). Empty: train through the gateway")]
         public TextAsset bundledModel;
+
+        [Header("Demonstrations")]
+        [Tooltip("Inference Heuristic: append each finished episode to this file as RLlink episode chunks (JSONL), the "
+            + "gateway's `demos` format. Empty: record nothing")]
+        public string recordDemosPath = "";
 
         IAgentLink link;
         AgentAction lastAction;
@@ -241,15 +250,42 @@ namespace RLlink.Unity
                 link = new PolicyAgentLink(bundled);
                 return;
             }
+            DemoRecorder recorder;
+            if (!TryCreateRecorder(out recorder)) return;
             try
             {
                 link = inference == InferenceMode.Heuristic && string.IsNullOrEmpty(host == null ? null : host.Trim())
-                    ? new HeuristicAgentLink(Heuristic, null) // no gateway: the game plays, nothing is sent
-                    : RLlinkConnections.Link(this, Heuristic);
+                    ? new HeuristicAgentLink(Heuristic, null, null, recorder) // no gateway: the game plays, nothing is sent
+                    : RLlinkConnections.Link(this, Heuristic, recorder);
             }
             catch (RLlinkException e)
             {
+                if (recorder != null) recorder.Dispose();
                 OnGatewayError(e);
+            }
+        }
+
+        /// <summary>The recorder of a heuristic agent with recordDemosPath (else null); false (and
+        /// the agent disabled, saying why) when the file cannot be written.</summary>
+        bool TryCreateRecorder(out DemoRecorder recorder)
+        {
+            recorder = null;
+            if (inference != InferenceMode.Heuristic || string.IsNullOrEmpty(recordDemosPath == null ? null : recordDemosPath.Trim())) return true;
+            try
+            {
+                recorder = new DemoRecorder(recordDemosPath.Trim())
+                {
+                    AgentId = string.IsNullOrEmpty(agentId) ? null : agentId,
+                    ModuleId = string.IsNullOrEmpty(moduleId) ? null : moduleId,
+                };
+                return true;
+            }
+            catch (Exception e)
+            {
+                if (!(e is IOException || e is UnauthorizedAccessException || e is ArgumentException || e is NotSupportedException)) throw;
+                Debug.LogError("RLlink: " + e.Message);
+                enabled = false;
+                return false;
             }
         }
 
@@ -418,23 +454,28 @@ namespace RLlink.Unity
 
     /// <summary>An agent the game plays itself (inference Heuristic): its Heuristic() chooses
     /// each action; with a session (a gateway) each is logged with LOG_ACTION, its rewards with
-    /// LOG_RETURNS, its end with END_EPISODE; without one nothing is sent.</summary>
+    /// LOG_RETURNS, its end with END_EPISODE; without one nothing is sent. With a recorder,
+    /// each finished episode is also written to its demonstrations file.</summary>
     public sealed class HeuristicAgentLink : IAgentLink
     {
         readonly Func<object> heuristic;
         readonly AgentSession session;
         readonly Action release;
+        readonly DemoRecorder recorder;
         AgentAction action;
 
-        public HeuristicAgentLink(Func<object> heuristic, AgentSession session, Action release = null)
+        public HeuristicAgentLink(Func<object> heuristic, AgentSession session, Action release = null, DemoRecorder recorder = null)
         {
             if (heuristic == null) throw new ArgumentNullException("heuristic");
             this.heuristic = heuristic;
             this.session = session;
             this.release = release;
+            this.recorder = recorder;
         }
 
         public AgentSession Session { get { return session; } }
+        /// <summary>The demonstrations file's recorder, or null.</summary>
+        public DemoRecorder Recorder { get { return recorder; } }
         public bool Ready { get { return true; } }
 
         public void RequestAction(float[] obs, float[] actionMask)
@@ -442,6 +483,7 @@ namespace RLlink.Unity
             object raw = heuristic();
             if (raw == null) throw new RLlinkException("invalid_action", "Heuristic() returned no action", null, null);
             if (session != null) session.Record(obs, raw, actionMask);
+            if (recorder != null) recorder.Step(obs, raw, actionMask);
             action = new AgentAction(raw, session == null ? 0 : session.WeightsSeqNo);
         }
 
@@ -452,11 +494,26 @@ namespace RLlink.Unity
             return taken != null;
         }
 
-        public void AddReward(float reward) { if (session != null) session.AddReward(reward); }
-        public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { if (session != null) session.EndEpisode(finalObs, terminated, truncated); }
+        public void AddReward(float reward)
+        {
+            if (session != null) session.AddReward(reward);
+            if (recorder != null) recorder.AddReward(reward);
+        }
+
+        public void EndEpisode(float[] finalObs, bool terminated, bool truncated)
+        {
+            if (recorder != null) recorder.EndEpisode(finalObs, terminated, truncated); // written even if the gateway is gone
+            if (session != null) session.EndEpisode(finalObs, terminated, truncated);
+        }
+
         public RLlinkException TakeError() { return null; }
         public GatewayConfig Config { get { return session == null ? null : session.Client.Config; } }
-        public void Close() { if (release != null) release(); }
+
+        public void Close()
+        {
+            if (recorder != null) recorder.Dispose();
+            if (release != null) release();
+        }
     }
 
     /// <summary>An agent playing a trained policy in the game itself (OnnxPolicy): no gateway,
@@ -513,12 +570,13 @@ namespace RLlink.Unity
         static readonly Dictionary<string, Shared> clients = new Dictionary<string, Shared>();
 
         /// <summary>The link of an agent to its gateway; <paramref name="heuristic"/> chooses the
-        /// actions of an agent with inference Heuristic.</summary>
-        public static IAgentLink Link(RLlinkAgent agent, Func<object> heuristic)
+        /// actions of an agent with inference Heuristic, and <paramref name="recorder"/> (optional)
+        /// writes its episodes as demonstrations.</summary>
+        public static IAgentLink Link(RLlinkAgent agent, Func<object> heuristic, DemoRecorder recorder = null)
         {
 #if UNITY_WEBGL && !UNITY_EDITOR
             // The bridge speaks thin mode only: a heuristic agent plays there without logging.
-            if (agent.inference == InferenceMode.Heuristic) return new HeuristicAgentLink(heuristic, null);
+            if (agent.inference == InferenceMode.Heuristic) return new HeuristicAgentLink(heuristic, null, null, recorder);
             return new WebGLAgentLink(agent.host, agent.token, agent.rllinkModuleUrl,
                 Nullable(agent.agentId), Nullable(agent.moduleId), agent.explore, agent.trainingEnabled);
 #else
@@ -559,7 +617,7 @@ namespace RLlink.Unity
                 Explore = agent.explore,
                 TrainingEnabled = agent.trainingEnabled,
             };
-            if (agent.inference == InferenceMode.Heuristic) return new HeuristicAgentLink(heuristic, session, release);
+            if (agent.inference == InferenceMode.Heuristic) return new HeuristicAgentLink(heuristic, session, release, recorder);
             return new SocketAgentLink(session, release);
 #endif
         }

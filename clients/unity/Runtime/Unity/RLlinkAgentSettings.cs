@@ -77,6 +77,7 @@ namespace RLlink.Unity
                 return issues;
             }
 
+            CheckRecording(agent, webGL, add);
             if (agent.inference == InferenceMode.Heuristic && string.IsNullOrEmpty(agent.host == null ? null : agent.host.Trim()))
             {
                 add(SettingsIssueLevel.Info, "plays Heuristic() with no gateway (host is empty): nothing is sent");
@@ -113,6 +114,19 @@ namespace RLlink.Unity
                     + TcpHost(agent.host) + ":" + agent.port);
             }
             return issues;
+        }
+
+        /// <summary>recordDemosPath: used by a heuristic agent only, and not in a WebGL player.</summary>
+        static void CheckRecording(RLlinkAgent agent, bool webGL, Action<SettingsIssueLevel, string> add)
+        {
+            string path = agent.recordDemosPath == null ? "" : agent.recordDemosPath.Trim();
+            if (path.Length == 0) return;
+            if (agent.inference != InferenceMode.Heuristic)
+                add(SettingsIssueLevel.Warning, "recordDemosPath is for inference Heuristic (the game's own play): this agent records nothing");
+            else if (webGL)
+                add(SettingsIssueLevel.Warning, "a WebGL player has no file system to keep " + path + " in: record demonstrations in the editor or a desktop player");
+            else
+                add(SettingsIssueLevel.Info, "records each episode Heuristic() plays to " + path + " (demonstrations for the gateway's demos setting)");
         }
     }
 }
