@@ -36,6 +36,9 @@
  * data-last (JSON: series label -> its latest value that is not a gap, or null); the
  * per-module charts' series are labelled by module_id ("<module_id> policy_loss" and
  * "<module_id> vf_loss" in #chart-policy-loss), and their .card is `hidden` when not shown.
+ * #env-params holds the environment parameters (/api/metrics env_params, and curriculum for
+ * those that follow lessons): one body row per parameter with data-param, each cell with
+ * data-key (param, value, lesson: "2/3 far", episodes, progress: "measure 0.85 / 0.9").
  */
 
 import { LineChart, loadUPlot } from './charts.js';
@@ -359,6 +362,39 @@ class PolicyChartHistory {
   }
 }
 
+const ENV_PARAM_COLUMNS = [
+  ['param', 'parameter'],
+  ['value', 'value'],
+  ['lesson', 'lesson'],
+  ['episodes', 'episodes in lesson'],
+  ['progress', 'measured / threshold'],
+];
+
+/** The environment parameters and their lessons as a table ("none" without any; "—" if absent). */
+function renderEnvParams(container, metrics) {
+  const values = get(metrics, 'env_params');
+  if (values === null || typeof values !== 'object') {
+    container.textContent = MISSING;
+    return;
+  }
+  const lessons = get(metrics, 'curriculum') ?? {};
+  const names = Object.keys(values).sort((a, b) => a.localeCompare(b));
+  const rows = names.map((name) => {
+    const status = lessons[name] ?? null;
+    const lesson = status === null ? 'constant' : `${num(status, 'lesson') + 1}/${num(status, 'lessons')} ${get(status, 'lesson_name')}`;
+    const threshold = num(status, 'threshold');
+    const progress =
+      status === null || threshold === null
+        ? MISSING
+        : `${get(status, 'measure')} ${formatNumber(num(status, 'measured'))} / ${formatNumber(threshold)}`;
+    return [name, String(values[name]), lesson, status === null ? MISSING : num(status, 'episodes'), progress];
+  });
+  renderTable(container, ENV_PARAM_COLUMNS.map(([, header]) => header), rows, 'none', {
+    keys: ENV_PARAM_COLUMNS.map(([key]) => key),
+    rowData: names.map((name) => ({ param: name })),
+  });
+}
+
 /** A key -> count object (frames by type, errors by code) as a sorted table; "—" if absent. */
 function renderCounts(container, columns, counts) {
   if (counts === null || typeof counts !== 'object') {
@@ -394,7 +430,7 @@ class Dashboard {
     this.policiesPolls = 0;
     this.moduleColors = new Map(); // module_id -> colour index, in order of appearance
     this.el = Object.fromEntries(
-      ['banner', 'updated', 'stats', 'policies', 'clients', 'frames', 'errors', 'dropped'].map((id) => [
+      ['banner', 'updated', 'stats', 'policies', 'clients', 'frames', 'errors', 'dropped', 'env-params'].map((id) => [
         id,
         document.getElementById(id),
       ]),
@@ -532,6 +568,7 @@ class Dashboard {
     renderCounts(this.el.frames, ['type', 'count'], get(metrics, 'frames_received'));
     renderCounts(this.el.errors, ['code', 'count'], get(metrics, 'errors'));
     renderCounts(this.el.dropped, ['reason', 'env steps'], get(metrics, 'dropped_env_steps'));
+    renderEnvParams(this.el['env-params'], metrics);
   }
 
   showBanner(text) {

@@ -135,7 +135,7 @@ class Application:
         raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
 
     def set_config(self) -> SetConfig:
-        """Every module's spaces and ONNX names, the mapping, the sampling settings."""
+        """Every module's spaces and ONNX names, the mapping, the sampling settings, the environment parameters."""
         settings, policies = self.settings, self._policies
         described = {
             module.module_id: PolicyDescription(
@@ -157,6 +157,7 @@ class Application:
             policies=described,
             policy_mapping=policies.mapping,
             default_module_id=policies.default_module_id,
+            env_params=dict(self._training.current_state().env_params),  # the lessons' values as last published
         )
 
     def _set_state(self, client: ClientInfo, state: PolicySetState) -> SetState:

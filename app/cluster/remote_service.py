@@ -179,6 +179,9 @@ class RemoteTrainingService:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._send_outbox)
 
+    def curriculum_status(self) -> dict[str, dict[str, Any]]:
+        return {}  # Settings refuse curriculum lessons with ray_address
+
     def stop_training(self, module_id: str, reason: str) -> None:
         self._send_outbox()  # the experience before it still trains
         self._learner.stop_training.remote(self._call(), module_id, reason)

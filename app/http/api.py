@@ -69,6 +69,8 @@ def collect_metrics(gateway: Gateway) -> Metrics:
         bytes_received=traffic.bytes_received,
         bytes_sent=traffic.bytes_sent,
         uptime_s=time.monotonic() - traffic.started_at,
+        env_params=service.current_state().env_params,
+        curriculum=service.curriculum_status(),
     )
 
 

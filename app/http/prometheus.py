@@ -114,6 +114,17 @@ class _SnapshotCollector(Collector):
             if window.episode_return_mean is not None:
                 agent_return.add_metric([agent_id], window.episode_return_mean)
         yield agent_return
+        env_params = GaugeMetricFamily(
+            PREFIX + "env_params", "Environment parameters' current values (numbers; bools as 0 or 1).", labels=["param"]
+        )
+        for param, value in sorted(self.metrics.env_params.items()):
+            if not isinstance(value, str):
+                env_params.add_metric([param], float(value))
+        yield env_params
+        lesson = GaugeMetricFamily(PREFIX + "curriculum", "Index of each curriculum's current lesson.", labels=["param"])
+        for param, status in sorted(self.metrics.curriculum.items()):
+            lesson.add_metric([param], status.lesson)
+        yield lesson
 
     def _per_module(self) -> Iterator[Metric]:
         policies = sorted(self.metrics.policies.items())

@@ -7,6 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.settings.env_params import EnvParam, EnvParamValue, Measure
 from app.settings.hyperparameters import PPOConfig, SACConfig, SelfPlayConfig
 from app.spaces.models import ObservationSpace, Space
 
@@ -134,6 +135,23 @@ class PolicyMetrics(EvaluationStats, EpisodeWindow):
     )
 
 
+class LessonStatus(BaseModel):
+    """Where one curriculum (an `env_params` entry with lessons) stands."""
+
+    lesson: int = Field(description="Index of the current lesson, from 0.")
+    lesson_name: str
+    lessons: int = Field(description="Lessons in the curriculum.")
+    value: EnvParamValue = Field(description="The parameter's value in this lesson.")
+    episodes: int = Field(description="Training episodes of the criterion's module counted since the lesson began.")
+    module_id: str | None = Field(description="The module whose episodes count (None in the last lesson).")
+    measure: Measure | None = Field(description="What the completion criterion measures (None in the last lesson).")
+    measured: float | None = Field(
+        description="The measure's mean over the lesson's last min_episodes episodes (None before any, or in the last lesson)."
+    )
+    threshold: float | None = Field(description="The lesson is done once measured reaches this (with min_episodes episodes).")
+    min_episodes: int | None = Field(description="Episodes the lesson lasts at least, and the window of the measure.")
+
+
 class Serving(BaseModel):
     """Server-side inference for thin clients."""
 
@@ -188,6 +206,10 @@ class Metrics(EvaluationStats):
     bytes_received: int
     bytes_sent: int
     uptime_s: float
+    env_params: dict[str, EnvParamValue] = Field(
+        description="The environment parameters' current values ({} when none): what SET_CONFIG sends now."
+    )
+    curriculum: dict[str, LessonStatus] = Field(description="Each parameter that follows lessons: its lesson now, by name.")
 
 
 class Client(BaseModel):
@@ -292,6 +314,7 @@ class GatewayConfig(BaseModel):
     auth_enabled: bool = Field(description="Whether clients must present the shared token (never shown).")
     tls_enabled: bool
     cors_origins: list[str]
+    env_params: dict[str, EnvParam] | None = Field(description="The env_params setting: constants and curriculum lessons.")
 
 
 class _HyperparameterPatch(BaseModel):

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.settings.env_params import EnvParam, curricula
 from app.settings.hyperparameters import (
     MODULE_ID_PATTERN,
     Algorithm,
@@ -224,6 +225,14 @@ class Settings(BaseSettings):
         100_000, ge=1, description="Env steps trained over which the behavioural-cloning weight decays from bc_strength to 0."
     )
 
+    # Environment parameters and curriculum lessons (docs/training.md; app/settings/env_params.py).
+    env_params: dict[str, EnvParam] | None = Field(
+        None,
+        description="Parameters sent to the games (SET_CONFIG, and SET_STATE when a lesson changes them), as JSON "
+        "{name: value} (number, string or bool) or {name: {curriculum: [{name, value, completion_criteria: "
+        "{module_id?, measure?, threshold, min_episodes?}}, ..., {name, value}]}}; unset: none.",
+    )
+
     # Scale-out on Ray (the optional extra `rllink-gateway[ray]`; app/cluster/).
     ray_address: str | None = Field(
         None,
@@ -378,6 +387,32 @@ class Settings(BaseSettings):
                 f"demos: {', '.join(off_policy)} learn with SAC, which has no behavioural-cloning pre-training; "
                 "give demos to PPO modules only (as {module_id: path})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _env_params(self) -> Settings:
+        """Parameter names are non-empty; lessons' criteria name trained modules; lessons need the local learner."""
+        if not self.env_params:
+            return self
+        if "" in self.env_params:
+            raise ValueError("env_params: a parameter name must not be empty")
+        lessons = curricula(self.env_params)
+        if lessons and self.ray_address is not None:
+            raise ValueError(
+                f"env_params: curriculum lessons ({', '.join(lessons)}) are not supported with ray_address; "
+                "give constants only, or run without Ray"
+            )
+        policies = PolicySet.from_settings(self)
+        trainable = [module.module_id for module in policies.trainable]
+        for name, setting in lessons.items():
+            for lesson in setting.curriculum:
+                criteria = lesson.completion_criteria
+                if criteria is not None and (criteria.module_id or policies.default_module_id) not in trainable:
+                    raise ValueError(
+                        f"env_params.{name}, lesson {lesson.name!r}: module_id "
+                        f"{criteria.module_id or policies.default_module_id!r} is not a trained module; "
+                        f"modules: {', '.join(trainable)}"
+                    )
         return self
 
     @property

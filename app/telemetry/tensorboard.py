@@ -1,7 +1,8 @@
 """The run's metrics as TensorBoard event files (--tensorboard-dir; with --run-id, the run's).
 
 At every training step, one event holds a scalar per module (returns, lengths, the
-learner's losses, entropy, KL, ...) and a few of the gateway's, all at the same x: the
+learner's losses, entropy, KL, ...), a few of the gateway's and each curriculum's lesson
+index (`curriculum/<param>`), all at the same x: the
 env steps trained, counted on from the largest step already in the directory: a resumed
 run (whose counters start at 0 again), a front-end restarted on Ray (the learner's counters
 go on) and a learner restarted on Ray (they start at 0 again) all continue the charts.
@@ -65,6 +66,10 @@ class TensorBoardLog:
             Summary.Value(tag=f"gateway/{name}", simple_value=snapshot[name])
             for name in GATEWAY_STATS
             if snapshot.get(name) is not None
+        ]
+        values += [
+            Summary.Value(tag=f"curriculum/{param}", simple_value=status["lesson"])
+            for param, status in snapshot.get("curriculum", {}).items()
         ]
         trained = snapshot["num_env_steps_trained_lifetime"]
         if trained < self._trained:  # the counters started again (a learner restarted on Ray)

@@ -17,9 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+import orjson
 import torch
 
 CHECKPOINT_FILE = "policy.pt"
+CURRICULUM_FILE = "curriculum.json"  # the env_params lessons, in checkpoint_dir beside the modules' folders
 TEMPORARY_FILES = "*.tmp"  # write_atomically's, until each replaces its file
 ORPHAN_AGE_S = 60.0  # a save takes milliseconds: a temporary file this old was left by a crash
 
@@ -111,6 +113,31 @@ def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
     for name, part in parts.items():
         part.load_state_dict(data[name])
     return int(data["weights_seq_no"])
+
+
+def save_curriculum(directory: Path, state: dict[str, Any]) -> None:
+    """The curriculum's lessons (Curriculum.state), atomically, in `directory` (the checkpoint_dir)."""
+    data = orjson.dumps(state)
+
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+
+    write_atomically(directory / CURRICULUM_FILE, write)
+
+
+def load_curriculum(directory: Path) -> dict[str, Any] | None:
+    """The lessons save_curriculum wrote, or None if none were saved. Raises ValueError
+    if the file is damaged."""
+    path = directory / CURRICULUM_FILE
+    if not path.exists():
+        return None
+    try:
+        state = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"{path} is damaged: {exc}") from None
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is damaged: not a JSON object")
+    return state
 
 
 def remove_orphaned_temporaries(directory: Path, older_than_s: float = ORPHAN_AGE_S) -> list[Path]:

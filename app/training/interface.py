@@ -48,6 +48,8 @@ class TrainingService(Protocol):
     def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None: ...
     def stop_training(self, module_id: str, reason: str) -> None:
         """The module trains no more; the steps that come for it are dropped under `reason`."""
+    def curriculum_status(self) -> dict[str, dict[str, Any]]:
+        """Each env_params curriculum's lesson now (app/training/curriculum.py), by parameter."""
     def must_wait(self) -> bool:
         """Whether a client that sent episodes waits for the next version (force_on_policy)."""
     async def wait_for_training(self, client: ClientInfo) -> PolicySetState: ...

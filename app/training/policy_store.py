@@ -4,10 +4,11 @@ the current one and the last few kept for download."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from app.schemas import SetState
+from app.settings.env_params import EnvParamValue
 from app.training.onnx_export import PolicyState
 
 KEPT_VERSIONS = 10  # recent versions kept for download (GET /api/model.onnx?version=)
@@ -16,11 +17,15 @@ KEPT_VERSIONS = 10  # recent versions kept for download (GET /api/model.onnx?ver
 @dataclass(frozen=True)
 class PolicySetState:
     """One published version: each module's exported policy (a module not trained in
-    that step keeps its previous export), and the SET_STATE message that carries them."""
+    that step keeps its previous export), the environment parameters' values when it was
+    published, and the SET_STATE message that carries them."""
 
     weights_seq_no: int
     modules: dict[str, PolicyState]  # every module, opponents included
     default_module_id: str
+    env_params: dict[str, EnvParamValue] = field(default_factory=dict)  # SET_CONFIG's
+    # Whether SET_STATE carries env_params: every version published after a curriculum lesson changed.
+    send_env_params: bool = False
 
     @property
     def default(self) -> PolicyState:
@@ -33,6 +38,7 @@ class PolicySetState:
             onnx_file=self.default.onnx_gzip_b64,
             weights_seq_no=self.weights_seq_no,
             onnx_files={module_id: state.onnx_gzip_b64 for module_id, state in self.modules.items()},
+            env_params=dict(self.env_params) if self.send_env_params else None,
         )
 
 

@@ -33,7 +33,8 @@ from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.onnx_names import OUTPUT_NAME
-from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
+from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch, load_curriculum, save_curriculum
+from app.training.curriculum import Curriculum
 from app.training.demos import DemoFileError
 from app.training.device import resolve_device
 from app.training.league_files import LeagueUnusable, clear_league, load_league, save_league
@@ -84,6 +85,10 @@ class LocalTrainingService:
         self._exports: dict[str, PolicyState] = {}  # each learner's latest export
         self._saved_ratings: dict[str, dict[str, Any]] = {}  # each league's ratings as last written (League.ratings)
         self._step_listeners: list[Callable[[], None]] = []
+        self.curriculum = Curriculum(settings.env_params, self.policies.default_module_id)  # env_params and lessons
+        self._saved_curriculum: dict[str, Any] | None = None  # its state as last written
+        if self.curriculum.has_lessons:
+            self.metrics.add_episode_listener(self._on_episode)
         self._registry = ClientRegistry()
         self._store = PolicyStore()
         self._model_files = ModelFiles(cast(Path, settings.models_dir), settings.models_kept)  # set by Settings
@@ -161,6 +166,8 @@ class LocalTrainingService:
             self._exports[module_id] = await self._learners.call("export", module_id)
         for module_id in self.leagues:
             await self._restore_league(module_id, restored=module_id in restored)
+        if restored:
+            await self._restore_curriculum()
         self._publish(max(restored.values(), default=0))
         self._write_model_files()
 
@@ -175,6 +182,7 @@ class LocalTrainingService:
         await asyncio.gather(*self._model_writes)
         await self._learners.call("save_all")
         await self._save_leagues()
+        await self._save_curriculum()
         await self._learners.stop()
         version = self._store.current.weights_seq_no
         logger.info("checkpoints saved in %s (weights_seq_no %d)", self.settings.checkpoint_dir.resolve(), version)
@@ -230,7 +238,11 @@ class LocalTrainingService:
             else:
                 learner = self._exports[module.opponent_of]
                 states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
-        self._store.publish(PolicySetState(weights_seq_no, states, self.policies.default_module_id))
+        curriculum = self.curriculum  # SET_STATE carries env_params from the first lesson change on
+        self._store.publish(
+            PolicySetState(weights_seq_no, states, self.policies.default_module_id, curriculum.values, curriculum.changes > 0)
+        )
+        curriculum.published()
         self.metrics.weights_seq_no = weights_seq_no
 
     def _write_model_files(self) -> None:
@@ -425,7 +437,43 @@ class LocalTrainingService:
                 " ".join(f"{name} {value:.4g}" for name, value in stats.items()),
             )
         await self._save_leagues()  # a new snapshot, and the ratings so far (after clients heard of the version)
+        await self._save_curriculum()
         self._write_model_files()
+
+    # -- Curriculum lessons (env_params; app/training/curriculum.py) ------------------
+
+    def curriculum_status(self) -> dict[str, dict[str, Any]]:
+        return self.curriculum.status()
+
+    def _on_episode(self, module_id: str, episode_return: float, length: int) -> None:
+        """A training episode ended (TrainingMetrics calls it): the lessons it completes are logged;
+        versions published from now on carry the new values in SET_STATE."""
+        for change in self.curriculum.record_episode(module_id, episode_return, length):
+            logger.info("%s", change.describe())
+
+    async def _restore_curriculum(self) -> None:
+        """A resumed run's lessons, as saved beside its checkpoints; a damaged file is logged, lessons start again."""
+        directory = self.settings.checkpoint_dir
+        try:
+            saved = await self._learners.run(load_curriculum, directory)
+        except (OSError, ValueError) as exc:
+            logger.warning("curriculum lessons not restored, they start at the first: %s", exc)
+            return
+        if saved is not None:
+            for line in self.curriculum.restore(saved):
+                logger.info("curriculum: %s", line)
+
+    async def _save_curriculum(self) -> None:
+        """The lessons and their episodes so far, beside the checkpoints (in the learner thread);
+        a failure is logged, and the next training step tries again."""
+        if not self.curriculum.has_lessons or (state := self.curriculum.state()) == self._saved_curriculum:
+            return
+        try:
+            await self._learners.run(save_curriculum, self.settings.checkpoint_dir, state)
+        except OSError as exc:
+            logger.warning("curriculum lessons not saved: %s", exc)
+        else:
+            self._saved_curriculum = state
 
 
 def _log_failure(call: Future[None]) -> None:

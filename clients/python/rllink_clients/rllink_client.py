@@ -1,7 +1,9 @@
 """A small blocking RLlink client over TCP or WebSocket, for scripts, tests and benchmarks.
 
 It speaks exactly what RLlib's reference client speaks (8-digit header + JSON body),
-optionally msgpack, and reuses the gateway's own frame decoder.
+optionally msgpack, and reuses the gateway's own frame decoder. It keeps the gateway's
+environment parameters (RLLINK.md, "Environment parameters") from every SET_CONFIG and
+SET_STATE that carries them: `get_env_param(name, default)`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class RLlinkClient:
         self._sock: socket.socket | None = None
         self._ws: ClientConnection | None = None
         self._exit_stack = ExitStack()
+        self.env_params: dict[str, Any] = {}  # the latest SET_CONFIG's or SET_STATE's env_params
         # TLS when given the CA (or self-signed certificate) that signed the gateway's certificate.
         tls = ssl.create_default_context(cafile=tls_cafile) if tls_cafile else None
         if transport == "tcp":
@@ -90,7 +93,13 @@ class RLlinkClient:
             self._decoder.feed(self._read())
             self._pending.extend(self._decoder.frames())
         data, _ = loads_body(self._pending.pop(0))
+        if data.get("type") in ("SET_CONFIG", "SET_STATE") and isinstance(data.get("env_params"), dict):
+            self.env_params = data["env_params"]
         return data
+
+    def get_env_param(self, name: str, default: Any = None) -> Any:
+        """The gateway's current value of environment parameter `name`, or `default` if it sets none."""
+        return self.env_params.get(name, default)
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         self.send(message)

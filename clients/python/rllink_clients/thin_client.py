@@ -4,6 +4,9 @@ Per episode START_EPISODE; per step GET_ACTION with the observation (the gateway
 policy answers), the env steps, LOG_RETURNS with the reward (sent together with the
 next GET_ACTION: one round trip per step); END_EPISODE with the final observation and
 flags. The gateway builds the episodes and trains on them like any other client's.
+A thin client gets no SET_STATE unasked: when the gateway sets environment parameters,
+`run_thin` asks for one (GET_STATE) between episodes after the policy version changed, so
+`client.get_env_param` follows the curriculum's lessons.
 """
 
 from __future__ import annotations
@@ -48,7 +51,11 @@ def run_thin(
     action_space = config.get("action_space", {"type": "discrete"})
     masked = config.get("onnx_action_mask_input_name") is not None  # the env's info["action_mask"] goes along
     obs, info = env.reset(seed=seed)
+    params_version = 0  # the version whose env_params the client holds
     while True:
+        if config.get("env_params") and result.weights_seq_no > params_version:
+            params_version = refresh_env_params(client)
+            obs, info = env.reset()  # the next episode with the new values
         client.send({"type": "START_EPISODE", "training_enabled": training_enabled})
         episode_id = _reply(client, "EPISODE_STARTED")["episode_id"]
         episode_return, pending = 0.0, []
@@ -133,6 +140,13 @@ def run_thin_envs(
             result.log_progress()
         if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
+
+
+def refresh_env_params(client: RLlinkClient) -> int:
+    """GET_STATE, for the environment parameters its SET_STATE carries (kept by the client);
+    returns its version."""
+    client.send({"type": "GET_STATE"})
+    return int(_reply(client, "SET_STATE")["weights_seq_no"])
 
 
 def _start_episodes(client: RLlinkClient, before: list[dict[str, Any]], count: int) -> list[str]:
