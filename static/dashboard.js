@@ -27,7 +27,7 @@
  * holds the policies table: one body row per module with
  * data-module-id, each cell with data-key, its column's field (see POLICY_COLUMNS:
  * module_id, observation_space, action_space, role, weights_seq_no,
- * num_env_steps_trained_lifetime, episode_return_mean, games, win_rate, elo, vs_random: a
+ * num_env_steps_trained_lifetime, episode_return_mean, evaluation_return_mean, games, win_rate, elo, vs_random: a
  * self-play learner's recent wins / draws / losses against the random reference per seat,
  * "player_0 12 / 1 / 3, player_1 ..."). Each chart's
  * element (#chart-return, ... and the per-module #chart-policy-return,
@@ -132,6 +132,7 @@ const STATS = [
   ['episode_return_mean', 'return mean', 1],
   ['episode_return_min_max', 'return min / max', (m) => `${formatNumber(num(m, 'episode_return_min'), 1)} / ${formatNumber(num(m, 'episode_return_max'), 1)}`],
   ['episode_len_mean', 'episode length mean', 1],
+  ['evaluation_return_mean', 'evaluation return mean (greedy, never trained)', 1],
   ['env_steps_per_s', 'env steps / s', 0],
   ['clients', 'clients tcp / ws', (m) => `${formatNumber(num(m, 'clients.tcp'))} / ${formatNumber(num(m, 'clients.ws'))}`],
   ['pending_env_steps', 'pending env steps'],
@@ -248,6 +249,7 @@ const POLICY_COLUMNS = [
   ['weights_seq_no', 'version', (p) => num(p, 'weights_seq_no')],
   ['num_env_steps_trained_lifetime', 'env steps trained', (p) => num(p, 'num_env_steps_trained_lifetime')],
   ['episode_return_mean', 'return mean', (p) => formatNumber(num(p, 'episode_return_mean'))],
+  ['evaluation_return_mean', 'evaluation return', (p) => formatNumber(num(p, 'evaluation_return_mean'))],
   ['games', 'games W / L / D', (p) =>
     get(p, 'games') === null ? MISSING : ['win', 'loss', 'draw'].map((o) => formatNumber(num(p, `games.${o}`))).join(' / ')],
   ['win_rate', 'win rate', (p) => (num(p, 'win_rate') === null ? MISSING : `${formatNumber(100 * p.win_rate, 1)}%`)],

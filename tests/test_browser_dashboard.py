@@ -238,6 +238,11 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
                 f"the per-module charts to show round {round_no}",
             )
 
+        # An evaluation episode of cart: its return is shown apart, never trained on.
+        peer.send(frame({"type": "EPISODES", "episodes": [chunk(6, agent_id="cart_0", episode_id="eval", evaluation=True)]}))
+        peer.send(frame({"type": "PING"}))
+        assert peer.receive()["type"] == "PONG"
+
         # Nothing changes any more: the table must show what the REST API says.
         policies = httpx.get(f"{gateway.base_url}/api/policies", timeout=10).raise_for_status().json()
         metrics = _metrics(gateway)
@@ -261,7 +266,7 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
         assert (row["module_id"], row["observation_space"], row["action_space"]) == (module_id, *SPACES[module_id])
         for key in ("weights_seq_no", "num_env_steps_trained_lifetime"):
             assert _number(row[key]) == policy[key], (module_id, key, row[key], policy[key])
-        for key, tolerance in (("episode_return_mean", 0.005), ("elo", 0.5)):
+        for key, tolerance in (("episode_return_mean", 0.005), ("evaluation_return_mean", 0.005), ("elo", 0.5)):
             shown, rest = _number(row[key]), policy[key]
             assert shown == rest if rest is None else abs(shown - rest) <= tolerance, (module_id, key, row[key], rest)
         win_rate = _number(row["win_rate"])
@@ -272,6 +277,7 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
     assert rows["duel_opponent"]["role"] == f"opponent of duel: v{duel['self_play']['opponent_weights_seq_no']}"
     assert rows["duel"]["games"] == "2 / 1 / 1" and rows["duel"]["win_rate"] == "50%"
     assert rows["cart"]["elo"] == "—" and rows["duel_opponent"]["episode_return_mean"] == "—"
+    assert rows["cart"]["evaluation_return_mean"] == "6" and rows["duel"]["evaluation_return_mean"] == "—"
 
     # The per-module charts: shown, drawn, a line for each trainable module (none for the
     # opponent) with a point from every round; losses only for the steps that trained the
