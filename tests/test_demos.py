@@ -1,23 +1,36 @@
 """Demonstrations: recorded by the reference client, loaded and checked by the gateway,
-and behavioural-cloning pre-training that makes the first published policy play like the
-demonstrator before any RL step (real gateway processes, real ONNX, real gymnasium)."""
+behavioural-cloning pre-training that makes the first published policy play like the
+demonstrator before any RL step, and a BC loss during RL whose weight decays over the env
+steps trained, across a restart (real gateway processes, real ONNX, real gymnasium)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
 import gymnasium as gym
+import httpx
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 from pydantic import ValidationError
 
+from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from tests.gateway_process import ROOT, gateway_process
+from app.settings.hyperparameters import PPOConfig
+from app.settings.policies import PolicySet
+from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.behavior_cloning import demo_nll
+from app.training.demos import load_demos
+from app.training.learner import Learner
+from rllink_clients.gym_client import RunResult, run
+from rllink_clients.rllink_client import RLlinkClient
+from tests.gateway_process import ROOT, GatewayProcess, gateway_process
 
 MOUNTAIN_CAR = ["--observation-space", '{"type": "box", "shape": [2]}', "--action-space", '{"type": "discrete", "n": 3}']
 
@@ -135,3 +148,99 @@ def test_demos_settings_name_trained_ppo_modules(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="learn with SAC, which has no behavioural-cloning"):
         Settings(demos=str(tmp_path / "d.jsonl"), algorithm="sac", action_space={"type": "discrete", "n": 2})
     assert Settings(demos={"default_policy": str(tmp_path / "d.jsonl")}).demos == {"default_policy": tmp_path / "d.jsonl"}
+
+
+BC_STRENGTH, BC_STEPS = 0.8, 6_000
+# A training step's log line: "  default_policy: 500 steps (reason) | ... | policy_loss ... bc_loss 0.31 bc_weight 0.8"
+TRAINING_STEP = re.compile(r" default_policy: (\d+) steps .*\| (policy_loss .*)$", re.MULTILINE)
+
+
+def train_mountain_car(gateway: GatewayProcess, env_steps: int) -> RunResult:
+    """The reference client trains through the gateway for `env_steps` (no target)."""
+    with RLlinkClient("tcp", "127.0.0.1", gateway.tcp_port, timeout=120) as client:
+        return run(client, "MountainCar-v0", target_return=None, max_env_steps=env_steps, seed=0)
+
+
+def training_steps(log_text: str) -> list[tuple[int, dict[str, float]]]:
+    """Each training step's env steps and learner stats, from the gateway's log, in order."""
+    steps = []
+    for match in TRAINING_STEP.finditer(log_text):
+        words = match.group(2).split()
+        steps.append((int(match.group(1)), {name: float(value) for name, value in zip(words[::2], words[1::2], strict=True)}))
+    return steps
+
+
+def test_bc_loss_during_rl_decays_over_env_steps_trained_across_a_restart_and_the_policy_still_plays(
+    tmp_path: Path, mountain_car_demos: Path
+) -> None:
+    checkpoints, log = tmp_path / "checkpoints", tmp_path / "gateway.log"
+    flags = (*MOUNTAIN_CAR, "--demos", str(mountain_car_demos), "--bc-strength", str(BC_STRENGTH), "--bc-steps", str(BC_STEPS))
+    with gateway_process(checkpoints, log, *flags) as gateway:
+        first = train_mountain_car(gateway, 4_000)
+    before_restart = len(training_steps(log.read_text()))
+    with gateway_process(checkpoints, log, *flags) as gateway:
+        second = train_mountain_car(gateway, 4_000)
+        model = fetch_model(gateway.base_url)
+        learner = httpx.get(f"{gateway.base_url}/api/metrics", timeout=30).json()["learner"]
+    text = log.read_text()
+    steps = training_steps(text)
+    assert 0 < before_restart < len(steps), text
+
+    # Every PPO update reported its BC weight: bc_strength falling linearly with the env steps
+    # trained before it, counted on across the restart (the checkpoint keeps them), down to 0.
+    trained = 0
+    for index, (batch_steps, stats) in enumerate(steps):
+        expected = BC_STRENGTH * max(0.0, 1 - trained / BC_STEPS)
+        assert stats["bc_weight"] == pytest.approx(expected, abs=1e-3), (index, trained, stats)
+        assert ("bc_loss" in stats) == (expected > 0), stats  # no BC term once the weight is 0
+        trained += batch_steps
+    assert trained > BC_STEPS and steps[-1][1]["bc_weight"] == 0.0 == learner["bc_weight"]  # /api/metrics shows it too
+    assert "(0 trained so far)" in text and f"({sum(n for n, _ in steps[:before_restart])} trained so far)" in text, text
+    assert text.count("pre-trained by behavioural cloning on") == 1, text
+
+    # It still plays: the client's episodes reach the flag (random play: -200, never), and so
+    # does the final version played greedily from unseen starts.
+    for result in (first, second):
+        assert result.mean_return > -170, (first.mean_return, second.mean_return)
+    reached = sum(terminated for _, terminated in play_greedily(model, "MountainCar-v0", 10))
+    assert reached >= 7, f"greedy play of the final version reached the flag in {reached}/10"
+
+
+def random_play_chunk(policies: PolicySet, steps: int) -> EpisodeChunk:
+    """MountainCar-v0 played uniformly at random (never the flag: every reward -1), as a client sends it."""
+    env, rng = gym.make("MountainCar-v0"), np.random.default_rng(0)
+    obs, _ = env.reset(seed=0)
+    chunk: dict = {"obs": [obs.tolist()], "actions": [], "rewards": [], "is_terminated": False, "is_truncated": True}
+    for _ in range(steps):
+        action = int(rng.integers(3))
+        obs, reward, _, _, _ = env.step(action)
+        chunk["obs"].append(obs.tolist())
+        chunk["actions"].append(action)
+        chunk["rewards"].append(float(reward))
+    chunk["action_logp"] = [float(np.log(1 / 3))] * steps
+    return EpisodeChunk.model_validate(chunk, context={"policies": policies, "from_json": True})
+
+
+def test_the_bc_loss_pulls_a_ppo_update_towards_the_demonstrated_actions(tmp_path: Path, mountain_car_demos: Path) -> None:
+    policies = PolicySet.from_settings(Settings(observation_space=BoxSpace(shape=(2,)), action_space=DiscreteSpace(n=3)))
+    batch = [random_play_chunk(policies, 200)]
+    learners = [
+        Learner(PPOConfig(), BoxSpace(shape=(2,)), DiscreteSpace(n=3), seed=0, checkpoint_dir=tmp_path / name, onnx_input_name="obs")
+        for name in ("with_bc", "without")
+    ]
+    demos = learners[0].demonstrations(load_demos(mountain_car_demos, policies))
+    learners[0].clone_during_rl(demos, 1.0, 1_000_000)
+    nll = []
+    for learner in learners:  # the same start (seed), the same batch of random play, one PPO update each
+        learner.train(batch, 1)
+        with torch.no_grad():
+            nll.append(float(demo_nll(learner.policy, demos, torch.arange(demos.num_steps))))
+    # Untrained, the policy is uniform: log(3) = 1.099. Measured: 0.89 with the BC term, 1.05 without.
+    assert nll[0] < nll[1] - 0.05, nll
+
+
+def test_bc_strength_without_demos_is_ignored_with_a_log_line(tmp_path: Path) -> None:
+    log = tmp_path / "gateway.log"
+    with gateway_process(tmp_path / "checkpoints", log, *MOUNTAIN_CAR, "--bc-strength", "0.5") as gateway:
+        fetch_model(gateway.base_url)
+    assert "bc_strength 0.5 is ignored: no demos are set" in log.read_text(), log.read_text()

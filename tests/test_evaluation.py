@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rllink_clients.gym_client import run
+from rllink_clients.thin_client import run_thin
 
 from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 
@@ -95,3 +96,17 @@ def test_the_reference_client_runs_periodic_greedy_evaluations(tmp_path):
     assert seen["evaluation_return_mean"] == pytest.approx(np.mean(means))  # as the client measured them
     assert seen["num_env_steps_sampled_lifetime"] == result.env_steps  # evaluation steps are not training's
     assert max(means[len(means) // 2 :]) > means[0]  # greedy play improved as it trained
+
+
+@pytest.mark.e2e
+def test_a_thin_reference_client_evaluates_between_its_episodes(tmp_path):
+    settings = gateway_settings(tmp_path, train_batch_size=1000)
+    with running_gateway(settings) as gateway, gateway.client("tcp") as client:
+        result = run_thin(client, "CartPole-v1", target_return=None, max_env_steps=8_000, seed=0, eval_every=2, eval_episodes=2)
+        client.request({"type": "PING"})
+        seen = metrics(gateway)
+    versions, means = zip(*result.evaluations)
+    assert len(versions) >= 3 and seen["num_evaluation_episodes_lifetime"] == 2 * len(versions)
+    assert seen["evaluation_return_mean"] == pytest.approx(np.mean(means))
+    assert seen["num_env_steps_sampled_lifetime"] == result.env_steps  # the evaluation episodes' steps are apart
+    assert seen["serving"]["open_episodes"] == 0

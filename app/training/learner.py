@@ -3,12 +3,15 @@ step (batch, PPO update, new version, ONNX export, checkpoint). It runs in the
 TrainingService's single learner thread, never on the event loop. It is given its
 algorithm's config and its spaces, not the gateway's settings: one learner per module.
 Versions are the gateway's (one weights_seq_no for every module): `train` is told its number.
-SACLearner (sac_learner.py) has the same methods.
+SACLearner (sac_learner.py) has the same methods. With demonstrations it pre-trains by
+behavioural cloning (`pretrain`) and/or adds a decaying BC loss to its PPO updates
+(`clone_during_rl`), whose decay counts the env steps it has trained, kept in its checkpoint.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +20,7 @@ from app.schemas import EpisodeChunk
 from app.settings.hyperparameters import PPOConfig
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.batch import build_batch
-from app.training.behavior_cloning import bc_pretrain
+from app.training.behavior_cloning import BCSchedule, Demonstrations, bc_pretrain
 from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.policy import ActorCritic, RewardScaler
@@ -57,6 +60,8 @@ class Learner(Checkpointed):
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
         self.generator = torch.Generator().manual_seed(seed)
         self.weights_seq_no = 0
+        self.env_steps_trained = 0  # in the checkpoint (OptimizerAndProgress): the BC weight decays with it
+        self.bc: BCSchedule | None = None
 
     @property
     def architecture(self) -> dict[str, object]:
@@ -73,7 +78,7 @@ class Learner(Checkpointed):
         return architecture
 
     def _parts(self) -> dict[str, object]:
-        parts: dict[str, object] = {"policy": self.policy, "optimizer": self.optimizer}
+        parts: dict[str, object] = {"policy": self.policy, "optimizer": OptimizerAndProgress(self)}
         if self.reward_scaler is not None:
             parts["reward_scaler"] = self.reward_scaler.returns
         return parts
@@ -81,15 +86,22 @@ class Learner(Checkpointed):
     def export(self) -> PolicyState:
         return policy_state(self.policy, self.weights_seq_no, self.onnx_input_name, self.action_masking)
 
-    def pretrain(self, demos: list[EpisodeChunk], epochs: int, fit_value: bool) -> dict[str, float]:
+    def demonstrations(self, chunks: list[EpisodeChunk]) -> Demonstrations:
+        """The chunks as this policy's tensors, on its device: what `pretrain` and `clone_during_rl` take."""
+        return Demonstrations.from_chunks(chunks, self.policy, self.cfg.gamma)
+
+    def pretrain(self, demos: Demonstrations, epochs: int, fit_value: bool) -> dict[str, float]:
         """Behavioural cloning on the demonstrations (behavior_cloning.py), then a checkpoint,
         so that a restart restores the pre-trained policy instead of pre-training again. The
         value head is fitted only where returns are not rescaled (no reward normalisation)."""
-        stats = bc_pretrain(
-            self.policy, demos, epochs, self.cfg.gamma, self.generator, fit_value=fit_value and self.reward_scaler is None
-        )
+        stats = bc_pretrain(self.policy, demos, epochs, self.generator, fit_value=fit_value and self.reward_scaler is None)
         self.save()
         return stats
+
+    def clone_during_rl(self, demos: Demonstrations, strength: float, decay_steps: int) -> None:
+        """Add a BC loss on `demos` to every PPO update, weighted `strength` at first and falling
+        linearly to 0 at `decay_steps` env steps trained (the learner's own count, kept in its checkpoint)."""
+        self.bc = BCSchedule(demos, strength, decay_steps)
 
     def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Train on the chunks, export the result as version `weights_seq_no` and checkpoint it."""
@@ -100,8 +112,29 @@ class Learner(Checkpointed):
             self.policy.obs_norm.update(torch.from_numpy(np.concatenate([c.obs.reshape(len(c.obs), -1) for c in chunks])))
         reward_scale = 1.0 if self.reward_scaler is None else self.reward_scaler.update([c.rewards for c in chunks])
         batch = build_batch(chunks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
-        stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator)
+        bc = None if self.bc is None else self.bc.term(self.env_steps_trained)
+        stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator, bc)
+        if self.bc is not None and bc is None:  # decayed to 0: no BC term, its weight still reported
+            stats["bc_weight"] = 0.0
+        self.env_steps_trained += batch.num_steps
         self.weights_seq_no = weights_seq_no
         state = self.export()
         self.save()
         return state, stats
+
+
+class OptimizerAndProgress:
+    """The checkpoint's `optimizer` entry: the optimizer's state, and beside it the env steps the
+    learner has trained on, so that a restart keeps them (a checkpoint made before they were
+    kept loads as 0 steps; torch's optimizer ignores the extra key)."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.learner.optimizer.state_dict(), "env_steps_trained": self.learner.env_steps_trained}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state = dict(state_dict)
+        self.learner.env_steps_trained = int(state.pop("env_steps_trained", 0))
+        self.learner.optimizer.load_state_dict(state)

@@ -9,6 +9,7 @@ chunks, configs, `PolicyState`s, stats.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -38,9 +39,10 @@ class Learners:
         self.policies = policies
         self.device = resolve_device(settings.device)
         self.by_module: dict[str, Learner | SACLearner] = {
-            module.module_id: self._learner(settings, module, settings.seed + i)
-            for i, module in enumerate(policies.trainable)
+            module.module_id: self._learner(settings, module, settings.seed + i) for i, module in enumerate(policies.trainable)
         }
+        if settings.bc_strength > 0 and settings.demos is None:
+            log.warning("bc_strength %g is ignored: no demos are set (give demos: a file of demonstrations)", settings.bc_strength)
 
     def _learner(self, settings: Settings, module: Module, seed: int) -> Learner | SACLearner:
         common = {
@@ -67,38 +69,46 @@ class Learners:
         return torch.get_num_threads()
 
     def restore(self, module_id: str) -> int | None:
-        """Load the module's checkpoint: its weights_seq_no, or None if it has none; a module
-        that starts fresh and has demonstrations is pre-trained on them first (once: its
-        checkpoint then holds the result)."""
+        """Load the module's checkpoint: its weights_seq_no, or None if it has none. A PPO module
+        with demonstrations is pre-trained on them if it starts fresh (once: its checkpoint then
+        holds the result), and with `bc_strength` > 0 trains with a BC loss on them, restored or not."""
         learner = self.by_module[module_id]
-        if learner.restore():
-            if self._demos_path(module_id) is not None:
-                log.info("%s: restored from its checkpoint, no behavioural-cloning pre-training", module_id)
-            return learner.weights_seq_no
-        self._pretrain(module_id)
-        return None
+        restored = learner.restore()
+        path = self._demos_path(module_id)
+        if restored and path is not None:
+            log.info("%s: restored from its checkpoint, no behavioural-cloning pre-training", module_id)
+        if isinstance(learner, Learner) and path is not None and (not restored or self.settings.bc_strength > 0):
+            self._use_demos(module_id, learner, path, pretrain=not restored)
+        return learner.weights_seq_no if restored else None
 
     def _demos_path(self, module_id: str) -> Any:
         demos = self.settings.demos
         return demos.get(module_id) if isinstance(demos, dict) else demos
 
-    def _pretrain(self, module_id: str) -> None:
-        """Behavioural cloning of a fresh PPO module on its demonstrations, if it has any
-        (a file refused: DemoFileError, the start fails)."""
-        path = self._demos_path(module_id)
-        learner = self.by_module[module_id]
-        if path is None or not isinstance(learner, Learner):  # Settings refuse demos for SAC modules
-            return
+    def _use_demos(self, module_id: str, learner: Learner, path: Path, pretrain: bool) -> None:
+        """Load the module's demonstrations (once; a file refused: DemoFileError, the start
+        fails), pre-train on them if `pretrain`, and keep them for the BC loss during RL if
+        `bc_strength` > 0. Settings refuse demos for SAC modules."""
         chunks = [c for c in load_demos(path, self.policies, None) if c.module_id == module_id]
         if not chunks:
-            log.warning("%s: no chunk of demos file %s trains it, no behavioural-cloning pre-training", module_id, path)
+            log.warning("%s: no chunk of demos file %s trains it, no behavioural cloning", module_id, path)
             return
-        stats = learner.pretrain(chunks, self.settings.bc_pretrain_epochs, self.settings.bc_fit_value)
-        log.info(
-            "%s: starts fresh, pre-trained by behavioural cloning on %d steps of %s for %d epochs: %s",
-            module_id, int(stats.pop("bc_steps")), path, self.settings.bc_pretrain_epochs,
-            ", ".join(f"{name} {value:.3f}" for name, value in stats.items()),
-        )
+        demos = learner.demonstrations(chunks)
+        settings = self.settings
+        if pretrain:
+            stats = learner.pretrain(demos, settings.bc_pretrain_epochs, settings.bc_fit_value)
+            log.info(
+                "%s: starts fresh, pre-trained by behavioural cloning on %d steps of %s for %d epochs: %s",
+                module_id, int(stats.pop("bc_steps")), path, settings.bc_pretrain_epochs,
+                ", ".join(f"{name} {value:.3f}" for name, value in stats.items()),
+            )  # fmt: skip
+        if settings.bc_strength > 0:
+            learner.clone_during_rl(demos, settings.bc_strength, settings.bc_steps)
+            log.info(
+                "%s: behavioural-cloning loss during RL on %d steps of %s, weight %g falling to 0 at %d env steps "
+                "trained (%d trained so far)",
+                module_id, demos.num_steps, path, settings.bc_strength, settings.bc_steps, learner.env_steps_trained,
+            )  # fmt: skip
 
     def export(self, module_id: str) -> PolicyState:
         return self.by_module[module_id].export()
@@ -111,13 +121,9 @@ class Learners:
         """Use `cfg` from the module's next training step on."""
         self.by_module[module_id].cfg = cfg
 
-    def train(
-        self, by_module: dict[str, list[EpisodeChunk]], version: int
-    ) -> dict[str, tuple[PolicyState, dict[str, float]]]:
+    def train(self, by_module: dict[str, list[EpisodeChunk]], version: int) -> dict[str, tuple[PolicyState, dict[str, float]]]:
         """One training step of each module that has data (or owes SAC updates)."""
         return {module_id: self.by_module[module_id].train(chunks, version) for module_id, chunks in by_module.items()}
 
 
-CALLS = frozenset(
-    {"set_num_threads", "num_threads", "restore", "export", "save_all", "set_config", "train"}
-)
+CALLS = frozenset({"set_num_threads", "num_threads", "restore", "export", "save_all", "set_config", "train"})

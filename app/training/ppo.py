@@ -11,6 +11,10 @@ minibatch's entropy as a share of the largest entropy of its legal actions), kep
 its alpha (Haarnoja et al. 2018), but one-sided: above the floor it decays to 0 and PPO
 is left alone. Self-play against a copy of itself otherwise lets PPO's entropy collapse
 (every game the same) long before the policy is good.
+
+The behavioural-cloning term (`bc`, with demonstrations and `bc_strength`): each minibatch
+adds its weight times the negative log-likelihood of a minibatch of demonstration steps
+(behavior_cloning.py), as ML-Agents' `behavioral_cloning` does during RL.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch import nn
 
 from app.settings.hyperparameters import PPOConfig
 from app.training.batch import Batch
+from app.training.behavior_cloning import BCTerm
 from app.training.policy import ActorCritic
 
 
@@ -30,9 +35,13 @@ def ppo_update(
     batch: Batch,
     cfg: PPOConfig,
     generator: torch.Generator,
+    bc: BCTerm | None = None,
 ) -> dict[str, float]:
-    """Train `policy` on `batch`; returns the learner stats averaged over minibatches."""
+    """Train `policy` on `batch` (with `bc`: plus its behavioural-cloning loss); returns the
+    learner stats averaged over minibatches."""
     sums = {"policy_loss": 0.0, "vf_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clip_frac": 0.0}
+    if bc is not None:
+        sums["bc_loss"] = 0.0
     num_minibatches = 0
     floor = cfg.entropy_floor or 0.0
     max_entropy = policy.max_entropy(batch.num_steps, batch.masks) if floor > 0 else None
@@ -75,6 +84,13 @@ def ppo_update(
             entropy_loss = entropy.mean()
             loss = pg_loss - (cfg.ent_coef + policy.entropy_bonus) * entropy_loss + cfg.vf_coef * v_loss
 
+            # Behavioural cloning (optional): the demonstrated actions' negative log-likelihood
+            # on a minibatch of demonstration steps, weighted.
+            if bc is not None:
+                bc_loss = bc.loss(policy, cfg.minibatch_size, generator)
+                loss = loss + bc.weight * bc_loss
+                sums["bc_loss"] += bc_loss.item()
+
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -100,6 +116,8 @@ def ppo_update(
     stats = {name: total / num_minibatches for name, total in sums.items()}
     stats["explained_var"] = explained_variance(batch.values, batch.returns)
     stats["epochs"] = float(epoch + 1)
+    if bc is not None:
+        stats["bc_weight"] = bc.weight
     if max_entropy is not None:
         stats["entropy_share"] = share_sum / num_minibatches
         stats["entropy_bonus"] = policy.entropy_bonus

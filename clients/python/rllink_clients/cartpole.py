@@ -59,10 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--eval-every", type=int, default=0, metavar="N",
-        help="with --inference local: every N policy versions, play --eval-episodes greedy evaluation episodes "
-        "(sent marked evaluation: reported apart, never trained on); 0: never",
+        help="every N policy versions, play --eval-episodes greedy evaluation episodes (marked evaluation: reported "
+        "apart, never trained on; with --inference server, one env at a time only); 0: never",
     )
     parser.add_argument("--eval-episodes", type=int, default=5, help="episodes of each evaluation (default 5)")
+    parser.add_argument("--headless", action="store_true", help="accepted and ignored: this simulator draws nothing")
     launch, rest = parse_launch_args(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(rest)
     args.token = launch.token
@@ -111,7 +112,7 @@ def _train(client: RLlinkClient, args: argparse.Namespace) -> RunResult:
     if args.inference == "server":
         return run_thin(
             client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
-            max_seconds=args.max_seconds, seed=args.seed,
+            max_seconds=args.max_seconds, seed=args.seed, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
         )
     if args.record_demos is None:
         return _run_local(client, args, None)

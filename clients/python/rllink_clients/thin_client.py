@@ -11,6 +11,8 @@ A thin client gets no SET_STATE unasked: when the gateway sets environment param
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 import time
 from typing import Any
@@ -20,6 +22,8 @@ import numpy as np
 
 from rllink_clients.gym_client import RunResult, env_action, flat_observation, get_config
 from rllink_clients.rllink_client import RLlinkClient
+
+log = logging.getLogger("rllink_clients")
 
 PROGRESS_EVERY_EPISODES = 20
 
@@ -42,41 +46,34 @@ def run_thin(
     explore: bool = True,
     training_enabled: bool = True,
     stop: threading.Event | None = None,
+    eval_every: int = 0,
+    eval_episodes: int = 5,
 ) -> RunResult:
     """Play episodes with the gateway's actions until the target mean return (last 20
-    episodes), a limit, or `stop` (checked after each episode)."""
+    episodes), a limit, or `stop` (checked after each episode); `eval_every` N > 0: every N
+    policy versions, `eval_episodes` evaluation episodes (the gateway plays their mode,
+    reports their returns apart and trains on none) in a second env, between episodes."""
     result, started = RunResult(), time.monotonic()
     env = gym.make(env_id)
+    eval_env = gym.make(env_id) if eval_every > 0 else None
     config = get_config(client, env)
     action_space = config.get("action_space", {"type": "discrete"})
     masked = config.get("onnx_action_mask_input_name") is not None  # the env's info["action_mask"] goes along
+    play = functools.partial(_play_episode, client, action_space=action_space, masked=masked)
     obs, info = env.reset(seed=seed)
-    params_version = 0  # the version whose env_params the client holds
+    params_version = evaluated_at = 0  # the version whose env_params the client holds; the last evaluated
     while True:
         if config.get("env_params") and result.weights_seq_no > params_version:
             params_version = refresh_env_params(client)
             obs, info = env.reset()  # the next episode with the new values
-        client.send({"type": "START_EPISODE", "training_enabled": training_enabled})
-        episode_id = _reply(client, "EPISODE_STARTED")["episode_id"]
-        episode_return, pending = 0.0, []
-        while True:
-            obs_list = flat_observation(obs).astype(np.float32).tolist()
-            request = {"type": "GET_ACTION", "episode_id": episode_id, "obs": obs_list, "explore": explore}
-            if masked:
-                request["action_mask"] = np.asarray(info["action_mask"]).astype(int).tolist()
-            pending.append(request)
-            client.send_raw(b"".join(client.encode(message) for message in pending))
-            reply = _reply(client, "ACTION")
-            result.weights_seq_no = int(reply["weights_seq_no"])
-            obs, reward, terminated, truncated, info = env.step(env_action(reply["action"], action_space))
-            result.env_steps += 1
-            episode_return += float(reward)
-            pending = [{"type": "LOG_RETURNS", "episode_id": episode_id, "reward": float(reward)}]
-            if terminated or truncated:
-                pending.append({"type": "END_EPISODE", "episode_id": episode_id, "obs": flat_observation(obs).astype(np.float32).tolist(),
-                                "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
-                client.send_raw(b"".join(client.encode(message) for message in pending))
-                break
+        if eval_env is not None and result.weights_seq_no >= evaluated_at + eval_every:
+            evaluated_at = result.weights_seq_no
+            returns = [play(eval_env, *eval_env.reset(seed=seed + 10_000 * evaluated_at + k), {"evaluation": True}, False)[0]
+                       for k in range(eval_episodes)]
+            result.evaluations.append((evaluated_at, float(np.mean(returns))))
+            log.info("v%d  evaluation (greedy)  mean return %.1f over %d episodes", evaluated_at, np.mean(returns), len(returns))
+        episode_return, steps, result.weights_seq_no = play(env, obs, info, {"training_enabled": training_enabled}, explore)
+        result.env_steps += steps
         result.record_episode(episode_return)
         obs, info = env.reset()
         result.seconds = time.monotonic() - started
@@ -84,6 +81,35 @@ def run_thin(
             result.log_progress()
         if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
+
+
+def _play_episode(
+    client: RLlinkClient, env: gym.Env, obs: Any, info: dict, start: dict[str, Any], explore: bool, *,
+    action_space: dict, masked: bool,
+) -> tuple[float, int, int]:
+    """One whole episode from `obs` with the gateway's actions (START_EPISODE with `start`'s
+    fields); its return, its steps and the version that chose its last action. Each step's
+    reward goes with the next GET_ACTION: one round trip per step."""
+    client.send({"type": "START_EPISODE", **start})
+    episode_id = _reply(client, "EPISODE_STARTED")["episode_id"]
+    episode_return, steps, pending = 0.0, 0, []
+    while True:
+        obs_list = flat_observation(obs).astype(np.float32).tolist()
+        request = {"type": "GET_ACTION", "episode_id": episode_id, "obs": obs_list, "explore": explore}
+        if masked:
+            request["action_mask"] = np.asarray(info["action_mask"]).astype(int).tolist()
+        pending.append(request)
+        client.send_raw(b"".join(client.encode(message) for message in pending))
+        reply = _reply(client, "ACTION")
+        obs, reward, terminated, truncated, info = env.step(env_action(reply["action"], action_space))
+        steps += 1
+        episode_return += float(reward)
+        pending = [{"type": "LOG_RETURNS", "episode_id": episode_id, "reward": float(reward)}]
+        if terminated or truncated:
+            pending.append({"type": "END_EPISODE", "episode_id": episode_id, "obs": flat_observation(obs).astype(np.float32).tolist(),
+                            "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
+            client.send_raw(b"".join(client.encode(message) for message in pending))
+            return episode_return, steps, int(reply["weights_seq_no"])
 
 
 def run_thin_envs(
