@@ -42,9 +42,11 @@ class LearnerStats(BaseModel):
         None, description="PPO with an entropy floor: the bonus added to ent_coef now (0 while above the floor)."
     )
     bc_loss: float | None = Field(
-        None, description="PPO with demos and bc_strength: the behavioural-cloning loss on the demonstrations (while its weight is above 0)."
+        None, description="PPO with demos and bc_strength: the behavioural-cloning loss on the demonstrations (weight above 0)."
     )
-    bc_weight: float | None = Field(None, description="PPO with demos and bc_strength: the BC loss's weight now (decays to 0 over bc_steps).")
+    bc_weight: float | None = Field(
+        None, description="PPO with demos and bc_strength: the BC loss's weight now (decays to 0 over bc_steps)."
+    )
 
 
 class EpisodeWindow(BaseModel):
