@@ -237,12 +237,7 @@ def run(
             mask = np.asarray(info["action_mask"], np.float32) if mask_input is not None else None
             action, logp, _dist = policy.act(flat_observation(obs), mask)
             obs, reward, terminated, truncated, info = env.step(env_action(action, action_space))
-            chunk["actions"].append(action)
-            chunk["rewards"].append(float(reward))
-            chunk["action_logp"].append(logp)
-            chunk["obs"].append(flat_observation(obs).tolist())
-            if mask is not None:
-                chunk.setdefault("action_mask", []).append(mask.tolist())
+            _add_step(chunk, action, float(reward), logp, obs, mask)
             episode_return += float(reward)
             if terminated or truncated:
                 chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
@@ -285,12 +280,7 @@ def evaluate(client: RLlinkClient, env: gym.Env, policy: OnnxPolicy, episodes: i
             action, logp, _dist = policy.act(flat_observation(obs), mask, explore=False)
             obs, reward, terminated, truncated, info = env.step(env_action(action, policy.action_space))
             done = bool(terminated or truncated)
-            chunk["actions"].append(action)
-            chunk["rewards"].append(float(reward))
-            chunk["action_logp"].append(logp)
-            chunk["obs"].append(flat_observation(obs).tolist())
-            if mask is not None:
-                chunk.setdefault("action_mask", []).append(mask.tolist())
+            _add_step(chunk, action, float(reward), logp, obs, mask)
             chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
         chunk.update(evaluation=True)
         client.send({"type": "EPISODES", "episodes": [_finish(chunk, uuid.uuid4().hex, policy, False)]})
@@ -312,6 +302,16 @@ def budget_spent(
 def _new_chunk(obs: Any) -> dict[str, Any]:
     return {"obs": [flat_observation(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
             "is_terminated": False, "is_truncated": False}
+
+
+def _add_step(chunk: dict[str, Any], action: Any, reward: float, logp: float, next_obs: Any, mask: np.ndarray | None) -> None:
+    """One step into the chunk: the action (and the mask it was chosen under), its reward and log-prob, the observation after it."""
+    chunk["actions"].append(action)
+    chunk["rewards"].append(reward)
+    chunk["action_logp"].append(logp)
+    chunk["obs"].append(flat_observation(next_obs).tolist())
+    if mask is not None:
+        chunk.setdefault("action_mask", []).append(mask.tolist())
 
 
 def _finish(chunk: dict[str, Any], episode_id: str, policy: OnnxPolicy, plain: bool) -> dict[str, Any]:
