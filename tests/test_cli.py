@@ -181,3 +181,13 @@ def test_the_token_never_reaches_the_log_while_the_requests_do(tmp_path):
     assert gateway.proc.returncode is not None
     assert SECRET not in output, [line for line in output.splitlines() if SECRET in line]
     assert output.count("token=***") >= 3
+
+
+def test_help_ends_with_a_complete_game_config_that_the_gateway_reads(module_help, tmp_path):
+    example = module_help[module_help.index("A complete config for a game build"):]
+    config = tmp_path / "train.yaml"
+    config.write_text(example.split("\n", 2)[2])  # the YAML after its title line
+    settings = parse_command_line(["--config", str(config)])
+    assert settings.num_envs == 8 and settings.max_env_steps == 2_000_000 and settings.bc_strength == 0.5
+    assert settings.demos == Path("runner_demos.jsonl") and settings.env_path is not None
+    assert [lesson.name for lesson in settings.env_params["goal_distance"].curriculum] == ["near", "far"]

@@ -108,9 +108,35 @@ def cli_help(dest: str) -> str | None:
 _METAVARS = {"SecretStr": "str", "{int,dict[str,int]}": "int|JSON"}  # pydantic-settings' metavar -> the one shown
 
 
+# The end of --help: one YAML file for a game (docs/training.md has it with every section explained).
+GAME_EXAMPLE = """\
+A complete config for a game build (python -m app --config train.yaml; flags override it):
+
+  run_id: runner-01
+  env_path: builds/Runner.x86_64        # launched num_envs times with the --rllink-* arguments
+  num_envs: 8
+  time_scale: 20
+  headless: true
+  max_env_steps: 2000000                # or per module: {runner: 2000000, chaser: 500000}
+  max_seconds: 14400
+  observation_space: {type: box, shape: [12]}
+  action_space: {type: box, shape: [2], low: -1, high: 1}
+  demos: runner_demos.jsonl             # recorded in the kits' heuristic mode
+  bc_strength: 0.5                      # a BC loss during RL, falling to 0 over bc_steps
+  env_params:
+    goal_distance:
+      curriculum:
+        - {name: near, value: 2, completion_criteria: {threshold: 0.8, min_episodes: 50}}
+        - {name: far, value: 30}
+"""
+
+
 def _add_argument(parser: Any, *names: str, **kwargs: Any) -> Any:
-    """argparse's add_argument, with the help text of cli_help and readable metavars."""
+    """argparse's add_argument, with the help text of cli_help and readable metavars; the
+    root parser (the one that gets --help) ends its help with GAME_EXAMPLE."""
     is_help = kwargs.get("action") == "help"
+    if is_help:
+        parser.epilog = GAME_EXAMPLE
     kwargs["help"] = "Show this help and exit." if is_help else cli_help(kwargs.get("dest", "")) or kwargs.get("help")
     if kwargs.get("metavar") in _METAVARS:
         kwargs["metavar"] = _METAVARS[kwargs["metavar"]]
