@@ -5,6 +5,11 @@ against a real gateway over TCP.
 - Thin mode (the gateway acts), local inference (the kit's MlpPolicyRuntime runs each
   SET_STATE model in C#), and a batched GET_ACTION for several carts each reach a mean
   return of 200 over 20 episodes, and the gateway trained on what they sent.
+- Environment parameters: a gateway with a constant and a curriculum whose first lesson
+  CartPole completes fast; the example, thin and local, shows at each episode's start what
+  GetEnvParam reads: the constant throughout, the first lesson's value, then the second's
+  for good, as /api/metrics says (thin: the kit asks for a SET_STATE between episodes once
+  the version changed; local: the SET_STATEs it gets anyway carry them).
 - Auth: with the right token it trains; a wrong or missing token reaches the game as the
   kit's RLlinkException with the gateway's code (`unauthorized`), and the example exits 3
   saying so. A gateway limit (`too_many_episodes`) reaches it the same way.
@@ -76,12 +81,12 @@ BUILT = [
     "RLlink.dll", "CartPole.exe", "OnnxRun.exe", "PlayOnnx.exe",
     "unity/RLlink.Runtime.dll", "unity/RLlink.Runtime.Sentis.check.dll", "unity/RLlink.Runtime.InferenceEngine.check.dll",
     "unity/RLlink.Editor.dll", "unity/CartPoleSample.dll", "unity/AgentLoop.exe",
-]
+]  # fmt: skip
 MISSING = [tool for tool in ("mcs", "mono") if shutil.which(tool) is None]
 
 pytestmark = pytest.mark.skipif(
     bool(MISSING), reason=f"no {' or '.join(MISSING)}: apt-get install -y mono-mcs mono-runtime"
-)
+)  # fmt: skip
 
 TARGET = 200
 MAX_SECONDS = 180  # the example's own budget: it exits 1 when spent
@@ -100,7 +105,7 @@ def kit() -> Path:
 
 def cartpole(exe: Path, port: int, *args: str, target: float = TARGET) -> subprocess.CompletedProcess:
     command = ["mono", str(exe), "--host", "127.0.0.1", "--port", str(port),
-               "--target-return", str(target), "--max-seconds", str(MAX_SECONDS), *args]
+               "--target-return", str(target), "--max-seconds", str(MAX_SECONDS), *args]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     print(f"$ {' '.join(command)}\n{result.stdout}{result.stderr}")
     return result
@@ -160,6 +165,50 @@ def test_the_csharp_cartpole_trains_several_carts_with_batched_get_action(kit, t
     reached(result)
     assert after["weights_seq_no"] >= 1
     assert after["serving"]["inference_batch_size_mean"] > 1.5  # four observations per request
+
+
+CURRICULUM_PARAMS = {
+    "arena": "line",
+    "pole_length": {
+        "curriculum": [
+            {
+                "name": "short",
+                "value": 0.5,
+                "completion_criteria": {
+                    "threshold": 20, "min_episodes": 10, "measure": "episode_return_mean", "module_id": "default_policy",
+                },
+            },
+            {"name": "long", "value": 1.5},
+        ]
+    },
+}  # fmt: skip
+
+
+def shown_env_params(stdout: str) -> list[dict]:
+    """The example's --show-env-params lines: one per episode, as it started."""
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith('{"episode"')]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("inference", ["thin", "local"])
+def test_the_kit_follows_the_gateways_env_params_as_a_curriculum_lesson_advances(kit, tmp_path, inference):
+    settings = gateway_settings(tmp_path, env_params=CURRICULUM_PARAMS, train_batch_size=1000, decode_workers=0)
+    with running_gateway(settings) as gateway:
+        result = cartpole(kit, gateway.tcp_port, "--inference", inference, "--show-env-params", "arena,pole_length,missing", target=100)
+        after = metrics(gateway)
+    run = reached(result)
+    shown = shown_env_params(result.stdout)
+    assert [line["episode"] for line in shown] == list(range(1, run["episodes"] + 1))
+    # The constant throughout; a parameter the gateway does not set reads as the default (null).
+    assert all(line["env_params"]["arena"] == "line" and line["env_params"]["missing"] is None for line in shown)
+    lengths = [float(line["env_params"]["pole_length"]) for line in shown]
+    assert 1.5 in lengths, f"the second lesson never reached the game in {run['episodes']} episodes: {lengths}"
+    changed = lengths.index(1.5)
+    # The first lesson's value, for at least its min_episodes, then the second's for good.
+    assert changed >= 10 and set(lengths[:changed]) == {0.5} and set(lengths[changed:]) == {1.5}, lengths
+    assert shown[changed]["weights_seq_no"] >= 1  # it came with a policy version published after the change
+    assert after["env_params"] == {"arena": "line", "pole_length": 1.5}
+    assert after["curriculum"]["pole_length"]["lesson_name"] == "long"
 
 
 # -- Auth and errors ----------------------------------------------------------------------
@@ -225,7 +274,7 @@ def test_tls_with_a_pinned_self_signed_certificate(kit, tmp_path):
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
          "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
-    )
+    )  # fmt: skip
     settings = gateway_settings(tmp_path, tls_certfile=cert, tls_keyfile=key)
     with running_gateway(settings) as gateway:
         result = cartpole(kit, gateway.tcp_port, "--tls-cert", str(cert), target=100)
@@ -253,7 +302,7 @@ CHOICE_TARGETS = {"two-targets": 14, "masked-targets": 14, "masked-pick": 7}
     ("env", "inference"),
     [("masked-pick", "thin"), ("masked-pick", "thin-batched"), ("masked-pick", "local"),
      ("masked-targets", "thin"), ("masked-targets", "local"), ("two-targets", "local")],
-)
+)  # fmt: skip
 def test_multi_discrete_and_masked_tasks_are_learned_and_no_forbidden_action_is_ever_taken(kit, tmp_path, env, inference):
     # A masked env throws on a forbidden action (the example exits 4), and in local mode the
     # gateway refuses a chunk whose action its mask forbids (exit 3): reaching the target
@@ -321,7 +370,7 @@ def _models() -> list[tuple[str, bytes, list[int]]]:
 
 def onnx_run(model: Path, shape: list[int], lines: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["mono", str(BUILD / "OnnxRun.exe"), str(model), "x".join(map(str, shape))],
-                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["cartpole", "box", "masked_multi_discrete"])
@@ -370,7 +419,7 @@ def test_mlp_policy_runtime_refuses_an_image_policy_pointing_to_sentis_or_thin_m
 
 def play_onnx(model: Path, lines: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["mono", str(BUILD / "PlayOnnx.exe"), str(model)],
-                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+                          input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 @pytest.mark.parametrize("gateway", ["cartpole", "masked-pick"])
@@ -487,7 +536,7 @@ def agent_loop(*args: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.Complet
 def test_the_samples_rllinkagent_trains_cartpole_then_plays_the_export_without_a_gateway(kit, tmp_path, inference):
     with running_gateway(gateway_settings(tmp_path)) as gateway:
         result = agent_loop("train", "--host", "127.0.0.1", "--port", str(gateway.tcp_port), "--inference", inference,
-                            "--target-return", str(TARGET), "--max-seconds", str(MAX_SECONDS))
+                            "--target-return", str(TARGET), "--max-seconds", str(MAX_SECONDS))  # fmt: skip
         after = metrics(gateway)
         model = httpx.get(f"{gateway.base_url}/api/model.onnx", timeout=30).raise_for_status().content
     run = reached(result)
@@ -563,7 +612,7 @@ def test_a_heuristic_agent_plays_itself_and_the_gateway_trains_on_its_logged_act
     with running_gateway(gateway_settings(tmp_path)) as gateway:
         port = gateway.tcp_port
         result = agent_loop("train", "--port", "1", "--inference", "heuristic", "--target-return", "450",
-                            "--rllink-port", str(port), "--rllink-time-scale", "8", "--rllink-env-index", "2")
+                            "--rllink-port", str(port), "--rllink-time-scale", "8", "--rllink-env-index", "2")  # fmt: skip
         after = metrics(gateway)
     run = reached(result)
     assert f"inference: heuristic, connecting to 127.0.0.1:{port}, time scale 8, seed 2000" in result.stdout

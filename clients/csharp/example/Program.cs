@@ -17,6 +17,11 @@
 // --rllink-env-index arguments it is given over its own (--rllink-time-scale: it runs
 // as fast as it can anyway).
 //
+// --show-env-params NAME[,NAME...] (one env): at each episode's start, before its reset,
+// prints one JSON line {"episode", "weights_seq_no", "env_params": {NAME: value}}, each value
+// as GatewayConfig.GetEnvParam(NAME, null) reads it (a string; a number or bool as JSON
+// writes it; null when the gateway sets none): the values a game would start it with.
+//
 // --record-demos FILE [--episodes 20]: no gateway; the env's scripted controller plays
 // (IExampleEnv.Heuristic: the best allowed action; CartPole: push under the falling pole)
 // and each episode is appended to FILE as demonstrations (DemoRecorder: RLlink episode
@@ -53,6 +58,7 @@ namespace RLlink.Example
             public string TlsCert;
             public string RecordDemos;
             public int Episodes = 20;
+            public string[] ShowEnvParams;
         }
 
         const string Usage =
@@ -60,6 +66,7 @@ namespace RLlink.Example
             "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local]\n" +
             "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]\n" +
             "                         [--env cartpole|two-targets|masked-targets|masked-pick]\n" +
+            "                         [--show-env-params NAME[,NAME...]]\n" +
             "       mono CartPole.exe --record-demos demos.jsonl [--episodes 20] [--env ...] [--seed 0]   (no gateway)";
 
         static readonly string[] EnvNames = { "cartpole", "two-targets", "masked-targets", "masked-pick" };
@@ -158,6 +165,7 @@ namespace RLlink.Example
             var progress = new Progress(args);
             while (true)
             {
+                if (args.ShowEnvParams != null) ShowEnvParams(client.Config, args.ShowEnvParams, session);
                 float[] obs = env.Reset();
                 float episodeReturn = 0;
                 while (true)
@@ -177,6 +185,18 @@ namespace RLlink.Example
                 if (progress.Episode(episodeReturn, env.Steps, session.WeightsSeqNo, session.Reconnects)) return true;
                 if (progress.BudgetSpent()) return false;
             }
+        }
+
+        /// <summary>--show-env-params: the named environment parameters as the next episode starts
+        /// with them (GetEnvParam), one JSON line.</summary>
+        static void ShowEnvParams(GatewayConfig config, string[] names, AgentSession session)
+        {
+            var values = new Dictionary<string, object>();
+            foreach (string name in names) values[name] = config.GetEnvParam(name, (string)null);
+            Console.WriteLine(Json.Serialize(new Dictionary<string, object>
+            {
+                { "episode", session.Episodes + 1 }, { "weights_seq_no", session.WeightsSeqNo }, { "env_params", values },
+            }));
         }
 
         /// <summary>--record-demos: the env's scripted controller plays args.Episodes episodes, each
@@ -326,6 +346,10 @@ namespace RLlink.Example
                         case "--seed": args.Seed = int.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--record-demos": args.RecordDemos = value; break;
                         case "--episodes": args.Episodes = int.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--show-env-params":
+                            args.ShowEnvParams = value.Split(new[] { ',' }, StringSplitOptions.RemoveEmptyEntries);
+                            if (args.ShowEnvParams.Length == 0) throw new ArgumentException("--show-env-params takes parameter names, NAME[,NAME...]");
+                            break;
                         case "--env":
                             if (Array.IndexOf(EnvNames, value) < 0) throw new ArgumentException("--env is one of " + string.Join(", ", EnvNames));
                             args.Env = value;
@@ -354,6 +378,7 @@ namespace RLlink.Example
             if (args.Envs < 1) throw new ArgumentException("--envs must be at least 1");
             if (args.Episodes < 1) throw new ArgumentException("--episodes must be at least 1");
             if (args.Envs > 1 && args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
+            if (args.Envs > 1 && args.ShowEnvParams != null) throw new ArgumentException("--show-env-params shows one env's: leave out --envs");
             return args;
         }
     }

@@ -16,6 +16,11 @@
 // forbidden; null: all allowed): thin mode sends it with GET_ACTION, local mode feeds it
 // to the model's second input (IMaskedPolicyRuntime) and records it in the chunk.
 //
+// Environment parameters (the gateway's env_params: client.Config.GetEnvParam): local mode
+// gets a curriculum's new values in the SET_STATEs it asks for anyway; a thin session, which
+// gets no SET_STATE unasked, asks for one (GET_STATE) when an episode ends after the policy
+// version changed, so the next episode starts with the new values.
+//
 // A broken connection costs the session nothing but time: it reconnects (RLlinkClient's
 // AutoReconnect). In thin mode the gateway ended the open episode as truncated, so the
 // session starts a new one on the new connection and goes on; in local mode the
@@ -73,6 +78,7 @@ namespace RLlink
         int episodeConnection;        // the connection it was opened on
         bool actedInEpisode;          // an action exists that a reward can belong to
         float pendingReward;          // reward for the last action, not yet sent
+        int paramsVersion;            // the policy version whose env_params the client holds
 
         // Local mode
         Dictionary<string, object> chunk;                   // the open episode's current chunk
@@ -230,6 +236,25 @@ namespace RLlink
             {
                 episodeId = null;
                 pendingReward = 0;
+            }
+            if (Mode == InferenceMode.Thin) RefreshEnvParams();
+        }
+
+        /// <summary>Thin mode, between episodes: a curriculum's new env_params come only in a
+        /// SET_STATE, so ask for one (GET_STATE) once the policy version moved past the one whose
+        /// values the client holds. Nothing to ask when the gateway sets no env_params.</summary>
+        void RefreshEnvParams()
+        {
+            if (client.Config == null || client.Config.EnvParams.Count == 0 || WeightsSeqNo <= paramsVersion) return;
+            if (!client.IsConnected) return; // the next connect's SET_CONFIG carries the current values
+            try
+            {
+                paramsVersion = client.GetState().WeightsSeqNo;
+            }
+            catch (RLlinkException e)
+            {
+                if (e.Code != RLlinkException.ConnectionClosed) throw;
+                Reconnects++; // the next Act reconnects, and its SET_CONFIG has the current values
             }
         }
 
