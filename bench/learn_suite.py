@@ -14,7 +14,7 @@ torch stays 2.13.0+cpu):
 | Pendulum-v1    | SAC       | 15,000             | 20,000    | hyperparams/sac.yml Pendulum-v1 (n_timesteps 2e4) |
 | LunarLander-v3 | PPO       | 196,608            | 983,040   | hyperparams/ppo.yml LunarLander-v3 (n_timesteps 1e6) |
 | HalfCheetah-v5 | SAC       | 30,000             | 300,000   | hyperparams/sac.yml HalfCheetah-v4 (n_timesteps 1e6; no v5 entry) |
-| MountainCarContinuous-v0 | SAC | 50,000           | 50,000    | hyperparams/sac.yml (gSDE: the gateway has none) |
+| MountainCarContinuous-v0 | SAC | 50,000           | 50,000    | hyperparams/sac.yml MountainCarContinuous-v0 (gSDE both sides) |
 | Acrobot-v1     | PPO       | 100,000            | 1,000,000 | hyperparams/ppo.yml Acrobot-v1 (without its VecNormalize) |
 
 Why these budgets: each is where the task is visibly learnt but not finished, so the
@@ -179,8 +179,15 @@ TASKS: dict[str, Task] = {
             zoo_entry="rl_zoo3 2.9.2 hyperparams/ppo.yml: CartPole-v1",
             n_envs=8,
             sb3=dict(
-                policy="MlpPolicy", n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                ent_coef=0.0, learning_rate=ZooLinearSchedule(0.001), clip_range=ZooLinearSchedule(0.2),
+                policy="MlpPolicy",
+                n_steps=32,
+                batch_size=256,
+                gae_lambda=0.8,
+                gamma=0.98,
+                n_epochs=20,
+                ent_coef=0.0,
+                learning_rate=ZooLinearSchedule(0.001),
+                clip_range=ZooLinearSchedule(0.2),
             ),
             gateway_env={
                 "RLLINK_ALGORITHM": "ppo",
@@ -210,7 +217,12 @@ TASKS: dict[str, Task] = {
             zoo_entry="rl_zoo3 2.9.2 hyperparams/ppo.yml: LunarLander-v3",
             n_envs=16,
             sb3=dict(
-                policy="MlpPolicy", n_steps=1024, batch_size=64, gae_lambda=0.98, gamma=0.999, n_epochs=4,
+                policy="MlpPolicy",
+                n_steps=1024,
+                batch_size=64,
+                gae_lambda=0.98,
+                gamma=0.999,
+                n_epochs=4,
                 ent_coef=0.01,
             ),
             gateway_env={
@@ -249,8 +261,17 @@ TASKS: dict[str, Task] = {
             zoo_entry="rl_zoo3 2.9.2 hyperparams/sac.yml: MountainCarContinuous-v0",
             n_envs=1,
             sb3=dict(
-                policy="MlpPolicy", learning_rate=3e-4, buffer_size=50_000, batch_size=512, ent_coef=0.1,
-                train_freq=32, gradient_steps=32, gamma=0.9999, tau=0.01, learning_starts=0, use_sde=True,
+                policy="MlpPolicy",
+                learning_rate=3e-4,
+                buffer_size=50_000,
+                batch_size=512,
+                ent_coef=0.1,
+                train_freq=32,
+                gradient_steps=32,
+                gamma=0.9999,
+                tau=0.01,
+                learning_starts=0,
+                use_sde=True,
                 policy_kwargs=dict(log_std_init=-3.67, net_arch=[64, 64]),
             ),
             gateway_env=_sac_env(2, 1, -1.0, 1.0, lr=3e-4, learning_starts=1)
@@ -262,8 +283,18 @@ TASKS: dict[str, Task] = {
                 "RLLINK_SAC__AUTOTUNE": "false",
                 "RLLINK_SAC__ALPHA": "0.1",
                 "RLLINK_SAC__HIDDEN_SIZES": "[64, 64]",
+                "RLLINK_SAC__UTD_RATIO": "0.25",
+                "RLLINK_SAC__EXPLORATION": "gsde",
+                "RLLINK_SAC__GSDE_LOG_STD_INIT": "-0.5",
+                "RLLINK_ENV_STEPS_PER_SAMPLE": "32",
+                "RLLINK_MAX_TRAINING_BACKLOG": "0",
             },
-            notes="rl-zoo's SAC settings translated, without gSDE (the gateway's SAC samples white noise)",
+            notes="rl-zoo's SAC settings translated, with gSDE: the client fetches a version every 32 env steps "
+            "and waits for it (max_training_backlog 0), so theta is drawn every 32 env steps as rl-zoo's SAC "
+            "does (a rollout of train_freq 32); gsde_log_std_init -0.5, not rl-zoo's -3.67, and 0.25 gradient "
+            "steps per env step, not 1: at -3.67 and 0.25 the noise grew too slowly to reach the flag in 11k "
+            "env steps (one seed), at -2.0 the flag came at 18k; 1 gradient step per env step ran at about 9 a "
+            "second on the loaded 2-core machine (over 1.5 hours a seed)",
         ),
         Task(
             env_id="Acrobot-v1",
@@ -613,9 +644,14 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     """Every seed of one task, the gateway then SB3 for each; the summary of both sides."""
     budget = task.long_budget if args.long else task.budget
     result: dict[str, Any] = {
-        "algorithm": task.algorithm, "budget": budget, "seeds": args.seeds, "zoo_entry": task.zoo_entry,
+        "algorithm": task.algorithm,
+        "budget": budget,
+        "seeds": args.seeds,
+        "zoo_entry": task.zoo_entry,
         "sb3_hyperparams": {k: repr(v) if isinstance(v, ZooLinearSchedule) else v for k, v in task.sb3.items()},
-        "sb3_n_envs": task.n_envs, "gateway_settings": task.gateway_env, "gateway_notes": task.notes,
+        "sb3_n_envs": task.n_envs,
+        "gateway_settings": task.gateway_env,
+        "gateway_notes": task.notes,
     }
     print(f"{task.env_id}: {task.algorithm.upper()}, {budget:,} env steps, seeds {args.seeds}", flush=True)
     problem = env_problem(task.env_id)
@@ -647,7 +683,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-episodes", type=int, default=10, help="deterministic episodes of the final policy")
     parser.add_argument("--clients", type=int, help="reference clients per gateway run (default: the task's, 1)")
     parser.add_argument(
-        "--learner-threads", type=int, default=os.cpu_count(),
+        "--learner-threads",
+        type=int,
+        default=os.cpu_count(),
         help="the gateway's learner_threads (default: the cores, as SB3's torch uses; the gateway's own default is 1)",
     )
     return parser.parse_args(argv)
@@ -668,8 +706,14 @@ def main(argv: list[str] | None = None) -> None:
     emit(
         "learn_suite",
         lines,
-        {"long": args.long, "seeds": args.seeds, "eval_episodes": args.eval_episodes, "sides": args.sides,
-         "tasks": results, "targets": targets},
+        {
+            "long": args.long,
+            "seeds": args.seeds,
+            "eval_episodes": args.eval_episodes,
+            "sides": args.sides,
+            "tasks": results,
+            "targets": targets,
+        },
     )
 
 

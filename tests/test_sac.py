@@ -19,8 +19,8 @@ from app.settings.config import Settings
 from app.settings.hyperparameters import SACConfig
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.checkpoints import CheckpointMismatch
-from app.training.onnx_export import export_onnx
-from app.training.sac import SquashedGaussianActor
+from app.training.onnx_export import GSDE_EXPLORING_NOTE, export_onnx, load_payload
+from app.training.sac import LOG_STD_MIN, SquashedGaussianActor
 from app.training.sac_learner import SACLearner
 from app.training.service import LocalTrainingService
 from rllink.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
@@ -36,9 +36,7 @@ FAST_SAC = SACConfig(hidden_sizes=(64, 64), learning_starts=1000)
 
 
 def pendulum_settings(tmp_path, **overrides) -> Settings:
-    values = dict(
-        algorithm="sac", observation_space=OBS_SPACE, action_space=ACTION_SPACE, env_steps_per_sample=200, sac=FAST_SAC
-    )
+    values = dict(algorithm="sac", observation_space=OBS_SPACE, action_space=ACTION_SPACE, env_steps_per_sample=200, sac=FAST_SAC)
     return gateway_settings(tmp_path, **{**values, **overrides})
 
 
@@ -86,6 +84,40 @@ def test_the_onnx_actor_computes_what_torch_computes():
         assert log_std.min() >= -5 - 1e-5 and log_std.max() <= 2 + 1e-5
 
 
+def test_a_gsde_actor_exports_its_state_dependent_std_and_a_drawn_theta_as_its_mean():
+    """gSDE's std of u is sqrt(features^2 @ exp(2 log_std)); the exploring model's mean is
+    mean + features @ theta with a tiny constant log std, so clients' own noise adds nothing."""
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(OBS_SPACE, BoxSpace(shape=(2,), low=-1, high=3), (32, 16), gsde_log_std_init=-2.0)
+    obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    with torch.no_grad():
+        expected = actor(torch.from_numpy(obs)).numpy()
+        features = actor.body(torch.from_numpy(obs)).numpy()
+    std = np.sqrt(features**2 @ np.exp(-4.0 * np.ones((16, 2))) + 1e-6)
+    np.testing.assert_allclose(np.exp(expected[:, 2:]), std, rtol=1e-4)
+    policy = ort.InferenceSession(export_onnx(actor, 7), providers=["CPUExecutionProvider"]).run(None, {"obs": obs})[0]
+    np.testing.assert_allclose(policy, expected, rtol=1e-5, atol=1e-5)
+
+    theta = actor.exploration_noise(np.random.default_rng(1))
+    assert theta.shape == (16, 2) and 0.05 < theta.std() < 0.3  # entries N(0, exp(-2)^2)
+    played = ort.InferenceSession(export_onnx(actor, 7, exploration_noise=theta), providers=["CPUExecutionProvider"])
+    (played_out,) = played.run(None, {"obs": obs})
+    np.testing.assert_allclose(played_out[:, :2], expected[:, :2] + features @ theta, rtol=1e-4, atol=1e-5)
+    assert np.all(played_out[:, 2:] == LOG_STD_MIN)
+
+
+def test_gsde_draws_a_new_theta_every_gsde_sample_every_versions(tmp_path):
+    cfg = SACConfig(hidden_sizes=(16,), learning_starts=10_000, exploration="gsde", gsde_sample_every=2)
+    learner = SACLearner(cfg, OBS_SPACE, ACTION_SPACE, seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs")
+    thetas = []
+    for version in range(1, 6):
+        state, _ = learner.train(random_chunks(1, 10, seed=version), weights_seq_no=version)
+        thetas.append(learner.exploration_noise.copy())
+        assert load_payload(state.onnx_gzip_b64).SerializeToString() != state.onnx_bytes  # SET_STATE's explores
+    same = [np.array_equal(a, b) for a, b in zip(thetas, thetas[1:])]
+    assert same == [True, False, True, False]  # versions 1-2, 3-4, 5
+
+
 def test_squashed_gaussian_sampling_and_log_probs_agree_with_the_learners():
     torch.manual_seed(1)
     actor = SquashedGaussianActor(OBS_SPACE, BoxSpace(shape=(2,), low=-2, high=2), (16,))
@@ -122,9 +154,11 @@ def random_chunks(count: int, steps: int, seed: int, discrete: bool = False) -> 
     ]
 
 
-@pytest.mark.parametrize("discrete", [False, True], ids=["box", "discrete"])
-def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, discrete):
-    cfg = SACConfig(hidden_sizes=(32, 32), learning_starts=50, batch_size=32)
+@pytest.mark.parametrize(
+    ("discrete", "exploration"), [(False, "gaussian"), (True, "gaussian"), (False, "gsde")], ids=["box", "discrete", "gsde"]
+)
+def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, discrete, exploration):
+    cfg = SACConfig(hidden_sizes=(32, 32), learning_starts=50, batch_size=32, exploration=exploration)
     spaces = (BoxSpace(shape=(4,)), DiscreteSpace(n=2)) if discrete else (OBS_SPACE, ACTION_SPACE)
     make = lambda seed: SACLearner(cfg, *spaces, seed=seed, checkpoint_dir=tmp_path, onnx_input_name="obs")  # noqa: E731
     trained = make(0)
@@ -145,6 +179,22 @@ def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, d
                     assert torch.equal(value, actual["state"][param_id][key]), (name, key)
     assert restored.sac.log_alpha.item() == trained.sac.log_alpha.item()
     assert restored.export().onnx_bytes == trained.export().onnx_bytes
+    if exploration == "gsde":  # its std is learnt: the entropy term moved it from its start
+        assert not torch.equal(trained.sac.actor.gsde_log_std, torch.full_like(trained.sac.actor.gsde_log_std, cfg.gsde_log_std_init))
+
+
+def test_a_gsde_checkpoint_is_refused_by_a_gaussian_learner_naming_the_exploration(tmp_path):
+    make = lambda exploration: SACLearner(  # noqa: E731
+        SACConfig(hidden_sizes=(16,), exploration=exploration),
+        OBS_SPACE,
+        ACTION_SPACE,
+        seed=0,
+        checkpoint_dir=tmp_path,
+        onnx_input_name="obs",
+    )
+    make("gsde").save()
+    with pytest.raises(CheckpointMismatch, match="exploration"):
+        make("gaussian").restore()
 
 
 def test_a_ppo_checkpoint_is_refused_by_a_sac_gateway_naming_the_algorithm(tmp_path):
@@ -251,3 +301,90 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
     # barely did); what must hold is that every step was trained and the policy learned.
     assert trained == 15_000
     assert np.mean(returns) > -800, returns  # random play: about -1,200
+
+
+def mean_and_log_std(onnx_bytes: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    (out,) = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"]).run(None, {"obs": obs})
+    return out[:, :1], out[:, 1:]
+
+
+@pytest.mark.e2e
+def test_gsde_clients_get_a_new_noise_draw_each_version_and_rest_serves_the_noise_free_policy(tmp_path):
+    """Through a real gateway: each version's SET_STATE model carries its own state-dependent
+    noise in the mean (log std LOG_STD_MIN), while /api/model.onnx stays the learner's policy,
+    whose mean is the mode evaluation and a shipped game play. No gradient steps (learning_starts
+    not reached), so the policy is the same in every version and only the noise changes."""
+    sac = FAST_SAC.model_copy(update={"exploration": "gsde", "learning_starts": 1_000_000})
+    obs = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    played, served = {}, {}
+    settings = pendulum_settings(tmp_path, sac=sac, env_steps_per_sample=20)  # a version per chunk
+    with running_gateway(settings) as gateway, gateway.client("tcp", timeout=60) as client:
+        client.request({"type": "GET_CONFIG"})
+        for i in range(3):
+            before = gateway.service.current_state().weights_seq_no
+            rng = np.random.default_rng(i)
+            chunk = {"obs": rng.normal(size=(21, 3)).tolist(), "actions": rng.uniform(-2, 2, (20, 1)).tolist()}
+            client.send({"type": "EPISODES", "episodes": [{**chunk, "rewards": [0.0] * 20, "is_terminated": True, "is_truncated": False}]})
+            wait_until(lambda: gateway.service.current_state().weights_seq_no > before, 60, "a new version")  # noqa: B023
+            state = client.request({"type": "GET_STATE"})
+            model = httpx.get(f"{gateway.base_url}/api/model.onnx")
+            assert model.headers["X-Weights-Seq-No"] == str(state["weights_seq_no"])
+            played[state["weights_seq_no"]] = load_payload(state["onnx_file"])
+            served[state["weights_seq_no"]] = model.content
+        actor = learner_of(gateway.service).sac.actor
+        with torch.no_grad():
+            expected = actor(torch.from_numpy(obs)).numpy()
+
+    assert len(played) == 3
+    noises = []
+    for version, model in played.items():
+        props = {p.key: p.value for p in model.metadata_props}
+        assert props["exploration"] == GSDE_EXPLORING_NOTE and props["weights_seq_no"] == str(version)
+        mean, log_std = mean_and_log_std(model.SerializeToString(), obs)
+        assert np.all(log_std == LOG_STD_MIN)
+        clean_mean, clean_log_std = mean_and_log_std(served[version], obs)
+        np.testing.assert_allclose(np.concatenate([clean_mean, clean_log_std], axis=1), expected, rtol=1e-5, atol=1e-5)
+        assert np.all(clean_log_std > LOG_STD_MIN)  # the policy's own std: gSDE's, state-dependent
+        noises.append(mean - clean_mean)
+    for noise in noises:
+        assert 1e-4 < np.abs(noise).mean() < 10 and noise.std() > 1e-5  # finite, and different per state
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        assert np.abs(noises[a] - noises[b]).mean() > 1e-4  # a new draw each version
+
+
+# learn_suite's MountainCarContinuous-v0 settings (bench/learn_suite.py), 64x64 networks as there.
+SPARSE_SAC = SACConfig(
+    hidden_sizes=(64, 64),
+    q_lr=3e-4,
+    policy_lr=3e-4,
+    gamma=0.9999,
+    tau=0.01,
+    buffer_size=50_000,
+    batch_size=512,
+    learning_starts=1,
+    utd_ratio=0.25,
+    policy_frequency=1,
+    autotune=False,
+    alpha=0.1,
+    exploration="gsde",
+)
+
+
+@pytest.mark.e2e
+def test_gsde_reaches_the_sparse_reward_of_mountain_car_that_white_noise_never_finds(tmp_path):
+    """MountainCarContinuous-v0 pays +100 at the flag, -0.1 a^2 each step; white noise each
+    step (exploration gaussian) never got there in 45k env steps (issue #35). gSDE's noise,
+    redrawn every 32 env steps (a version per 32-step message, waited for), gets there in
+    its first episodes: the car's best training episode (at most 6 of them) is over 50."""
+    settings = gateway_settings(
+        tmp_path,
+        algorithm="sac",
+        observation_space=BoxSpace(shape=(2,)),
+        action_space=BoxSpace(shape=(1,), low=-1.0, high=1.0),
+        env_steps_per_sample=32,
+        max_training_backlog=0,
+        sac=SPARSE_SAC,
+    )
+    with running_gateway(settings) as gateway, gateway.client("tcp", timeout=120) as client:
+        result = run(client, "MountainCarContinuous-v0", target_return=None, max_env_steps=6_000, seed=0)
+    assert max(result.recent_returns) > 50, list(result.recent_returns)  # without the flag: at most 0

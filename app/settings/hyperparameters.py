@@ -49,8 +49,7 @@ class PPOConfig(BaseModel):
     )
     normalize_reward: bool | None = Field(
         None,
-        description="Divide rewards by the running std of the discounted return; unset: on for Box action spaces, "
-        "off for Discrete.",
+        description="Divide rewards by the running std of the discounted return; unset: on for Box action spaces, off for Discrete.",
     )
 
 
@@ -73,8 +72,7 @@ class SACConfig(BaseModel):
     alpha: float = Field(0.2, gt=0, description="Entropy coefficient, or its start value with autotune.")
     autotune: bool = Field(
         True,
-        description="Tune alpha towards the target entropy: -dim(A) for a Box, target_entropy_scale * log(n) "
-        "for Discrete(n).",
+        description="Tune alpha towards the target entropy: -dim(A) for a Box, target_entropy_scale * log(n) for Discrete(n).",
     )
     target_entropy_scale: float = Field(
         0.5,
@@ -84,6 +82,21 @@ class SACConfig(BaseModel):
         "0.89, which made alpha and Q diverge on CartPole).",
     )
     hidden_sizes: tuple[int, ...] = Field((256, 256), min_length=1, description="MLP layer widths (actor and Q).")
+    exploration: Literal["gaussian", "gsde"] = Field(
+        "gaussian",
+        description="Box actions: how clients explore. gaussian: white noise each step from the actor's log std. "
+        "gsde: generalized state-dependent exploration (Raffin et al. 2022), noise features(s) @ theta with theta "
+        "drawn every `gsde_sample_every` versions and baked into the mean of the ONNX clients train with: smooth, "
+        "consistent exploration for sparse rewards (MountainCarContinuous); fixed at start.",
+    )
+    gsde_log_std_init: float = Field(
+        -0.5,
+        ge=-20,
+        le=2,
+        description="gsde: the initial log std of each entry of theta, learnt after (MountainCarContinuous at 0.25 "
+        "gradient steps per env step: -0.5 reached the flag within 3k env steps, -2.0 at 18k, -3.67, rl-zoo's, not in 11k).",
+    )
+    gsde_sample_every: int = Field(1, ge=1, description="gsde: published versions between two draws of theta.")
 
 
 Algorithm = Literal["ppo", "sac"]
@@ -97,6 +110,7 @@ def check_hyperparameter_names(values: dict[str, Any], model: type[BaseModel]) -
         raise ValueError(f"unknown {what} hyperparameters: {', '.join(sorted(unknown))}")
     return values
 
+
 DEFAULT_MODULE_ID = "default_policy"
 MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a directory name under checkpoint_dir
 
@@ -107,9 +121,7 @@ class SelfPlayConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    opponent_module_id: str | None = Field(
-        None, description="Module id clients play the opponent with; default '<module_id>_opponent'."
-    )
+    opponent_module_id: str | None = Field(None, description="Module id clients play the opponent with; default '<module_id>_opponent'.")
     snapshot_every: int = Field(5, ge=1, description="Versions between two snapshots of the learner.")
     window: int = Field(10, ge=1, le=1000, description="Snapshots kept to play against (the most recent).")
     play_against_latest_ratio: float = Field(
@@ -127,9 +139,7 @@ class SelfPlayConfig(BaseModel):
         description="How a snapshot opponent is chosen: pfsp (AlphaStar's prioritised fictitious self-play, weight "
         "(1 - p)^2 with p the learner's expected score against it, from the ratings) or uniform.",
     )
-    random_elo: float = Field(
-        1000.0, description="The uniformly random reference's rating: fixed, the anchor of every other rating."
-    )
+    random_elo: float = Field(1000.0, description="The uniformly random reference's rating: fixed, the anchor of every other rating.")
     prior_games: float = Field(
         2.0,
         gt=0,
@@ -137,9 +147,7 @@ class SelfPlayConfig(BaseModel):
         description="Virtual draws of each snapshot against the random reference: the prior that keeps ratings "
         "finite (n straight wins against random rate about 400 log10(n) above it); more pulls ratings towards it.",
     )
-    record_window: int = Field(
-        200, ge=1, le=100_000, description="Recent games per opponent and seat counted in /api/policies' records."
-    )
+    record_window: int = Field(200, ge=1, le=100_000, description="Recent games per opponent and seat counted in /api/policies' records.")
     # Settings of earlier releases, accepted and unused: ratings are now fitted, not stepped by a K-factor.
     elo_k: float | None = Field(None, description="Unused (ratings are fitted from the games); accepted for old settings.")
     initial_elo: float | None = Field(None, description="Unused (see random_elo); accepted for old settings.")

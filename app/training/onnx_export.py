@@ -1,9 +1,11 @@
 """Build the actor's ONNX model directly from its weights, and pack it for SET_STATE.
 
 The graph is Gemm and Tanh nodes for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat
-for SAC's actor (Gemm and Relu for discrete SAC's) (plus Flatten for multi-dimensional observations; Slice, Reshape, Mul,
-Conv, Relu, Flatten, Gemm and Concat for camera images; Sub, Mul and Add for an action
-mask, the optional second input `action_mask`), opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
+for SAC's actor (Gemm, Relu, Mul, Log and Concat with gSDE, whose SET_STATE model has the
+version's drawn noise in its mean Gemm; Gemm and Relu for discrete SAC's) (plus Flatten for
+multi-dimensional observations; Slice, Reshape, Mul, Conv, Relu, Flatten, Gemm and Concat for
+camera images; Sub, Mul and Add for an action mask, the optional second input `action_mask`),
+opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
 it. Building it by hand is exact, takes about a millisecond and needs no exporter.
 """
 
@@ -23,7 +25,7 @@ from app.spaces.models import IMAGE_MAX, MultiDiscreteSpace
 from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, OUTPUT_NAME
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
-from app.training.sac import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
+from app.training.sac import GSDE_VARIANCE_EPS, LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 from app.training.sac_discrete import CategoricalActor
 from rllink.action_dists import MASK_PENALTY
 
@@ -31,6 +33,10 @@ OPSET = 13
 IR_VERSION = 7
 BATCH_AXIS = "batch"
 GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
+GSDE_EXPLORING_NOTE = (
+    "gsde: this version's exploration noise features(s) @ theta is in the mean and the log std is small; "
+    "the noise-free policy is GET /api/model.onnx"
+)
 
 
 Actor = ActorCritic | SquashedGaussianActor | CategoricalActor  # PPO's policy, or SAC's actor
@@ -96,8 +102,12 @@ def _image(graph: _Graph, x: str, encoder: ImageEncoder, name: str) -> str:
         weight, bias = (graph.constant(t.detach().cpu().numpy(), f"{name}_conv{i}_{k}") for t, k in ((conv.weight, "W"), (conv.bias, "b")))
         pad = conv.padding[0]
         x = graph.node(
-            "Conv", [x, weight, bias], f"{name}_conv{i}",
-            kernel_shape=list(conv.kernel_size), strides=list(conv.stride), pads=[pad] * 4,
+            "Conv",
+            [x, weight, bias],
+            f"{name}_conv{i}",
+            kernel_shape=list(conv.kernel_size),
+            strides=list(conv.stride),
+            pads=[pad] * 4,
         )
         x = graph.node("Relu", [x], f"{name}_conv{i}_relu")
     x = graph.node("Flatten", [x], f"{name}_flat", axis=1)
@@ -168,20 +178,40 @@ def _relu_layers(graph: _Graph, x: str, body: nn.Sequential) -> str:
     return x
 
 
-def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor) -> None:
-    """Gemm-Relu layers, a mean head, and a log std head squashed into [LOG_STD_MIN, LOG_STD_MAX]."""
+def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor, noise: np.ndarray | None) -> None:
+    """Gemm-Relu layers, a mean head, and a log std head squashed into [LOG_STD_MIN, LOG_STD_MAX];
+    with gSDE, the log std of features @ theta (Mul, Gemm, Log), or with a drawn theta
+    (`noise`) the mean of features @ (W + theta) and a constant log std (LOG_STD_MIN)."""
     x = _relu_layers(graph, x, actor.body)
-    mean = graph.gemm(x, *_weights(actor.fc_mean), "mean")
-    squashed = graph.node("Tanh", [graph.gemm(x, *_weights(actor.fc_logstd), "log_std_raw")], "log_std_tanh")
-    half_range = graph.constant(np.array(0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_half_range")
-    middle = graph.constant(np.array(LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_middle")
-    log_std = graph.node("Add", [graph.node("Mul", [squashed, half_range], "log_std_scaled"), middle], "log_std")
+    weight, bias = _weights(actor.fc_mean)
+    mean = graph.gemm(x, weight if noise is None else weight + noise.T, bias, "mean")
+    if noise is not None:
+        zeros = np.zeros_like(weight), np.full_like(bias, LOG_STD_MIN)
+        log_std = graph.gemm(x, *zeros, "log_std")
+    elif actor.gsde:
+        variance_weight = (2 * actor.gsde_log_std.detach().cpu().numpy()).T.copy()
+        squared = graph.node("Mul", [x, x], "features_squared")
+        variance = graph.gemm(squared, np.exp(variance_weight), np.full_like(bias, GSDE_VARIANCE_EPS), "variance")
+        log_variance = graph.node("Log", [variance], "log_variance")
+        log_std = graph.node("Mul", [log_variance, graph.constant(np.array(0.5), "half")], "log_std")
+    else:
+        squashed = graph.node("Tanh", [graph.gemm(x, *_weights(actor.fc_logstd), "log_std_raw")], "log_std_tanh")
+        half_range = graph.constant(np.array(0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_half_range")
+        middle = graph.constant(np.array(LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_middle")
+        log_std = graph.node("Add", [graph.node("Mul", [squashed, half_range], "log_std_scaled"), middle], "log_std")
     graph.node("Concat", [mean, log_std], OUTPUT_NAME, axis=1)
 
 
-def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", action_masking: bool = False) -> bytes:
+def export_onnx(
+    policy: Actor,
+    weights_seq_no: int,
+    input_name: str = "obs",
+    action_masking: bool = False,
+    exploration_noise: np.ndarray | None = None,
+) -> bytes:
     """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32 (and, with
-    `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32."""
+    `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32.
+    `exploration_noise`: a gSDE actor's drawn theta, played as its mean (SquashedGaussianActor)."""
     obs_shape = list(policy.observation_space.shape)
     width = _width(policy)
     graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])]
@@ -196,7 +226,7 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", act
     if isinstance(policy, ActorCritic) and policy.encoder is not None:
         x = _encoder(graph, x, policy.encoder)
     if isinstance(policy, SquashedGaussianActor):
-        _sac_actor(graph, x, policy)
+        _sac_actor(graph, x, policy, exploration_noise)
     elif isinstance(policy, CategoricalActor):
         graph.gemm(_relu_layers(graph, x, policy.body), *_weights(policy.fc_logits), OUTPUT_NAME)
     else:
@@ -227,6 +257,7 @@ def export_onnx(policy: Actor, weights_seq_no: int, input_name: str = "obs", act
             "input_names": json.dumps([i.name for i in graph_inputs]),
             "output_names": json.dumps([OUTPUT_NAME]),
             "output_layout": output_layout(policy),
+            **({} if exploration_noise is None else {"exploration": GSDE_EXPLORING_NOTE}),
         },
     )
     return model.SerializeToString()
@@ -254,7 +285,11 @@ def uniform_policy(onnx_bytes: bytes) -> bytes:
         penalty = graph.node("Mul", [forbidden, graph.constant(np.array(MASK_PENALTY), "mask_penalty")], "mask_penalty_term")
         graph.node("Add", [logits, penalty], OUTPUT_NAME)
     uniform = helper.make_graph(
-        graph.nodes, "rllink_uniform_policy", inputs, [output], initializer=graph.initializers,
+        graph.nodes,
+        "rllink_uniform_policy",
+        inputs,
+        [output],
+        initializer=graph.initializers,
         doc_string="Uniformly random reference: " + model.graph.doc_string,
     )
     result = helper.make_model(
@@ -270,14 +305,24 @@ class PolicyState:
     """One published policy version, exported once and served to every client as is."""
 
     weights_seq_no: int
-    onnx_bytes: bytes
-    onnx_gzip_b64: str  # SET_STATE's `onnx_file`
+    onnx_bytes: bytes  # the policy: REST, model files, thin clients, snapshots
+    onnx_gzip_b64: str  # SET_STATE's `onnx_file`: the same model, or a gSDE actor's exploring one
 
 
-def policy_state(policy: Actor, weights_seq_no: int, input_name: str, action_masking: bool = False) -> PolicyState:
-    """Export the policy and pack it for SET_STATE."""
+def policy_state(
+    policy: Actor,
+    weights_seq_no: int,
+    input_name: str,
+    action_masking: bool = False,
+    exploration_noise: np.ndarray | None = None,
+) -> PolicyState:
+    """Export the policy and pack it for SET_STATE; with `exploration_noise` (gSDE's theta),
+    SET_STATE carries the exploring model and `onnx_bytes` stays the noise-free policy."""
     onnx_bytes = export_onnx(policy, weights_seq_no, input_name, action_masking)
-    return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))
+    played = onnx_bytes
+    if exploration_noise is not None:
+        played = export_onnx(policy, weights_seq_no, input_name, action_masking, exploration_noise)
+    return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(played))
 
 
 def set_state_payload(onnx_bytes: bytes) -> str:

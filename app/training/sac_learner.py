@@ -24,7 +24,7 @@ from app.spaces.models import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, a
 from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.replay import ReplayBuffer
-from app.training.sac import SAC
+from app.training.sac import SAC, SquashedGaussianActor
 from app.training.sac_discrete import DiscreteSAC
 
 
@@ -62,6 +62,9 @@ class SACLearner(Checkpointed):
         action_dim = 1 if discrete else action_space.flat_dim  # Discrete: the action's index
         self.buffer = ReplayBuffer(cfg.buffer_size, observation_space.flat_dim, action_dim)
         self.rng = np.random.default_rng(seed)
+        self.noise_rng = np.random.default_rng([seed, 1])  # gsde's draws of theta, apart from the batches'
+        self.exploration_noise: np.ndarray | None = None  # gsde: the theta clients play, drawn per version
+        self.versions_since_draw = 0
         self.weights_seq_no = 0
         self.owed_updates = 0.0  # gradient steps the data received so far asks for, not yet done
 
@@ -69,18 +72,32 @@ class SACLearner(Checkpointed):
     def architecture(self) -> dict[str, object]:
         """What a checkpoint must agree on to be loaded into this learner."""
         actor = self.sac.actor
-        return {
+        architecture: dict[str, object] = {
             "algorithm": "sac",
             "observation_space": architecture_json(actor.observation_space),
             "action_space": architecture_json(actor.action_space),
             "hidden_sizes": list(actor.hidden_sizes),
         }
+        if isinstance(actor, SquashedGaussianActor) and actor.gsde:
+            architecture["exploration"] = "gsde"  # its log std is a matrix, not a head
+        return architecture
 
     def _parts(self) -> dict[str, object]:
         return {"sac": self.sac, **self.sac.optimizers()}
 
     def export(self) -> PolicyState:
-        return policy_state(self.sac.actor, self.weights_seq_no, self.onnx_input_name)
+        """The version as published: with gsde, SET_STATE's model plays the current theta."""
+        return policy_state(self.sac.actor, self.weights_seq_no, self.onnx_input_name, exploration_noise=self.exploration_noise)
+
+    def _draw_exploration_noise(self) -> None:
+        """gsde: a new theta every `gsde_sample_every` versions (the first at the first version)."""
+        actor = self.sac.actor
+        if not (isinstance(actor, SquashedGaussianActor) and actor.gsde):
+            return
+        if self.exploration_noise is None or self.versions_since_draw >= self.cfg.gsde_sample_every:
+            self.exploration_noise = actor.exploration_noise(self.noise_rng)
+            self.versions_since_draw = 0
+        self.versions_since_draw += 1
 
     def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Store the chunks, take the gradient steps they ask for once the buffer holds
@@ -104,6 +121,7 @@ class SACLearner(Checkpointed):
         stats = {name: total / counts[name] for name, total in sums.items()}
         stats.update(gradient_steps=float(updates), buffer_size=float(self.buffer.size), owed_updates=self.owed_updates)
         self.weights_seq_no = weights_seq_no
+        self._draw_exploration_noise()
         state = self.export()
         self.save()
         return state, stats
