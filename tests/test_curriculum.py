@@ -231,12 +231,13 @@ def test_lessons_advance_as_a_real_client_learns_and_it_gets_the_values_in_set_s
 
 
 @pytest.mark.slow
-def test_a_thin_client_follows_the_lessons_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("num_envs", [1, 4])
+def test_a_thin_client_follows_the_lessons_too(tmp_path: Path, num_envs: int) -> None:
     params = {"goal_distance": curriculum(lesson("near", 2, 0.6, 20), lesson("far", NavigationEnv.MAX_DISTANCE))}
     settings = gateway_settings(tmp_path, **NAVIGATION_SPACES, env_params=params, train_batch_size=500, decode_workers=0)
     with running_gateway(settings) as gateway, RLlinkClient("tcp", "127.0.0.1", gateway.tcp_port) as client:
         target = FullDifficultyTarget(0.0)  # stops after 50 episodes at the far goal
-        result = play(client, target, inference="server", max_env_steps=50_000, max_seconds=600)
+        result = play(client, target, inference="server", max_env_steps=50_000, max_seconds=600, num_envs=num_envs)
         assert target.stop.is_set(), f"the thin client never played the far goal in {result.env_steps} env steps"
         assert client.get_env_param("goal_distance") == NavigationEnv.MAX_DISTANCE
 

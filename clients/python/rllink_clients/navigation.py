@@ -29,7 +29,7 @@ import numpy as np
 from rllink_clients.gym_client import GetConfigRefused, RunResult, run
 from rllink_clients.launch_args import parse_launch_args
 from rllink_clients.rllink_client import RLlinkClient
-from rllink_clients.thin_client import run_thin
+from rllink_clients.thin_client import run_thin, run_thin_envs
 
 NAVIGATION_ENV_ID = "rllink/Navigation-v0"
 GOAL_DISTANCE = "goal_distance"  # the env parameter it reads at every reset
@@ -180,11 +180,14 @@ def play(
     seed: int = 0,
     max_env_steps: int | None = None,
     max_seconds: float | None = None,
+    num_envs: int = 1,
 ) -> RunResult:
     """Train through the gateway, the goal's distance following its `goal_distance`, until
-    `target` is met at full difficulty or a limit is spent."""
+    `target` is met at full difficulty or a limit is spent; a thin client may step `num_envs` at once."""
     spec: Any = navigation_spec(client.get_env_param, target.episode_end)  # gym.make takes a spec for an id
     limits = {"target_return": None, "max_env_steps": max_env_steps, "max_seconds": max_seconds, "stop": target.stop}
+    if inference == "server" and num_envs > 1:
+        return run_thin_envs(client, spec, num_envs, seed=seed, **limits)
     if inference == "server":
         return run_thin(client, spec, seed=seed, **limits)
     return run(client, spec, seed=seed, **limits)

@@ -125,7 +125,9 @@ def run_thin_envs(
 ) -> RunResult:
     """`num_envs` envs stepped together, one batched GET_ACTION per step for all of them (the
     design a game with many agents uses): each step's rewards, the episodes that ended and
-    the next GET_ACTION go in one write. Stops as `run_thin` does (checked every step)."""
+    the next GET_ACTION go in one write. Stops as `run_thin` does (checked every step). With
+    environment parameters, a GET_STATE after the version changed, before the envs whose
+    episodes ended reset, gives them the new values."""
     result, started = RunResult(), time.monotonic()
     envs = [gym.make(env_id) for _ in range(num_envs)]
     config = get_config(client, envs[0])
@@ -136,6 +138,7 @@ def run_thin_envs(
     returns = [0.0] * num_envs
     episode_ids = _start_episodes(client, [], num_envs)
     next_report = PROGRESS_EVERY_EPISODES
+    params_version = 0  # the version whose env_params the client holds
     while True:
         batch = [{"episode_id": episode_id, "obs": flat_observation(obs).astype(np.float32).tolist()}
                  for episode_id, obs in zip(episode_ids, observations)]
@@ -154,8 +157,12 @@ def run_thin_envs(
                                  "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
                 result.record_episode(returns[i])
                 returns[i] = 0.0
-                observations[i] = env.reset()[0]
                 ended.append(i)
+        if ended and config.get("env_params") and result.weights_seq_no > params_version:
+            client.send_raw(b"".join(client.encode(message) for message in messages))
+            messages, params_version = [], refresh_env_params(client)
+        for i in ended:  # the next episodes, with the latest values
+            observations[i] = envs[i].reset()[0]
         for i, episode_id in zip(ended, _start_episodes(client, messages, len(ended))):
             episode_ids[i] = episode_id
         if not ended:
