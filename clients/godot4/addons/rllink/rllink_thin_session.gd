@@ -12,6 +12,9 @@
 # the open episode as truncated, so a new one starts from the current observation) and
 # an episode the gateway no longer knows (episode_timeout_s): a new one starts too.
 # Any other error ends the step with {"error": ...} for the game to handle.
+# A thin client gets no SET_STATE unasked: when the gateway sets environment parameters,
+# an episode's end asks for one (GET_STATE) once the policy version has changed, so that
+# get_env_param follows the curriculum's lessons from the next episode on.
 extends "res://addons/rllink/rllink_session.gd"
 
 var _episode_id := ""  # the open gateway episode ("" none)
@@ -26,6 +29,7 @@ var _retries := 0
 var _retry_when_ready := false
 var _lost = null  # the error that made the step retry
 var _recent_episodes: Array = []  # this session's latest episode ids (to pick out their errors)
+var _params_version := 0  # the version whose env_params the client holds
 
 
 func _init(rllink_client) -> void:
@@ -136,6 +140,9 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 		if _pending_reward != 0.0:
 			client.log_returns(_episode_id, _pending_reward)
 		client.end_episode(_episode_id, final_obs, terminated, truncated)
+		if not client.env_params.is_empty() and weights_seq_no > _params_version:
+			_params_version = weights_seq_no
+			client.get_state()  # its SET_STATE brings the latest env_params (read as it is dispatched)
 		client.flush()
 	# On a lost connection there is nothing to end: the gateway ended it at the disconnect.
 	_episode_id = ""
