@@ -260,9 +260,12 @@ def test_an_episodes_flood_into_both_front_ends_is_held_back_and_every_step_acco
     accounted = (metrics["num_env_steps_trained_lifetime"] + sum(metrics["dropped_env_steps"].values())
                  + metrics["pending_env_steps"] + metrics["training_env_steps"])
     assert accounted == total and metrics["num_env_steps_trained_lifetime"] > total / 2, metrics
-    # Each front-end may send what the learner's last status left room for, and the message that filled it.
+    # A front-end may send what the learner's last status left room for and the message that
+    # filled it; the status does not count what the other front-end had in transit then (at most
+    # one such allowance of its own), so the backlog plus two allowances bound it. Measured: 5,000
+    # and 5,500; with the hold removed, 20,500.
     print(f"most pending {most_pending}, trained {metrics['num_env_steps_trained_lifetime']}, pongs {pongs[0]}")
-    assert most_pending <= 2 * (FLOOD_BACKLOG + FLOOD_STEPS), most_pending
+    assert most_pending <= 3 * (FLOOD_BACKLOG + FLOOD_STEPS), most_pending
     assert 0 < metrics["policies"]["default_policy"]["max_batch_env_steps"] <= FLOOD_BATCH
     assert metrics["evaluation_return_mean"] == 7.0 and metrics["num_env_steps_evaluated_lifetime"] == 14
     assert pongs[0] > 0
