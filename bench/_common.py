@@ -14,6 +14,7 @@ import os
 import random
 import resource
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -179,6 +180,17 @@ def raise_fd_limit(wanted: int) -> int:
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def record_demos(out: Path, env: str, policy: str, episodes: int) -> dict[str, Any]:
+    """The reference client's `record` command, as a user runs it: `episodes` of `policy` in
+    `env` written to `out`; its one-line JSON summary."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rllink_clients.demos", "record", "--env", env, "--policy", policy,
+         "--episodes", str(episodes), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout)
 
 
 def emit(name: str, lines: list[str], result: dict[str, Any]) -> None:

@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import HOST, ROOT, emit, running_gateway  # noqa: E402
+from _common import HOST, emit, record_demos, running_gateway  # noqa: E402
 
 from rllink_clients.navigation import (  # noqa: E402
     NAVIGATION_ENV_ID,
@@ -51,16 +50,6 @@ CURRICULUM = {
     }
 }
 VARIANTS = ("rl", "demos", "curriculum")
-
-
-def record_demos(out: Path, episodes: int) -> dict:
-    """The reference client's `record` command with the scripted demonstrator, at full difficulty."""
-    done = subprocess.run(
-        [sys.executable, "-m", "rllink_clients.demos", "record", "--env", NAVIGATION_ENV_ID,
-         "--policy", "rllink_clients.navigation:scripted", "--episodes", str(episodes), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    return json.loads(done.stdout)
 
 
 def variant_flags(variant: str, demos: Path) -> list[str]:
@@ -93,7 +82,7 @@ def main() -> None:
     runs = []
     with tempfile.TemporaryDirectory(prefix="rllink-curriculum-") as tmp:
         demos = Path(tmp) / "navigation.jsonl"
-        recorded = record_demos(demos, args.demo_episodes)
+        recorded = record_demos(demos, NAVIGATION_ENV_ID, "rllink_clients.navigation:scripted", args.demo_episodes)
         print(f"demonstrations: {recorded}", flush=True)
         for seed in args.seeds:
             for variant in args.variants:

@@ -18,17 +18,15 @@ scores -200 (it never reaches the flag in MountainCar's 200 steps); the demonstr
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import HOST, ROOT, emit, running_gateway  # noqa: E402
+from _common import HOST, emit, record_demos, running_gateway  # noqa: E402
 
 from rllink_clients.gym_client import run  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
@@ -36,16 +34,6 @@ from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 TARGET_RETURN = -130.0
 SPACES = ("--observation-space", '{"type": "box", "shape": [2]}', "--action-space", '{"type": "discrete", "n": 3}')
 VARIANTS = ("rl", "pretrain", "pretrain+bc")
-
-
-def record_demos(out: Path, episodes: int) -> dict:
-    """The reference client's `record` command, as a user runs it."""
-    done = subprocess.run(
-        [sys.executable, "-m", "rllink_clients.demos", "record", "--env", "MountainCar-v0", "--policy", "scripted",
-         "--episodes", str(episodes), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
-    return json.loads(done.stdout)
 
 
 def variant_flags(variant: str, demos: Path, args: argparse.Namespace) -> list[str]:
@@ -106,7 +94,7 @@ def main() -> None:
     runs = []
     with tempfile.TemporaryDirectory(prefix="rllink-demos-") as tmp:
         demos = Path(tmp) / "mountain_car.jsonl"
-        recorded = record_demos(demos, args.demo_episodes)
+        recorded = record_demos(demos, "MountainCar-v0", "scripted", args.demo_episodes)
         print(f"demonstrations: {recorded}", flush=True)
         for seed in args.seeds:
             for variant in args.variants:
