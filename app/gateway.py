@@ -23,7 +23,7 @@ from app.tcp_bridge import TcpBridge
 from app.telemetry.history import MetricsHistory
 from app.telemetry.tensorboard import TensorBoardLog
 from app.telemetry.traffic import TrafficStats
-from app.training.checkpoints import CheckpointMismatch
+from app.training.checkpoints import CheckpointMismatch, with_adopted_spaces
 from app.training.interface import TrainingService
 from app.training.service import LocalTrainingService
 from app.transport.connection import ConnectionContext
@@ -69,9 +69,10 @@ class Gateway:
     def __init__(self, settings: Settings, service: TrainingService | None = None) -> None:
         """`service`: the training service to serve (on Ray, a front-end's stand-in for the
         learner actor, app/cluster/); by default the gateway trains in this process."""
-        self.settings = settings
-        self.policies = PolicySet.from_settings(settings)
         try:
+            settings = with_adopted_spaces(settings)  # those a game gave the default module in an earlier start
+            self.settings = settings
+            self.policies = PolicySet.from_settings(settings)
             self.service = service if service is not None else LocalTrainingService(settings, self.policies)
         except ValueError as exc:  # e.g. a device torch does not have
             raise StartupError(str(exc)) from None

@@ -3,7 +3,8 @@
 What the game states must be true of the module: every field it gives (type, shape,
 bounds, dtype, n, nvec; a dict's keys) equals the module's; a field it leaves out is not
 checked. A mismatch is refused with `invalid_message` naming both spaces, before the
-client has sent a step, instead of surfacing at its first chunk.
+client has sent a step, instead of surfacing at its first chunk. A module whose spaces
+the gateway was not given takes the first game's instead (`spaces_to_adopt`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,7 @@ from rllink.errors import ErrorCode, ProtocolError
 
 def declared_mismatch(request: GetConfig, policies: PolicySet) -> ProtocolError | None:
     """Why the spaces `request` declares do not fit the modules, or None."""
-    declared: dict[str, DeclaredSpaces] = dict(request.policies or {})
-    if request.observation_space is not None or request.action_space is not None:
-        declared.setdefault(
-            policies.default_module_id,
-            DeclaredSpaces(observation_space=request.observation_space, action_space=request.action_space),
-        )
-    for module_id, spaces in declared.items():
+    for module_id, spaces in declared_spaces(request, policies).items():
         module = policies.modules.get(module_id)
         if module is None:
             return ProtocolError(
@@ -32,16 +27,45 @@ def declared_mismatch(request: GetConfig, policies: PolicySet) -> ProtocolError 
                 f"GET_CONFIG declares spaces for module {module_id!r}, which the gateway does not have; "
                 f"its modules: {', '.join(policies.modules)}",
             )
-        for what, said, ours in (
-            ("observation_space", spaces.observation_space, module.observation_space),
-            ("action_space", spaces.action_space, module.action_space),
-        ):
-            if said is None:
-                continue
+        for what, said, ours in _pairs(spaces, module):
             game = said.model_dump(mode="json", exclude_unset=True)
             if _contradicts(game, ours.model_dump(mode="json")):
                 return _refusal(module, what, game, ours.model_dump(mode="json", exclude_none=True))
     return None
+
+
+def spaces_to_adopt(request: GetConfig, policies: PolicySet, adoptable: frozenset[str]) -> dict[str, DeclaredSpaces]:
+    """The declared spaces of the modules in `adoptable` that differ from theirs: what those
+    modules take instead (app/training/service.py, `adopt_spaces`)."""
+    return {
+        module_id: spaces
+        for module_id, spaces in declared_spaces(request, policies).items()
+        if module_id in adoptable
+        and any(
+            _contradicts(said.model_dump(mode="json", exclude_unset=True), ours.model_dump(mode="json"))
+            for _, said, ours in _pairs(spaces, policies.modules[module_id])
+        )
+    }
+
+
+def declared_spaces(request: GetConfig, policies: PolicySet) -> dict[str, DeclaredSpaces]:
+    """The spaces `request` declares, by module id (top-level ones: the default module's)."""
+    declared: dict[str, DeclaredSpaces] = dict(request.policies or {})
+    if request.observation_space is not None or request.action_space is not None:
+        declared.setdefault(
+            policies.default_module_id,
+            DeclaredSpaces(observation_space=request.observation_space, action_space=request.action_space),
+        )
+    return declared
+
+
+def _pairs(spaces: DeclaredSpaces, module: Module) -> list[tuple[str, Any, Any]]:
+    """(field, the game's space, the module's) for each space the game declared."""
+    pairs = [
+        ("observation_space", spaces.observation_space, module.observation_space),
+        ("action_space", spaces.action_space, module.action_space),
+    ]
+    return [pair for pair in pairs if pair[1] is not None]
 
 
 def _contradicts(said: Any, ours: Any, key: str | None = None) -> bool:

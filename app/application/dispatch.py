@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from app.application.admission import admission_error, token_matches
-from app.application.declared_spaces import declared_mismatch
+from app.application.declared_spaces import declared_mismatch, spaces_to_adopt
 from app.rllink.protocol import ReplyEncoder, Session
 from app.schemas import (
     Action,
@@ -42,7 +42,7 @@ from app.spaces.onnx_names import ACTION_MASK_INPUT
 from app.training.interface import TrainingService
 from app.training.policy_store import PolicySetState
 from app.training.registry import ClientInfo
-from rllink.errors import ProtocolError
+from rllink.errors import ErrorCode, ProtocolError
 
 Reply = Pong | SetConfig | SetState | EpisodeStarted | Action
 
@@ -99,8 +99,7 @@ class Application:
             case Ping():
                 return Pong()
             case GetConfig():
-                if (mismatch := declared_mismatch(request, self._policies)) is not None:
-                    raise mismatch
+                await self._take_declared_spaces(request)
                 training.start_sampling(client)
                 return self.set_config()
             case GetState():
@@ -133,6 +132,20 @@ class Application:
                 await training.wait_for_room(client)
                 return None
         raise AssertionError(f"unhandled request {request!r}")  # pragma: no cover
+
+    async def _take_declared_spaces(self, request: GetConfig) -> None:
+        """The spaces the game declares: adopted by a module that was given none and has seen no
+        experience yet (the first game's win), else checked (a mismatch raises its refusal)."""
+        adoptable = self._training.adoptable_modules - self._serving.modules_played
+        for module_id, spaces in spaces_to_adopt(request, self._policies, adoptable).items():
+            try:
+                await self._training.adopt_spaces(module_id, spaces.observation_space, spaces.action_space)
+            except ValueError as exc:
+                raise ProtocolError(
+                    ErrorCode.INVALID_MESSAGE, f"module {module_id!r} cannot adopt the spaces the game declares: {exc}"
+                ) from None
+        if (mismatch := declared_mismatch(request, self._policies)) is not None:
+            raise mismatch
 
     def set_config(self) -> SetConfig:
         """Every module's spaces and ONNX names, the mapping, the sampling settings, the environment parameters."""

@@ -20,6 +20,7 @@ from app.cluster.learner_actor import LearnerActor
 from app.gateway import StartupError
 from app.settings.config import Settings
 from app.settings.runs import RunExists, prepare_run
+from app.training.checkpoints import with_adopted_spaces
 
 log = logging.getLogger("app.cluster")
 
@@ -99,6 +100,7 @@ def frontend_settings(settings: Settings, index: int) -> Settings:
 
 def start_cluster(settings: Settings) -> Cluster:
     """Start the learner (restored from its checkpoints) and the front-ends; Ray must be initialised."""
+    settings = with_adopted_spaces(settings)  # a local start's, before this one: the learner is built with them
     learner = (
         ray.remote(LearnerActor)
         .options(

@@ -182,6 +182,13 @@ class RemoteTrainingService:
     def curriculum_status(self) -> dict[str, dict[str, Any]]:
         return {}  # Settings refuse curriculum lessons with ray_address
 
+    @property
+    def adoptable_modules(self) -> frozenset[str]:
+        return frozenset()  # on Ray, the spaces a game declares are checked only (docs/ray.md)
+
+    async def adopt_spaces(self, module_id: str, observation_space: Any, action_space: Any) -> bool:
+        return False
+
     def stop_training(self, module_id: str, reason: str) -> None:
         self._send_outbox()  # the experience before it still trains
         self._learner.stop_training.remote(self._call(), module_id, reason)

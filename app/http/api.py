@@ -144,9 +144,11 @@ def current_config(gateway: Gateway) -> GatewayConfig:
     settings, service, policies = gateway.settings, gateway.service, gateway.policies
     derived = {
         "onnx_output_names", "ppo", "policies", "policy_mapping", "limits", "auth_enabled", "tls_enabled",
-        "force_on_policy", "device",
+        "force_on_policy", "device", "observation_space", "action_space",
     }
     return GatewayConfig(
+        observation_space=policies.default.observation_space,  # adopted from a game, if it declared them
+        action_space=policies.default.action_space,
         **settings.model_dump(include=set(GatewayConfig.model_fields) - derived),
         force_on_policy=service.force_on_policy,
         device=str(service.device),

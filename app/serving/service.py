@@ -98,6 +98,11 @@ class ServingService:
         for client_id in list(self._episodes):
             self.disconnect(self._clients[client_id], reason="shutdown")
 
+    @property
+    def modules_played(self) -> frozenset[str]:
+        """The modules thin clients have started episodes of (their steps' shapes are set)."""
+        return frozenset(self._tables)
+
     # -- Requests -------------------------------------------------------------------
 
     def start_episode(self, client: ClientInfo, request: StartEpisode) -> EpisodeStarted:

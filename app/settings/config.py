@@ -322,6 +322,13 @@ class Settings(BaseSettings):
     def run_dir(self) -> Path | None:
         return None if self.run_id is None else self.runs_dir / self.run_id
 
+    @property
+    def spaces_given(self) -> bool:
+        """Whether the modules' spaces were set (flags, environment, config file, `policies`),
+        rather than left at CartPole's defaults: a default module may adopt a game's
+        declared spaces only where they were not (RLLINK.md, "Spaces the game declares")."""
+        return self.policies is not None or bool({"observation_space", "action_space"} & self.model_fields_set)
+
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):

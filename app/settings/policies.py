@@ -238,6 +238,14 @@ class PolicySet:
         module = self._mapped[agent_id] = self._match(agent_id)
         return module
 
+    def replace(self, module: Module) -> None:
+        """Put `module` in the place of the module of its id (a module that adopts the spaces a
+        game declared: app/training/service.py); every holder of this set sees it at once."""
+        if module.module_id not in self.modules:
+            raise ValueError(f"no module {module.module_id!r} to replace")
+        self.modules[module.module_id] = module
+        self._mapped.clear()  # it remembered the module it replaces
+
     def _match(self, agent_id: str) -> Module | None:
         for glob, module_id in self.mapping.items():
             if fnmatchcase(agent_id, glob):

@@ -19,8 +19,12 @@ from typing import IO, Any, Protocol
 
 import orjson
 import torch
+from pydantic import TypeAdapter, ValidationError
+
+from app.settings.config import Settings
 
 CHECKPOINT_FILE = "policy.pt"
+ADOPTED_SPACES_FILE = "adopted_spaces.json"  # the spaces a game gave the default module
 CURRICULUM_FILE = "curriculum.json"  # the env_params lessons, in checkpoint_dir beside the modules' folders
 TEMPORARY_FILES = "*.tmp"  # write_atomically's, until each replaces its file
 ORPHAN_AGE_S = 60.0  # a save takes milliseconds: a temporary file this old was left by a crash
@@ -117,18 +121,57 @@ def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
 
 def save_curriculum(directory: Path, state: dict[str, Any]) -> None:
     """The curriculum's lessons (Curriculum.state), atomically, in `directory` (the checkpoint_dir)."""
-    data = orjson.dumps(state)
-
-    def write(f: IO[bytes]) -> None:
-        f.write(data)
-
-    write_atomically(directory / CURRICULUM_FILE, write)
+    _save_json(directory / CURRICULUM_FILE, state)
 
 
 def load_curriculum(directory: Path) -> dict[str, Any] | None:
     """The lessons save_curriculum wrote, or None if none were saved. Raises ValueError
     if the file is damaged."""
-    path = directory / CURRICULUM_FILE
+    return _load_json(directory / CURRICULUM_FILE)
+
+
+def save_adopted_spaces(directory: Path, spaces: dict[str, Any]) -> None:
+    """The spaces the default module adopted from a game ({observation_space, action_space}
+    as JSON), in `directory` (the checkpoint_dir): a restart builds the module with them."""
+    _save_json(directory / ADOPTED_SPACES_FILE, spaces)
+
+
+def load_adopted_spaces(directory: Path) -> dict[str, Any] | None:
+    """The spaces save_adopted_spaces wrote, or None. Raises ValueError if the file is damaged."""
+    return _load_json(directory / ADOPTED_SPACES_FILE)
+
+
+def with_adopted_spaces(settings: Settings) -> Settings:
+    """`settings` with the spaces the default module adopted in an earlier start, if it was
+    given none and adopted some then; else `settings` as they are. Raises ValueError
+    (damaged file, spaces the settings refuse) naming the file."""
+    if settings.spaces_given:
+        return settings
+    path = settings.checkpoint_dir / ADOPTED_SPACES_FILE
+    spaces = load_adopted_spaces(settings.checkpoint_dir)
+    if spaces is None:
+        return settings
+    adopted = {}
+    for name in ("observation_space", "action_space"):
+        try:
+            adopted[name] = TypeAdapter(Settings.model_fields[name].annotation).validate_python(spaces.get(name))
+        except ValidationError as exc:
+            raise ValueError(f"{path} holds a {name} the gateway refuses: {exc.errors()[0]['msg']}") from None
+    log.info("the default module keeps the spaces a game declared in an earlier start (%s)", path)
+    return settings.model_copy(update=adopted)
+
+
+def _save_json(path: Path, state: dict[str, Any]) -> None:
+    data = orjson.dumps(state)
+
+    def write(f: IO[bytes]) -> None:
+        f.write(data)
+
+    write_atomically(path, write)
+
+
+def _load_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object a `_save_json` wrote, or None if there is none; ValueError if damaged."""
     if not path.exists():
         return None
     try:

@@ -63,6 +63,13 @@ class TrainingService(Protocol):
     @property
     def onnx_output_names(self) -> list[str]: ...
 
+    # -- Spaces a game declares
+    @property
+    def adoptable_modules(self) -> frozenset[str]:
+        """The modules that would adopt a game's declared spaces (none on Ray)."""
+    async def adopt_spaces(self, module_id: str, observation_space: Any, action_space: Any) -> bool:
+        """The module takes a game's spaces (None: keeps its own); False if another was first."""
+
     # -- Progress
     @property
     def metrics(self) -> TrainingMetrics: ...

@@ -110,6 +110,13 @@ class Learners:
                 module_id, demos.num_steps, path, settings.bc_strength, settings.bc_steps, learner.env_steps_trained,
             )  # fmt: skip
 
+    def adopt(self, module: Module) -> None:
+        """A fresh learner for `module`, whose spaces changed (it adopted a game's: the service
+        allows it only before the module has a checkpoint or any experience)."""
+        self.policies.replace(module)  # in a learner process, its own copy of the modules
+        seed = self.settings.seed + [m.module_id for m in self.policies.trainable].index(module.module_id)
+        self.by_module[module.module_id] = self._learner(self.settings, module, seed)
+
     def export(self, module_id: str) -> PolicyState:
         return self.by_module[module_id].export()
 
@@ -126,4 +133,4 @@ class Learners:
         return {module_id: self.by_module[module_id].train(chunks, version) for module_id, chunks in by_module.items()}
 
 
-CALLS = frozenset({"set_num_threads", "num_threads", "restore", "export", "save_all", "set_config", "train"})
+CALLS = frozenset({"set_num_threads", "num_threads", "restore", "adopt", "export", "save_all", "set_config", "train"})

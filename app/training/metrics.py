@@ -86,6 +86,11 @@ class ModuleMetrics:
         self.num_evaluation_episodes_lifetime = 0
         self.evaluation_returns: deque[float] = deque(maxlen=window)
 
+    @property
+    def received_any(self) -> bool:
+        """Whether experience of this module ever arrived (training or evaluation)."""
+        return self.num_env_steps_sampled_lifetime > 0 or self.num_env_steps_evaluated_lifetime > 0
+
     def record_game(self, client_id: int, episode_id: str | None, outcome: str) -> None:
         """One seat's outcome; a second seat of the same game makes it a game against itself."""
         first = None if episode_id is None else self._games.pop((client_id, episode_id), None)

@@ -21,10 +21,12 @@ All methods are called from the asyncio event loop.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -33,7 +35,13 @@ from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.onnx_names import OUTPUT_NAME
-from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch, load_curriculum, save_curriculum
+from app.training.checkpoints import (
+    CHECKPOINT_FILE,
+    CheckpointMismatch,
+    load_curriculum,
+    save_adopted_spaces,
+    save_curriculum,
+)
 from app.training.curriculum import Curriculum
 from app.training.demos import DemoFileError
 from app.training.device import resolve_device
@@ -89,6 +97,9 @@ class LocalTrainingService:
         self._saved_curriculum: dict[str, Any] | None = None  # its state as last written
         if self.curriculum.has_lessons:
             self.metrics.add_episode_listener(self._on_episode)
+        # The modules whose spaces a game's GET_CONFIG may no longer set (see adoptable_modules).
+        self._spaces_fixed = set() if not settings.spaces_given and settings.demos is None else set(self._configs)
+        self._adopting = asyncio.Lock()
         self._registry = ClientRegistry()
         self._store = PolicyStore()
         self._model_files = ModelFiles(cast(Path, settings.models_dir), settings.models_kept)  # set by Settings
@@ -142,6 +153,7 @@ class LocalTrainingService:
                 version = await self._learners.call("restore", module_id)
                 if version is not None:
                     restored[module_id] = version
+                    self._spaces_fixed.add(module_id)  # its checkpoint was made for them
                 else:
                     fresh.append(module_id)
             except DemoFileError:
@@ -310,6 +322,57 @@ class LocalTrainingService:
         if evaluated:
             episodes = [chunk for chunk in episodes if not chunk.evaluation]
         self._scheduler.add(client, episodes, self.policies.default_module_id)
+
+    # -- Spaces a game declares (RLLINK.md, "Spaces the game declares") --------------
+
+    @property
+    def adoptable_modules(self) -> frozenset[str]:
+        """The modules that would adopt the spaces a game declares: the default module of a
+        gateway given no spaces (nor demonstrations), until it has a checkpoint, some
+        experience, or adopted a game's spaces already."""
+        return frozenset(
+            module_id for module_id in self._configs
+            if module_id not in self._spaces_fixed and not self.metrics.modules[module_id].received_any
+        )  # fmt: skip
+
+    async def adopt_spaces(self, module_id: str, observation_space: Any, action_space: Any) -> bool:
+        """The module takes these spaces (None: keeps its own): a fresh learner, published as a
+        new version and saved for restarts. False if it could no longer adopt (another game
+        was first); ValueError, and nothing changes, if the module cannot have them."""
+        async with self._adopting:
+            if module_id not in self.adoptable_modules:
+                return False
+            old = self.policies.modules[module_id]
+            module = replace(
+                old,
+                observation_space=observation_space or old.observation_space,
+                action_space=action_space or old.action_space,
+            )  # its checks raise ValueError
+            self.policies.replace(module)  # from here on, every session checks chunks against these spaces
+            try:
+                await self._learners.call("adopt", module)
+                self._exports[module_id] = await self._learners.call("export", module_id)
+            except Exception:
+                self.policies.replace(old)
+                await self._learners.call("adopt", old)
+                raise
+            self._spaces_fixed.add(module_id)
+            spaces = {
+                "observation_space": module.observation_space.model_dump(mode="json", exclude_none=True),
+                "action_space": module.action_space.model_dump(mode="json", exclude_none=True),
+            }
+            self._publish(self._store.current.weights_seq_no + 1)
+            self._write_model_files()
+            try:
+                await self._learners.run(save_adopted_spaces, self.settings.checkpoint_dir, spaces)
+            except OSError as exc:
+                logger.warning("the adopted spaces of %s were not saved (a restart goes back to the defaults): %s", module_id, exc)
+            logger.info(
+                "%s adopts the spaces the first game declared (weights_seq_no %d): observation_space %s, action_space %s",
+                module_id, self._store.current.weights_seq_no,
+                json.dumps(spaces["observation_space"]), json.dumps(spaces["action_space"]),
+            )  # fmt: skip
+            return True
 
     def stop_training(self, module_id: str, reason: str) -> None:
         """The module trains no more (its budget is spent): it keeps serving its last version,

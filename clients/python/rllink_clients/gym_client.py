@@ -167,9 +167,10 @@ def env_action(action: Any, space: dict) -> Any:
 
 def declared_spaces(env: gym.Env) -> dict[str, Any]:
     """The env's spaces as GET_CONFIG may declare them (RLLINK.md, "Spaces the game
-    declares"), so a gateway set up for another env says so at once: a vector observation's
-    shape, and a Discrete's n, a MultiDiscrete's nvec or a vector action's shape. Bounds and
-    other kinds of space are left out (not checked)."""
+    declares"), so a gateway set up for another env says so at once, and one given no spaces
+    adopts them: a vector observation's shape, and a Discrete's n, a MultiDiscrete's nvec or
+    a vector action's shape with its bounds where they are one finite number each (as the
+    gateway's box spaces hold them). Other kinds of space are left out (not checked)."""
     declared: dict[str, Any] = {}
     observations, actions = env.observation_space, env.action_space
     if isinstance(observations, gym.spaces.Box) and len(observations.shape) == 1:
@@ -180,6 +181,9 @@ def declared_spaces(env: gym.Env) -> dict[str, Any]:
         declared["action_space"] = {"type": "multi_discrete", "nvec": [int(n) for n in actions.nvec]}
     elif isinstance(actions, gym.spaces.Box) and len(actions.shape) == 1:
         declared["action_space"] = {"type": "box", "shape": list(actions.shape)}
+        for bound, values in (("low", actions.low), ("high", actions.high)):
+            if np.all(np.isfinite(values)) and np.all(values == values.flat[0]):
+                declared["action_space"][bound] = float(values.flat[0])
     return declared
 
 
