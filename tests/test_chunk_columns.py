@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.rllink.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, _chunk, loads_episodes, pack
+from app.rllink.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, loads_episodes, pack
 from app.rllink.json_arrays import loads_with_arrays
 from app.rllink.protocol import FrameRejected, RequestReceived, Session
-from app.schemas import ARRAY_FIELDS, EpisodeChunk
+from app.schemas import ARRAY_FIELDS, EpisodeChunk, checked_chunk
 from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
@@ -195,14 +195,14 @@ def test_a_scene_of_64_agents_takes_the_columns_path():
     assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
 
 
-def test_a_chunk_built_from_columns_equals_model_construct():
+def test_a_chunk_built_from_checked_values_equals_model_construct():
     values = {
         "obs": np.zeros((3, 4), np.float32), "actions": np.array([0, 1]), "rewards": np.ones(2, np.float32),
         "is_terminated": True, "is_truncated": False, "agent_id": "cart_0", "module_id": "cart",
         "episode_id": None, "weights_seq_no": 2, "outcome": None, "evaluation": False,
     }
     unset = {"action_logp": None, "action_dist_inputs": None, "action_mask": None}
-    built, constructed = _chunk(dict(values), unset), EpisodeChunk.model_construct(**values)
+    built, constructed = checked_chunk({**values, **unset}, set(values)), EpisodeChunk.model_construct(**values)
     assert vars(built) == vars(constructed) and built.model_fields_set == constructed.model_fields_set
     assert built.__pydantic_extra__ == constructed.__pydantic_extra__
     assert built.__pydantic_private__ == constructed.__pydantic_private__

@@ -17,11 +17,10 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import numpy as np
 import ray
 
 from app.cluster.calls import Call
-from app.schemas import ARRAY_FIELDS, EpisodeChunk
+from app.cluster.packed_chunks import PackedChunks
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig
 from app.settings.logs import configure_logging
@@ -173,11 +172,13 @@ class LearnerActor:
         async with self._in_order(call):
             self.service.start_sampling(self._client(client))
 
-    async def ingest(self, call: Call, batch: list[tuple[ClientInfo, list[EpisodeChunk], bool]]) -> None:
-        """Experience from one front-end: (client, chunks, sampling) in arrival order."""
+    async def ingest(self, call: Call, packed: PackedChunks) -> None:
+        """Experience from one front-end: (client, chunks, sampling) in arrival order, packed
+        (app/cluster/packed_chunks.py; unpacked, the chunks' arrays are the learner's own,
+        not views of Ray's object store that would stay pinned while they wait to train)."""
         async with self._in_order(call):
-            for client, chunks, sampling in batch:
-                self.service.ingest(self._client(client), [_owned(chunk) for chunk in chunks], sampling)
+            for client, chunks, sampling in packed.unpack():
+                self.service.ingest(self._client(client), chunks, sampling)
 
     async def stop_training(self, call: Call, module_id: str, reason: str) -> None:
         async with self._in_order(call):
@@ -279,13 +280,3 @@ class LearnerActor:
             device=str(service.device),
             incarnation=self.incarnation,
         )
-
-
-def _owned(chunk: EpisodeChunk) -> EpisodeChunk:
-    """The chunk with arrays of its own: a large batch arrives as read-only views of Ray's
-    object store, which would stay pinned there for as long as the chunk waits to train."""
-    for name in ARRAY_FIELDS:
-        array = getattr(chunk, name)
-        if isinstance(array, np.ndarray) and not array.flags.writeable:
-            setattr(chunk, name, array.copy())
-    return chunk

@@ -28,7 +28,7 @@ import numpy as np
 import orjson
 
 from app.rllink.json_arrays import loads_with_arrays
-from app.schemas import EpisodeChunk, as_array, fast_floats, num_dist_inputs
+from app.schemas import EpisodeChunk, as_array, checked_chunk, fast_floats, num_dist_inputs
 from app.settings.policies import UnknownModule, indices_by_module
 from app.spaces.models import BoxSpace, DiscreteSpace
 
@@ -126,7 +126,8 @@ class _Columns:
             [module.module_id for module in modules],
         )
         unset = {name: default for name, default in _CHUNK_DEFAULTS.items() if name not in names}
-        return [_chunk(dict(zip(names, values)), unset) for values in zip(*columns)]
+        given = set(names)
+        return [checked_chunk({**dict(zip(names, values)), **unset}, given) for values in zip(*columns)]
 
     def _modules(self, policies: PolicySet) -> list[Module] | None:
         """Each chunk's module, as EpisodeChunk's module_id validator decides it."""
@@ -301,20 +302,3 @@ def _rows_of(array: np.ndarray, lengths: list[int], chunks: list[int]) -> np.nda
         return array
     pieces = _split(array, lengths)
     return np.concatenate([pieces[i] for i in chunks])
-
-
-_new_chunk = EpisodeChunk.__new__
-_set = object.__setattr__
-
-
-def _chunk(values: dict[str, Any], unset: dict[str, Any]) -> EpisodeChunk:
-    """`EpisodeChunk.model_construct(**values)` for checked values (`unset`: the defaults of
-    the other fields), without its per-field alias lookups: 5.4 vs 0.9 us (a test holds
-    the two equal)."""
-    chunk = _new_chunk(EpisodeChunk)
-    _set(chunk, "__pydantic_fields_set__", set(values))
-    values.update(unset)
-    _set(chunk, "__dict__", values)
-    _set(chunk, "__pydantic_extra__", None)
-    _set(chunk, "__pydantic_private__", None)
-    return chunk
