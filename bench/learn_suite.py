@@ -7,6 +7,7 @@ torch stays 2.13.0+cpu):
 
     python bench/learn_suite.py [--tasks CartPole-v1 ...] [--seeds 0 1 2] [--long]
                                 [--sides gateway sb3] [--eval-episodes 10] [--clients N]
+                                [--learner-threads N] [--device cpu|cuda|auto]
 
 | task           | algorithm | budget (env steps) | --long    | rl-zoo entry (rl_zoo3 2.9.2)                                      |
 |----------------|-----------|--------------------|-----------|-------------------------------------------------------------------|
@@ -40,7 +41,9 @@ Per task and seed, one side after the other:
   gateway has done every gradient step its data asks for (so the final policy has had
   them all, as SB3's has). The final policy: GET /api/model.onnx, run in onnxruntime here.
   The learner trains on as many threads as SB3's torch does, one per core
-  (`learner_threads`; `--learner-threads 1` for the gateway's default).
+  (`learner_threads`; `--learner-threads 1` for the gateway's default). `--device` sets
+  the gateway's `device` (RLLINK_DEVICE: cpu, cuda, ...; left out, its own default,
+  auto), to train the learner on a GPU; the gateway's /api/config says which it used.
 - **SB3**: in this process, rl-zoo's tuned hyperparameters for the task (written out
   below), `make_vec_env(n_envs)` (DummyVecEnv + Monitor, as rl-zoo), `learn(budget)`.
   Wall time: building the envs and the model, and `learn`.
@@ -425,6 +428,7 @@ def gateway_config(base_url: str) -> dict[str, Any]:
     return {
         "algorithm": config.get("algorithm", "ppo"),
         "onnx_input_name": config.get("onnx_input_name", "obs"),
+        "device": config.get("device"),
         "action_distribution": module.get("action_distribution")
         or ("categorical" if module["action_space"]["type"] == "discrete" else "gaussian"),
         "action_space": module["action_space"],
@@ -473,6 +477,7 @@ def run_gateway_side(task: Task, seed: int, budget: int, eval_episodes: int, cli
                 f"the gateway runs {config['algorithm']!r}, this task needs {task.algorithm!r} "
                 f"(RLLINK_ALGORITHM={task.gateway_env.get('RLLINK_ALGORITHM')} was ignored or refused)"
             )
+        print(f"    gateway: {config['algorithm']} on device {config['device']}", flush=True)
         runs = run_clients(gateway.tcp_port, task, budget, seed, clients)
         settle_started = time.monotonic()
         metrics = wait_until_settled(gateway.base_url)
@@ -500,6 +505,7 @@ def run_gateway_side(task: Task, seed: int, budget: int, eval_episodes: int, cli
         "gradient_steps_last_version": (metrics.get("learner") or {}).get("gradient_steps"),  # SAC
         "dropped_env_steps": metrics.get("dropped_env_steps"),
         "action_distribution": config["action_distribution"],
+        "device": config["device"],
     }
 
 
@@ -659,7 +665,8 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  SKIPPED: {problem}", flush=True)
         return {**result, "skipped": problem}
     clients = args.clients or task.clients
-    task = replace(task, gateway_env={**task.gateway_env, "RLLINK_LEARNER_THREADS": str(args.learner_threads)})
+    device = {"RLLINK_DEVICE": args.device} if args.device else {}
+    task = replace(task, gateway_env={**task.gateway_env, "RLLINK_LEARNER_THREADS": str(args.learner_threads), **device})
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
     for seed in args.seeds:
         print(f"  seed {seed}", flush=True)
@@ -687,6 +694,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=os.cpu_count(),
         help="the gateway's learner_threads (default: the cores, as SB3's torch uses; the gateway's own default is 1)",
+    )
+    parser.add_argument(
+        "--device",
+        help="the gateway's device (RLLINK_DEVICE): cpu, cuda, cuda:N, auto (default: the gateway's own, auto)",
     )
     return parser.parse_args(argv)
 
