@@ -190,7 +190,7 @@ def shown_env_params(stdout: str) -> list[dict]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("inference", ["thin", "local"])
+@pytest.mark.parametrize("inference", ["thin", "local", "heuristic"])
 def test_the_kit_follows_the_gateways_env_params_as_a_curriculum_lesson_advances(kit, tmp_path, inference):
     settings = gateway_settings(tmp_path, env_params=CURRICULUM_PARAMS, train_batch_size=1000, decode_workers=0)
     with running_gateway(settings) as gateway:

@@ -4,7 +4,9 @@
 //
 // Thin mode by default (the gateway acts; one round trip per step); --inference local
 // runs the policy of each SET_STATE in C# (MlpPolicyRuntime) and sends the experience
-// with EPISODES_AND_GET_STATE. --envs N (thin) steps N carts with one batched GET_ACTION.
+// with EPISODES_AND_GET_STATE; --inference heuristic plays the env's scripted controller
+// (IExampleEnv.Heuristic) and logs each action (LOG_ACTION), which the gateway trains on.
+// --envs N (thin) steps N carts with one batched GET_ACTION.
 // --env picks another task (ChoiceEnvs.cs; the gateway must have its spaces):
 // two-targets (MultiDiscrete), masked-targets and masked-pick (action masks: the
 // gateway's action_masking on; each step's mask goes to Act or GET_ACTION).
@@ -63,7 +65,7 @@ namespace RLlink.Example
 
         const string Usage =
             "usage: mono CartPole.exe [--host 127.0.0.1] [--port 5555] [--token T] [--target-return 450]\n" +
-            "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local]\n" +
+            "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local|heuristic]\n" +
             "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]\n" +
             "                         [--env cartpole|two-targets|masked-targets|masked-pick]\n" +
             "                         [--show-env-params NAME[,NAME...]]\n" +
@@ -159,7 +161,8 @@ namespace RLlink.Example
         /// <summary>One env through AgentSession, as the Unity adapter drives it.</summary>
         static bool Train(RLlinkClient client, Args args)
         {
-            var mode = args.Inference == "local" ? InferenceMode.Local : InferenceMode.Thin;
+            var mode = args.Inference == "local" ? InferenceMode.Local
+                : args.Inference == "heuristic" ? InferenceMode.Heuristic : InferenceMode.Thin;
             var session = new AgentSession(client, mode, mode == InferenceMode.Local ? new MlpPolicyRuntime() : null, args.Seed);
             var env = NewEnv(args.Env, args.Seed);
             var progress = new Progress(args);
@@ -170,7 +173,17 @@ namespace RLlink.Example
                 float episodeReturn = 0;
                 while (true)
                 {
-                    AgentAction action = session.Act(obs, env.ActionMask);
+                    AgentAction action;
+                    if (mode == InferenceMode.Heuristic)
+                    {
+                        object chosen = env.Heuristic();
+                        session.Record(obs, chosen, env.ActionMask);
+                        action = new AgentAction(chosen, 0);
+                    }
+                    else
+                    {
+                        action = session.Act(obs, env.ActionMask);
+                    }
                     bool terminated, truncated;
                     float reward = env.Step(action, out terminated, out truncated);
                     obs = env.Observation();
@@ -356,7 +369,8 @@ namespace RLlink.Example
                             break;
                         case "--tls-cert": args.TlsCert = value; args.Tls = true; break;
                         case "--inference":
-                            if (value != "thin" && value != "local") throw new ArgumentException("--inference is thin or local");
+                            if (value != "thin" && value != "local" && value != "heuristic")
+                                throw new ArgumentException("--inference is thin, local or heuristic");
                             args.Inference = value;
                             break;
                         default:

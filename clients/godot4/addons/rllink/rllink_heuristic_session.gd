@@ -10,7 +10,9 @@
 # token, a bad observation) ends the step with {"error"} as in thin mode.
 #
 # With a recorder (rllink_demo_recorder.gd: the agent's record_demos_path), every episode
-# is also written to the demonstrations file, gateway or not.
+# is also written to the demonstrations file, gateway or not. When the gateway sets
+# env_params, each episode's end asks for a SET_STATE (GET_STATE), so that get_env_param
+# follows a curriculum's lessons from the next episode on.
 extends "res://addons/rllink/rllink_session.gd"
 
 var heuristic: Callable  # the game's get_heuristic_action()
@@ -86,6 +88,9 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 		if _acted and _pending_reward != 0.0:
 			client.log_returns(_episode_id, _pending_reward)
 		client.end_episode(_episode_id, final_obs, terminated, truncated)
+		if not client.env_params.is_empty():
+			# No ACTION says the version moved: each episode asks for the latest env_params.
+			client.get_state()
 		client.flush()
 	_episode_id = ""
 	_acted = false

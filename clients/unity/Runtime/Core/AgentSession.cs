@@ -19,7 +19,8 @@
 // Environment parameters (the gateway's env_params: client.Config.GetEnvParam): local mode
 // gets a curriculum's new values in the SET_STATEs it asks for anyway; a thin session, which
 // gets no SET_STATE unasked, asks for one (GET_STATE) when an episode ends after the policy
-// version changed, so the next episode starts with the new values.
+// version changed, and a heuristic one (no ACTION tells it the version) when any episode
+// ends, so the next episode starts with the new values.
 //
 // A broken connection costs the session nothing but time: it reconnects (RLlinkClient's
 // AutoReconnect). In thin mode the gateway ended the open episode as truncated, so the
@@ -237,19 +238,22 @@ namespace RLlink
                 episodeId = null;
                 pendingReward = 0;
             }
-            if (Mode == InferenceMode.Thin) RefreshEnvParams();
+            if (Mode != InferenceMode.Local) RefreshEnvParams();
         }
 
-        /// <summary>Thin mode, between episodes: a curriculum's new env_params come only in a
-        /// SET_STATE, so ask for one (GET_STATE) once the policy version moved past the one whose
-        /// values the client holds. Nothing to ask when the gateway sets no env_params.</summary>
+        /// <summary>Thin and heuristic modes, between episodes: a curriculum's new env_params come
+        /// only in a SET_STATE, so ask for one (GET_STATE): in thin mode once the policy version
+        /// moved past the one whose values the client holds, in heuristic mode (no ACTION says
+        /// the version) at every episode's end. Nothing to ask when the gateway sets no env_params.</summary>
         void RefreshEnvParams()
         {
-            if (client.Config == null || client.Config.EnvParams.Count == 0 || WeightsSeqNo <= paramsVersion) return;
+            if (client.Config == null || client.Config.EnvParams.Count == 0) return;
+            if (Mode == InferenceMode.Thin && WeightsSeqNo <= paramsVersion) return;
             if (!client.IsConnected) return; // the next connect's SET_CONFIG carries the current values
             try
             {
                 paramsVersion = client.GetState().WeightsSeqNo;
+                if (Mode == InferenceMode.Heuristic) WeightsSeqNo = paramsVersion; // the version it last heard of
             }
             catch (RLlinkException e)
             {
