@@ -56,10 +56,13 @@ class Settings(BaseSettings):
 
     # What the simulators look like.
     observation_space: ObservationSpace = Field(
-        CARTPOLE_OBSERVATION_SPACE, description="Observation space, as JSON: box (uint8 for images) or dict."
+        CARTPOLE_OBSERVATION_SPACE,
+        description="Observation space, as JSON: box (uint8 for images) or dict; unset (with policies unset), CartPole's until "
+        "the first game declares its own in GET_CONFIG, which the module then adopts (docs: Protocol, Spaces the game declares).",
     )
     action_space: Space = Field(
-        CARTPOLE_ACTION_SPACE, description="Action space, as JSON: discrete, multi_discrete or box."
+        CARTPOLE_ACTION_SPACE,
+        description="Action space, as JSON: discrete, multi_discrete or box; unset, adopted from the first game as observation_space.",
     )
     action_masking: bool = Field(
         False,
