@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import requests
 
@@ -113,7 +114,8 @@ def test_a_gateway_given_no_spaces_adopts_the_first_games_and_keeps_them_across_
     client: the module takes Pendulum's spaces, trains on them, refuses CartPole's after,
     and starts with them again."""
     checkpoints, log = tmp_path / "checkpoints", tmp_path / "gateway.log"
-    with gateway_process(checkpoints, log) as gateway:
+    run = ("--run-id", "adopted", "--runs-dir", str(tmp_path / "runs"))
+    with gateway_process(checkpoints, log, *run) as gateway:
         trained = pendulum_client(gateway.tcp_port, 1500)
         config = requests.get(f"{gateway.base_url}/api/config", timeout=30).json()
         metrics = requests.get(f"{gateway.base_url}/api/metrics", timeout=30).json()
@@ -133,12 +135,23 @@ def test_a_gateway_given_no_spaces_adopts_the_first_games_and_keeps_them_across_
     assert "default_policy adopts the spaces the first game declared" in logged
     assert json.loads((checkpoints / "adopted_spaces.json").read_text())["observation_space"]["shape"] == [3]
 
-    with gateway_process(checkpoints, log) as again:
+    # The run's model as a file, without a server: built for the adopted spaces (its snapshot has CartPole's).
+    out = tmp_path / "pendulum.onnx"
+    exported = subprocess.run(
+        [sys.executable, "-m", "app", "export", "--run-id", "adopted", "--runs-dir", str(tmp_path / "runs"), "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    (model_input,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).get_inputs()
+    assert model_input.shape[1:] == [3]
+
+    with gateway_process(checkpoints, log, *run, "--resume") as again:
         restarted = get_config(again)  # declares nothing: the spaces it has
         resumed = pendulum_client(again.tcp_port, 500)
     assert restarted["observation_space"]["shape"] == [3] and restarted["action_space"]["high"] == 2.0
     assert resumed["env_steps"] == 500 and resumed["weights_seq_no"] > trained["weights_seq_no"]
     assert "keeps the spaces a game declared in an earlier start" in log.read_text()
+
 
 
 def test_only_the_first_game_is_adopted_and_never_after_experience(tmp_path):

@@ -20,7 +20,7 @@ import yaml
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
 from app.settings.runs import SNAPSHOT_FILE
-from app.training.checkpoints import CHECKPOINT_FILE, write_atomically
+from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch, adopted_spaces, write_atomically
 from app.training.model_files import kept_versions, version_file
 
 EXIT_USER_ERROR = 2
@@ -56,7 +56,12 @@ def run_settings(runs_dir: Path, run_id: str) -> Settings:
     for name, path in derived.items():
         if values.get(name) is not None and Path(values[name]) == path:
             del values[name]
-    return Settings(**{**values, "runs_dir": runs_dir, "run_id": run_id, "decode_workers": 0})
+    settings = Settings(**{**values, "runs_dir": runs_dir, "run_id": run_id, "decode_workers": 0})
+    try:
+        adopted = adopted_spaces(settings.checkpoint_dir)  # the snapshot has the defaults the module gave up
+    except ValueError as exc:
+        raise ExportError(str(exc)) from None
+    return settings if adopted is None else settings.model_copy(update=adopted)
 
 
 def export_model(settings: Settings, module_id: str | None, version: int | None, out: Path) -> str:
@@ -78,7 +83,10 @@ def export_model(settings: Settings, module_id: str | None, version: int | None,
     from app.training.learners import Learners  # torch: only when a model is built
 
     learners = Learners(settings, PolicySet([module]))
-    newest = learners.restore(module_id)
+    try:
+        newest = learners.restore(module_id)
+    except CheckpointMismatch as exc:  # the run's settings were changed by hand since
+        raise ExportError(str(exc)) from None
     if version is not None and version != newest:
         raise ExportError(
             f"version {version} of {module_id!r} is not kept; the checkpoint holds {newest}, kept versions: {_listed(kept)}"

@@ -145,20 +145,25 @@ def with_adopted_spaces(settings: Settings) -> Settings:
     """`settings` with the spaces the default module adopted in an earlier start, if it was
     given none and adopted some then; else `settings` as they are. Raises ValueError
     (damaged file, spaces the settings refuse) naming the file."""
-    if settings.spaces_given:
+    if settings.spaces_given or (spaces := adopted_spaces(settings.checkpoint_dir)) is None:
         return settings
-    path = settings.checkpoint_dir / ADOPTED_SPACES_FILE
-    spaces = load_adopted_spaces(settings.checkpoint_dir)
+    log.info("the default module keeps the spaces a game declared in an earlier start (%s)", settings.checkpoint_dir / ADOPTED_SPACES_FILE)
+    return settings.model_copy(update=spaces)
+
+
+def adopted_spaces(directory: Path) -> dict[str, Any] | None:
+    """The spaces save_adopted_spaces wrote in `directory`, as the settings' values, or None.
+    Raises ValueError (damaged file, spaces the settings refuse) naming the file."""
+    spaces = load_adopted_spaces(directory)
     if spaces is None:
-        return settings
+        return None
     adopted = {}
     for name in ("observation_space", "action_space"):
         try:
             adopted[name] = TypeAdapter(Settings.model_fields[name].annotation).validate_python(spaces.get(name))
         except ValidationError as exc:
-            raise ValueError(f"{path} holds a {name} the gateway refuses: {exc.errors()[0]['msg']}") from None
-    log.info("the default module keeps the spaces a game declared in an earlier start (%s)", path)
-    return settings.model_copy(update=adopted)
+            raise ValueError(f"{directory / ADOPTED_SPACES_FILE} holds a {name} the gateway refuses: {exc.errors()[0]['msg']}") from None
+    return adopted
 
 
 def _save_json(path: Path, state: dict[str, Any]) -> None:
