@@ -14,6 +14,7 @@ pytest.importorskip("ray")
 
 from app.cluster.calls import Call  # noqa: E402
 from app.cluster.learner_actor import LearnerActor  # noqa: E402
+from app.cluster.packed_chunks import pack  # noqa: E402
 from app.schemas import EpisodeChunk  # noqa: E402
 from app.training.registry import ClientInfo  # noqa: E402
 
@@ -71,7 +72,7 @@ def test_a_call_that_fails_still_lets_the_next_one_go(tmp_path: Path) -> None:
         await actor.hello(0, epoch=1)
         following = asyncio.ensure_future(actor.connect(Call(0, 1, 1), client(1)))
         with pytest.raises(AttributeError):
-            await actor.ingest(Call(0, 1, 0), [(client(1), ["not a chunk"], True)])
+            await actor.ingest(Call(0, 1, 0), [(client(1), ["not a chunk"], True)])  # not packed: fails to unpack
         await asyncio.wait_for(following, 2)  # well before the 10 s a missing call would cost
         await actor.stop()
         return True
