@@ -32,7 +32,7 @@ def test_a_wait_for_training_started_first_still_waits_for_the_experience_number
         experience = [EpisodeChunk.model_validate(chunk(7, seed=1))]
         # Started in the wrong order: the wait (call 2), the experience (1), then the connection (0).
         waiting = asyncio.ensure_future(actor.wait_for_training(Call(0, 1, 2), client(1)))
-        ingesting = asyncio.ensure_future(actor.ingest(Call(0, 1, 1), [(client(1), experience, True)]))
+        ingesting = asyncio.ensure_future(actor.ingest(Call(0, 1, 1), pack([(client(1), experience, True)])))
         await asyncio.sleep(0.05)
         held = not waiting.done() and not ingesting.done()
         await actor.connect(Call(0, 1, 0), client(1))
