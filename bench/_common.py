@@ -7,6 +7,7 @@ traffic; every loop is bounded in count and in time.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -191,6 +192,17 @@ def record_demos(out: Path, env: str, policy: str, episodes: int) -> dict[str, A
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     return json.loads(done.stdout)
+
+
+def variant_runs_parser(description: str, variants: tuple[str, ...]) -> argparse.ArgumentParser:
+    """The flags of a benchmark that runs variants over seeds, each from recorded
+    demonstrations and to a step budget (bench/demos.py, bench/curriculum.py)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", choices=variants, default=list(variants))
+    parser.add_argument("--max-env-steps", type=int, default=60_000, help="give up on a run after this many")
+    parser.add_argument("--demo-episodes", type=int, default=20)
+    return parser
 
 
 def emit(name: str, lines: list[str], result: dict[str, Any]) -> None:

@@ -18,7 +18,6 @@ over 50 episodes). A run that is not solved within `--max-env-steps` counts as i
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import HOST, emit, record_demos, running_gateway  # noqa: E402
+from _common import HOST, emit, record_demos, running_gateway, variant_runs_parser  # noqa: E402
 
 from rllink_clients.navigation import (  # noqa: E402
     NAVIGATION_ENV_ID,
@@ -72,12 +71,7 @@ def one_run(variant: str, seed: int, demos: Path, max_env_steps: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--max-env-steps", type=int, default=60_000, help="give up on a run after this many")
-    parser.add_argument("--demo-episodes", type=int, default=20)
-    args = parser.parse_args()
+    args = variant_runs_parser(__doc__.splitlines()[0], VARIANTS).parse_args()
 
     runs = []
     with tempfile.TemporaryDirectory(prefix="rllink-curriculum-") as tmp:

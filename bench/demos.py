@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import HOST, emit, record_demos, running_gateway  # noqa: E402
+from _common import HOST, emit, record_demos, running_gateway, variant_runs_parser  # noqa: E402
 
 from rllink_clients.gym_client import run  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
@@ -82,13 +82,9 @@ def one_run(variant: str, seed: int, demos: Path, args: argparse.Namespace) -> d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
-    parser.add_argument("--max-env-steps", type=int, default=60_000, help="give up on a run after this many")
+    parser = variant_runs_parser(__doc__.splitlines()[0], VARIANTS)
     parser.add_argument("--bc-strength", type=float, default=0.5)
     parser.add_argument("--bc-steps", type=int, default=50_000)
-    parser.add_argument("--demo-episodes", type=int, default=20)
     args = parser.parse_args()
 
     runs = []

@@ -297,8 +297,12 @@ class PolicyConfigView(BaseModel):
 class GatewayConfig(BaseModel):
     """The gateway's current configuration (secrets are never shown)."""
 
-    observation_space: ObservationSpace
-    action_space: Space
+    observation_space: ObservationSpace = Field(
+        description="The default module's observation space (adopted from the first game when the gateway was given none)."
+    )
+    action_space: Space = Field(
+        description="The default module's action space (adopted from the first game when the gateway was given none)."
+    )
     env_steps_per_sample: int
     force_on_policy: bool = Field(description="Whether clients wait for each version: the setting, off when every module is off-policy.")
     algorithm: Literal["ppo", "sac"] = Field(description="The default algorithm of the modules.")

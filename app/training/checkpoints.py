@@ -136,11 +136,6 @@ def save_adopted_spaces(directory: Path, spaces: dict[str, Any]) -> None:
     _save_json(directory / ADOPTED_SPACES_FILE, spaces)
 
 
-def load_adopted_spaces(directory: Path) -> dict[str, Any] | None:
-    """The spaces save_adopted_spaces wrote, or None. Raises ValueError if the file is damaged."""
-    return _load_json(directory / ADOPTED_SPACES_FILE)
-
-
 def with_adopted_spaces(settings: Settings) -> Settings:
     """`settings` with the spaces the default module adopted in an earlier start, if it was
     given none and adopted some then; else `settings` as they are. Raises ValueError
@@ -154,7 +149,7 @@ def with_adopted_spaces(settings: Settings) -> Settings:
 def adopted_spaces(directory: Path) -> dict[str, Any] | None:
     """The spaces save_adopted_spaces wrote in `directory`, as the settings' values, or None.
     Raises ValueError (damaged file, spaces the settings refuse) naming the file."""
-    spaces = load_adopted_spaces(directory)
+    spaces = _load_json(directory / ADOPTED_SPACES_FILE)
     if spaces is None:
         return None
     adopted = {}

@@ -38,15 +38,15 @@ class Learners:
         self.settings = settings
         self.policies = policies
         self.device = resolve_device(settings.device)
-        self.by_module: dict[str, Learner | SACLearner] = {
-            module.module_id: self._learner(settings, module, settings.seed + i) for i, module in enumerate(policies.trainable)
-        }
+        self.by_module: dict[str, Learner | SACLearner] = {module.module_id: self._learner(module) for module in policies.trainable}
         if settings.bc_strength > 0 and settings.demos is None:
             log.warning("bc_strength %g is ignored: no demos are set (give demos: a file of demonstrations)", settings.bc_strength)
 
-    def _learner(self, settings: Settings, module: Module, seed: int) -> Learner | SACLearner:
+    def _learner(self, module: Module) -> Learner | SACLearner:
+        """A fresh learner for the module, seeded by its place among the trainable ones."""
+        settings = self.settings
         common = {
-            "seed": seed,
+            "seed": settings.seed + [m.module_id for m in self.policies.trainable].index(module.module_id),
             "checkpoint_dir": settings.checkpoint_dir / module.module_id,
             "onnx_input_name": settings.onnx_input_name,
             "device": self.device,
@@ -114,8 +114,7 @@ class Learners:
         """A fresh learner for `module`, whose spaces changed (it adopted a game's: the service
         allows it only before the module has a checkpoint or any experience)."""
         self.policies.replace(module)  # in a learner process, its own copy of the modules
-        seed = self.settings.seed + [m.module_id for m in self.policies.trainable].index(module.module_id)
-        self.by_module[module.module_id] = self._learner(self.settings, module, seed)
+        self.by_module[module.module_id] = self._learner(module)
 
     def export(self, module_id: str) -> PolicyState:
         return self.by_module[module_id].export()
