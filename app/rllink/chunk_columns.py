@@ -127,7 +127,7 @@ class _Columns:
         )
         unset = {name: default for name, default in _CHUNK_DEFAULTS.items() if name not in names}
         given = set(names)
-        return [checked_chunk({**dict(zip(names, values)), **unset}, given) for values in zip(*columns)]
+        return [checked_chunk({**dict(zip(names, values)), **unset}, set(given)) for values in zip(*columns)]
 
     def _modules(self, policies: PolicySet) -> list[Module] | None:
         """Each chunk's module, as EpisodeChunk's module_id validator decides it."""
