@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args
 
@@ -25,6 +25,8 @@ from pydantic import (
     StrictBool,
     TypeAdapter,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from app.settings.policies import Module, PolicySet
 
 PROTOCOL_VERSION = "rllink-gateway/1"
+MAX_WEIGHTS_SEQ_NO = 2**63 - 1  # what an int64 holds (app.experience keeps versions in one)
 
 
 def _policies(info: ValidationInfo) -> PolicySet | None:
@@ -321,7 +324,7 @@ class EpisodeChunk(_Message):
         validation_alias=AliasChoices("episode_id", "id_"),
         description="Joins the chunks of one episode (gateway extension; RLlib's `id_`).",
     )
-    weights_seq_no: int | None = Field(None, ge=0, description="Policy version that collected the chunk.")
+    weights_seq_no: int | None = Field(None, ge=0, le=MAX_WEIGHTS_SEQ_NO, description="Policy version that collected the chunk.")
     outcome: Literal["win", "loss", "draw"] | None = Field(
         None, description="How the agent's game ended, on the chunk that ends it (competitive games; feeds the rating)."
     )
@@ -457,6 +460,7 @@ def _multi_discrete_actions(value: Any, space: MultiDiscreteSpace, of: str) -> n
     return array.astype(np.int64)
 
 
+CHUNK_FIELDS = tuple(EpisodeChunk.model_fields)
 # The fields of a chunk that hold numbers per step: JSON decoders may give them as arrays.
 ARRAY_FIELDS = frozenset({"obs", "actions", "rewards", "action_logp", "action_dist_inputs", "action_mask"})
 
@@ -474,6 +478,17 @@ def checked_chunk(values: dict[str, Any], fields_set: set[str]) -> EpisodeChunk:
     _set(chunk, "__pydantic_extra__", None)
     _set(chunk, "__pydantic_private__", None)
     return chunk
+
+
+class PrecheckedChunks(Sequence[EpisodeChunk]):
+    """A message's chunks checked before the message is (app.experience.ChunkBlocks, from
+    the columns path): `Episodes` takes them as they are."""
+
+    num_steps: int
+
+
+def _prechecked_as_they_are(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    return value if isinstance(value, PrecheckedChunks) else handler(value)
 
 
 # -- Requests (client -> server) ---------------------------------------------------
@@ -515,13 +530,15 @@ class Episodes(_Message):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     type: Literal["EPISODES"] = "EPISODES"
-    episodes: list[EpisodeChunk] = Field(min_length=1)
+    episodes: Annotated[list[EpisodeChunk], WrapValidator(_prechecked_as_they_are)] = Field(min_length=1)
     env_steps: int | None = Field(
         None, ge=0, validation_alias=AliasChoices("env_steps", "timesteps"), description="Steps in this message."
     )
 
     @property
     def num_steps(self) -> int:
+        if isinstance(self.episodes, PrecheckedChunks):
+            return self.episodes.num_steps
         return sum(chunk.num_steps for chunk in self.episodes)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
 from app.settings.hyperparameters import SACConfig
 from app.spaces.models import BoxSpace
@@ -46,7 +47,7 @@ def ms_per_step(device: str, threads: int, steps: int) -> float:
             is_truncated=True,
         )
     )
-    learner.buffer.add_chunk(chunk)
+    learner.buffer.add(ChunkBlock.of([chunk], "x"))
     step = lambda: learner.sac.update(cfg, learner.buffer.sample(cfg.batch_size, learner.rng, learner.device))  # noqa: E731
     for _ in range(WARM_UP):
         step()

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig
@@ -268,6 +269,6 @@ def test_ppo_trains_on_the_masked_distribution_the_actions_were_sampled_from(tmp
         {"obs": obs.tolist(), "actions": actions.tolist(), "rewards": rng.normal(size=64).tolist(), "action_logp": logp.tolist(),
          "action_mask": mask.tolist(), "is_terminated": True, "is_truncated": False}
     )
-    _, stats = learner.train([chunk], 1)
+    _, stats = learner.train(blocks_of([chunk], "x"), 1)
     assert abs(stats["approx_kl"]) < 1e-6 and stats["clip_frac"] == 0, stats
     assert stats["entropy"] <= np.log(3) + 1e-6, stats

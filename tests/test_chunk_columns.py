@@ -183,15 +183,17 @@ def test_a_scene_of_64_agents_takes_the_columns_path():
     decoded = loads_episodes(body, ARRAY_FIELDS)
     # Two kinds of agent (observations of 4 and 3 numbers, Discrete and Box actions): a group of columns each.
     assert type(decoded["episodes"]) is ChunkColumns and len(decoded["episodes"].groups) == 2
-    validated = decoded["episodes"].chunks(POLICIES)
+    validated = decoded["episodes"].blocks(POLICIES)
     assert validated is not None and len(validated) == 64
+    # A block per module: the 63 CartPole agents' chunks are one, with their steps as one array.
+    assert [(block.module_id, block.num_chunks, len(block.actions)) for block in validated.blocks] == [("cart", 63, 504), ("pend", 1, 8)]
     assert validated[5].outcome == "win" and [c.module_id for c in validated] == ["cart"] * 63 + ["pend"]
     assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
     # Long chunks are packed from app.rllink.json_arrays' arrays (simdjson parses them quicker).
     body = json.dumps({"type": "EPISODES", "episodes": [scene_chunk(rng, f"cart_{i}", 300) for i in range(4)]}).encode()
     assert len(body) > 4 * LISTS_MAX_BYTES_PER_CHUNK
     decoded = loads_episodes(body, ARRAY_FIELDS)
-    assert type(decoded["episodes"]) is ChunkColumns and len(decoded["episodes"].chunks(POLICIES)) == 4
+    assert type(decoded["episodes"]) is ChunkColumns and len(decoded["episodes"].blocks(POLICIES)) == 4
     assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
 
 

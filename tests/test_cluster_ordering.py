@@ -15,6 +15,7 @@ pytest.importorskip("ray")
 from app.cluster.calls import Call  # noqa: E402
 from app.cluster.learner_actor import LearnerActor  # noqa: E402
 from app.cluster.packed_chunks import pack  # noqa: E402
+from app.experience import blocks_of  # noqa: E402
 from app.schemas import EpisodeChunk  # noqa: E402
 from app.training.registry import ClientInfo  # noqa: E402
 
@@ -29,7 +30,7 @@ def test_a_wait_for_training_started_first_still_waits_for_the_experience_number
     async def scenario() -> tuple[bool, int, int]:
         actor = LearnerActor(gateway_settings(tmp_path))
         await actor.hello(0, epoch=1)
-        experience = [EpisodeChunk.model_validate(chunk(7, seed=1))]
+        experience = blocks_of([EpisodeChunk.model_validate(chunk(7, seed=1))], "default_policy")
         # Started in the wrong order: the wait (call 2), the experience (1), then the connection (0).
         waiting = asyncio.ensure_future(actor.wait_for_training(Call(0, 1, 2), client(1)))
         ingesting = asyncio.ensure_future(actor.ingest(Call(0, 1, 1), pack([(client(1), experience, True)])))

@@ -20,6 +20,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig
@@ -232,7 +233,7 @@ def test_the_bc_loss_pulls_a_ppo_update_towards_the_demonstrated_actions(tmp_pat
     learners[0].clone_during_rl(demos, 1.0, 1_000_000)
     nll = []
     for learner in learners:  # the same start (seed), the same batch of random play, one PPO update each
-        learner.train(batch, 1)
+        learner.train(blocks_of(batch, "x"), 1)
         with torch.no_grad():
             nll.append(float(demo_nll(learner.policy, demos, torch.arange(demos.num_steps))))
     # Untrained, the policy is uniform: log(3) = 1.099. Measured: 0.89 with the BC term, 1.05 without.

@@ -14,6 +14,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import SACConfig
@@ -111,7 +112,7 @@ def test_gsde_draws_a_new_theta_every_gsde_sample_every_versions(tmp_path):
     learner = SACLearner(cfg, OBS_SPACE, ACTION_SPACE, seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs")
     thetas = []
     for version in range(1, 6):
-        state, _ = learner.train(random_chunks(1, 10, seed=version), weights_seq_no=version)
+        state, _ = learner.train(blocks_of(random_chunks(1, 10, seed=version), "x"), weights_seq_no=version)
         thetas.append(learner.exploration_noise.copy())
         assert load_payload(state.onnx_gzip_b64).SerializeToString() != state.onnx_bytes  # SET_STATE's explores
     same = [np.array_equal(a, b) for a, b in zip(thetas, thetas[1:])]
@@ -162,7 +163,7 @@ def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, d
     spaces = (BoxSpace(shape=(4,)), DiscreteSpace(n=2)) if discrete else (OBS_SPACE, ACTION_SPACE)
     make = lambda seed: SACLearner(cfg, *spaces, seed=seed, checkpoint_dir=tmp_path, onnx_input_name="obs")  # noqa: E731
     trained = make(0)
-    _, stats = trained.train(random_chunks(4, 50, seed=0, discrete=discrete), weights_seq_no=3)
+    _, stats = trained.train(blocks_of(random_chunks(4, 50, seed=0, discrete=discrete), "x"), weights_seq_no=3)
     assert stats["gradient_steps"] == 200 and stats["alpha"] != cfg.alpha  # it trained, alpha moved
 
     restored = make(1)  # other initial weights

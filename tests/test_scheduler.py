@@ -9,11 +9,12 @@ import sys
 import numpy as np
 import pytest
 
+from app.experience import ChunkBlock, blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.policies import PolicySet
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
 from app.training.metrics import TrainingMetrics
-from app.training.module_queue import ModuleQueue, QueueLimits, split_chunk
+from app.training.module_queue import ModuleQueue, QueueLimits
 from app.training.registry import ClientRegistry
 from app.training.scheduler import BatchScheduler
 
@@ -43,11 +44,12 @@ class Trainer:
         self.release = asyncio.Event()
         self.release.set()
 
-    async def __call__(self, by_module: dict[str, list[EpisodeChunk]], reasons: dict[str, str], stale_steps: int) -> None:
+    async def __call__(self, by_module: dict[str, list[ChunkBlock]], reasons: dict[str, str], stale_steps: int) -> None:
         await self.release.wait()
         if self.fail:
             raise RuntimeError("the learner failed")
-        self.turns.append({m: ([c.num_steps for c in chunks], reasons[m]) for m, chunks in by_module.items()})
+        lengths = {m: [steps for block in blocks for steps in block.lengths] for m, blocks in by_module.items()}
+        self.turns.append({m: (lengths[m], reasons[m]) for m in by_module})
         self.version += 1
 
     @property
@@ -76,7 +78,7 @@ def scheduler(
 
 
 def add(batches: BatchScheduler, client, chunks: list[EpisodeChunk]) -> None:
-    batches.add(client, chunks, DEFAULT)
+    batches.add(client, blocks_of(chunks, DEFAULT))
 
 
 def sampler(registry: ClientRegistry):
@@ -147,8 +149,9 @@ async def test_stale_chunks_are_dropped_and_every_step_is_accounted_for():
     registry, metrics, batches = scheduler(trainer, batch=5, lag=1)
     a = sampler(registry)
     for steps, version in [(5, 0), (5, 1), (2, 0), (3, 1)]:  # the module changed in versions 1 and 2: 2 - 0 > 1
-        metrics.record_chunk(a.id, c := chunk(steps, version))
-        add(batches, a, [c])
+        (block,) = blocks_of([chunk(steps, version)], DEFAULT)
+        metrics.record_chunks(a.id, block)
+        batches.add(a, [block])
         await settled()
     assert trainer.batches == [([5], "batch full"), ([5], "batch full"), ([3], "batch full")]
     assert metrics.dropped_env_steps["stale"] == 2 and batches.training_env_steps == 0
@@ -160,7 +163,7 @@ async def test_staleness_counts_the_versions_of_the_chunks_own_module():
     a = sampler(registry)
     add(batches, a, [chunk(3, 0)])
     for _ in range(3):  # three new versions, none of which changes the default module
-        batches.add(a, [chunk_of("other", 4, trainer.version)], DEFAULT)
+        add(batches, a, [chunk_of("other", 4, trainer.version)])
         await settled()
     add(batches, a, [chunk(7, trainer.version)])
     await settled()
@@ -221,9 +224,10 @@ async def test_a_batch_never_holds_more_than_train_batch_size_and_the_cut_chunk_
 
 
 def test_a_cut_chunk_keeps_every_step_once_and_its_end_on_the_tail():
-    whole = chunk(6)
-    whole.is_terminated, whole.outcome = True, "win"
-    head, tail = split_chunk(whole, 4)
+    ended = chunk(6)
+    ended.is_terminated, ended.outcome = True, "win"
+    head, tail = (block.chunks()[-1] for block in ChunkBlock.of([chunk(2), ended], DEFAULT).split(6))
+    whole = ended
     assert (head.num_steps, tail.num_steps) == (4, 2)
     assert not head.is_terminated and not head.is_truncated and head.outcome is None
     assert tail.is_terminated and tail.outcome == "win"
@@ -236,10 +240,10 @@ async def test_each_module_trains_when_its_own_batch_is_due():
     trainer = Trainer()
     registry, _, batches = scheduler(trainer, modules={DEFAULT: limits(5), "arm": limits(20)})
     thin = registry.connect("tcp", "thin")
-    batches.add(thin, [chunk(5), chunk_of("arm", 5)], DEFAULT)
+    add(batches, thin, [chunk(5), chunk_of("arm", 5)])
     await settled()
     assert trainer.turns == [{DEFAULT: ([5], "batch full")}] and batches.queues["arm"].pending_env_steps == 5
-    batches.add(thin, [chunk_of("arm", 15), chunk(5)], DEFAULT)
+    add(batches, thin, [chunk_of("arm", 15), chunk(5)])
     await settled()
     assert trainer.turns[1] == {DEFAULT: ([5], "batch full"), "arm": ([5, 15], "batch full")}  # both due: one turn
 
@@ -248,14 +252,14 @@ async def test_at_the_barrier_a_module_short_of_its_minimum_carries_its_steps_an
     trainer = Trainer()
     registry, _, batches = scheduler(trainer, modules={DEFAULT: limits(100, min_barrier=8), "arm": limits(100, min_barrier=8)})
     a = sampler(registry)
-    batches.add(a, [chunk(8), chunk_of("arm", 2)], DEFAULT)
+    add(batches, a, [chunk(8), chunk_of("arm", 2)])
     await asyncio.wait_for(batches.wait_for_training(a), 10)
     assert trainer.turns == [{DEFAULT: ([8], "all clients waiting")}]
     assert batches.queues["arm"].pending_env_steps == 2  # carried: the version that collected it is still the arm's
-    batches.add(a, [chunk(9), chunk_of("arm", 4)], DEFAULT)
+    add(batches, a, [chunk(9), chunk_of("arm", 4)])
     await asyncio.wait_for(batches.wait_for_training(a), 10)
     assert trainer.turns[1] == {DEFAULT: ([9], "all clients waiting")}  # arm: 6 < 8, carried again
-    batches.add(a, [chunk(2), chunk_of("arm", 1)], DEFAULT)
+    add(batches, a, [chunk(2), chunk_of("arm", 1)])
     await asyncio.wait_for(batches.wait_for_training(a), 10)  # none holds 8: the one holding the most trains
     assert trainer.turns[2] == {"arm": ([2, 4, 1], "all clients waiting")}
     assert batches.queues[DEFAULT].pending_env_steps == 2
@@ -271,7 +275,7 @@ async def test_a_client_is_held_while_its_module_holds_more_than_max_backlog():
     assert batches.has_room(fast)  # 4 pending
     add(batches, fast, [chunk(3)])
     assert not batches.has_room(fast)  # 7 pending > 6
-    batches.add(other, [chunk_of("arm", 2)], DEFAULT)
+    add(batches, other, [chunk_of("arm", 2)])
     assert batches.has_room(other)  # it feeds another module
     held = asyncio.create_task(batches.wait_for_room(fast))
     await settled()
@@ -285,10 +289,10 @@ async def test_a_closed_module_drops_its_steps_and_neither_trains_nor_holds_anyo
     trainer = Trainer()
     registry, metrics, batches = scheduler(trainer, modules={DEFAULT: limits(100, min_barrier=4), "arm": limits(10, backlog=10)})
     a = sampler(registry)
-    batches.add(a, [chunk(3), chunk_of("arm", 8)], DEFAULT)
+    add(batches, a, [chunk(3), chunk_of("arm", 8)])
     batches.close("arm", "budget")  # its 8 pending steps dropped
     assert metrics.dropped_env_steps["budget"] == 8 and batches.queues["arm"].pending_env_steps == 0
-    batches.add(a, [chunk(2), chunk_of("arm", 50)], DEFAULT)  # more than arm's batch and backlog: dropped, no hold
+    add(batches, a, [chunk(2), chunk_of("arm", 50)])  # more than arm's batch and backlog: dropped, no hold
     assert batches.has_room(a) and metrics.dropped_env_steps["budget"] == 58
     await asyncio.wait_for(batches.wait_for_training(a), 10)  # the barrier trains the default module alone
     assert trainer.turns == [{DEFAULT: ([3, 2], "all clients waiting")}]

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
-from app.training.batch import build_batch, gae_advantages
+from app.training.batch import Batch, gae_advantages
+from app.training.batch import build_batch as build_from_blocks
 from app.training.policy import ActorCritic
 
 from . import helpers
@@ -22,6 +24,11 @@ def chunk(steps: int, seed: int = 0, **fields) -> EpisodeChunk:
     rewards = np.random.default_rng(seed).uniform(0, 2, steps).astype(np.float32).tolist()
     data = helpers.chunk(steps, seed=seed, terminated=False, **{"rewards": rewards, **fields})
     return EpisodeChunk.model_validate(data, context={"policies": PolicySet.single(OBS, ACT)})
+
+
+def build_batch(chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, gae_lambda: float) -> Batch:
+    """The batch of chunks as the learner gets them: as blocks (a block per shape of chunk)."""
+    return build_from_blocks(blocks_of(chunks, "default_policy"), policy, gamma, gae_lambda)
 
 
 @pytest.fixture

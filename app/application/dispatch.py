@@ -11,6 +11,7 @@ the pump reads nothing more from its client) until the training service has room
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from app.application.admission import admission_error, token_matches
 from app.application.declared_spaces import declared_mismatch, spaces_to_adopt
@@ -81,7 +82,7 @@ class Application:
     def connect(self, transport: str, peer: str) -> ClientInfo:
         return self._training.connect(transport, peer)
 
-    def keep(self, client: ClientInfo, episodes: list[EpisodeChunk]) -> None:
+    def keep(self, client: ClientInfo, episodes: Sequence[EpisodeChunk]) -> None:
         """Episodes that arrived whole but were never answered (the client left): trained all the same."""
         self._training.ingest(client, episodes)
 

@@ -22,13 +22,14 @@ import dataclasses
 import itertools
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import ray
 
 from app.cluster.calls import Call
-from app.cluster.packed_chunks import pack
+from app.cluster.packed_chunks import Sent, pack
+from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
@@ -69,7 +70,7 @@ class RemoteTrainingService:
         self._epoch = 0  # the numbering of this front-end's calls (a new one per hello)
         self._calls = itertools.count()
         self._incarnation: str | None = None  # the learner's life this front-end said hello to
-        self._outbox: list[tuple[ClientInfo, list[EpisodeChunk], bool]] = []
+        self._outbox: Sent = []
         self._outbox_steps = 0  # env steps queued in it
         self._flush: asyncio.TimerHandle | None = None  # sends the outbox when its window ends
         self._states: OrderedDict[int, PolicySetState] = OrderedDict()
@@ -181,13 +182,15 @@ class RemoteTrainingService:
         self._send_outbox()
         self._learner.start_sampling.remote(self._call(), client)
 
-    def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
+    def ingest(self, client: ClientInfo, episodes: Sequence[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
-        steps = sum(chunk.num_steps for chunk in episodes if not chunk.evaluation)  # evaluation steps never wait for room
+        blocks = blocks_of(episodes, self.policies.default_module_id)
+        received = sum(block.num_steps for block in blocks)
+        steps = received - sum(block.evaluation_steps for block in blocks)  # evaluation steps never wait for room
         client.env_steps_sent += steps
         self._sent_since_status += steps
-        self._outbox.append((client, episodes, sampling))
-        self._outbox_steps += sum(chunk.num_steps for chunk in episodes)
+        self._outbox.append((client, blocks, sampling))
+        self._outbox_steps += received
         if self._outbox_steps >= FLUSH_ENV_STEPS:
             self._send_outbox()
         elif self._flush is None:

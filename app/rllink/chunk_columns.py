@@ -6,8 +6,8 @@ decode worker, unpickled and validated one by one): 12x the cost per env step of
 500-step chunk (bench/multi_agent.py). Here each field of all its chunks becomes one
 array (`pack`: from orjson's lists, or for long chunks from app.rllink.json_arrays' arrays), a
 group of such columns per kind of chunk, which a decode worker sends back in one piece;
-the event loop then checks each column once per module and gives every chunk views of
-them (`ChunkColumns.chunks`).
+the event loop then checks each column once per module, and the columns go on as a
+block per module (app.experience) to the learner: no Python object per chunk.
 
 A fast path with a reference, as app.rllink.json_arrays: what it cannot show to be valid it
 declines (None), and the message takes the per-chunk path (EpisodeChunk's validators),
@@ -21,14 +21,15 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import orjson
 
+from app.experience import ChunkBlock, ChunkBlocks
 from app.rllink.json_arrays import loads_with_arrays
-from app.schemas import EpisodeChunk, as_array, checked_chunk, fast_floats, num_dist_inputs
+from app.schemas import MAX_WEIGHTS_SEQ_NO, EpisodeChunk, as_array, fast_floats, num_dist_inputs
 from app.settings.policies import UnknownModule, indices_by_module
 from app.spaces.models import BoxSpace, DiscreteSpace
 
@@ -84,17 +85,20 @@ class ChunkColumns:
     count: int
     groups: list[_Columns]
 
-    def chunks(self, policies: PolicySet) -> list[EpisodeChunk] | None:
-        """The chunks in the message's order, validated as EpisodeChunk would validate them
-        (their arrays views of the columns); None if one may be invalid or is of a shape
-        this path does not take."""
-        chunks: list[Any] = [None] * self.count
+    def blocks(self, policies: PolicySet) -> ChunkBlocks | None:
+        """The chunks as blocks, a block per module and group, checked as EpisodeChunk would
+        check each (ChunkBlocks reads as the chunks, in the message's order); None if one
+        may be invalid or is of a shape this path does not take."""
+        blocks: list[ChunkBlock] = []
+        order: list[tuple[int, int]] = [(0, 0)] * self.count
         for group in self.groups:
-            if (validated := group.chunks(policies)) is None:
+            if (checked := group.blocks(policies)) is None:
                 return None
-            for position, chunk in zip(group.positions, validated):
-                chunks[position] = chunk
-        return chunks
+            for block, positions in checked:
+                for index, position in enumerate(positions):
+                    order[position] = (len(blocks), index)
+                blocks.append(block)
+        return ChunkBlocks(blocks, order)
 
 
 @dataclass
@@ -108,26 +112,55 @@ class _Columns:
     lengths: dict[str, list[int]]
     scalars: dict[str, list[Any]]
 
-    def chunks(self, policies: PolicySet) -> list[EpisodeChunk] | None:
+    def blocks(self, policies: PolicySet) -> list[tuple[ChunkBlock, list[int]]] | None:
+        """A block per module, with its chunks' positions in the message; None as `ChunkColumns.blocks`."""
         modules = self._modules(policies)
-        if modules is None or not self._scalars_valid():
+        if modules is None or not self._scalars_valid() or not self._lengths_valid():
             return None
-        # The other lengths (per-step fields, one each) EpisodeChunk's model validator checks
-        # on these chunks too, with its own words; obs' it would word otherwise.
-        if [rows - 1 for rows in self.lengths["obs"]] != self.lengths["actions"]:
-            return None
-        for chunks in indices_by_module(modules):
+        by_module = indices_by_module(modules)
+        for chunks in by_module:
             if not self._fits(modules[chunks[0]], chunks):
                 return None
-        names = (*self.arrays, *self.scalars.keys() - {"module_id"}, "module_id")
-        columns = (
-            *(_split(array, self.lengths[name]) for name, array in self.arrays.items()),
-            *(self.scalars[name] for name in names[len(self.arrays) : -1]),
-            [module.module_id for module in modules],
+        block = self._block(modules[0].module_id)
+        if len(by_module) == 1:
+            return [(block, self.positions)]
+        split = []
+        for chunks in by_module:
+            keep = [False] * len(modules)
+            for index in chunks:
+                keep[index] = True
+            split.append((replace(block.select(keep), module_id=modules[chunks[0]].module_id), [self.positions[i] for i in chunks]))
+        return split
+
+    def _block(self, module_id: str) -> ChunkBlock:
+        arrays, scalars = self.arrays, self.scalars
+        return ChunkBlock(
+            module_id,
+            lengths=self.lengths["actions"],
+            obs=arrays["obs"],
+            actions=arrays["actions"],
+            rewards=arrays["rewards"],
+            is_terminated=scalars["is_terminated"],
+            is_truncated=scalars["is_truncated"],
+            weights_seq_no=scalars["weights_seq_no"],
+            episode_id=scalars["episode_id"],
+            agent_id=scalars["agent_id"],
+            outcome=scalars["outcome"],
+            evaluation=scalars["evaluation"],
+            action_logp=arrays.get("action_logp"),
+            action_dist_inputs=arrays.get("action_dist_inputs"),
         )
-        unset = {name: default for name, default in _CHUNK_DEFAULTS.items() if name not in names}
-        given = set(names)
-        return [checked_chunk({**dict(zip(names, values)), **unset}, set(given)) for values in zip(*columns)]
+
+    def _lengths_valid(self) -> bool:
+        """As EpisodeChunk's model validator: one observation more than actions, one entry per
+        action in the other per-step fields, an outcome only on a chunk that ends its episode."""
+        steps = self.lengths["actions"]
+        if [rows - 1 for rows in self.lengths["obs"]] != steps:
+            return False
+        if any(self.lengths[name] != steps for name in self.arrays if name not in ("obs", "actions")):
+            return False
+        done = zip(self.scalars["is_terminated"], self.scalars["is_truncated"])
+        return all(outcome is None or terminated or truncated for outcome, (terminated, truncated) in zip(self.scalars["outcome"], done))
 
     def _modules(self, policies: PolicySet) -> list[Module] | None:
         """Each chunk's module, as EpisodeChunk's module_id validator decides it."""
@@ -146,15 +179,15 @@ class _Columns:
         return modules
 
     def _scalars_valid(self) -> bool:
-        """The flags (evaluation too: False when absent) strict booleans, the ids short strings, versions non-negative ints,
-        outcomes known (that one comes only on a chunk that ends its episode, EpisodeChunk's
-        model validator checks: pydantic runs it on the chunks built here too)."""
+        """The flags (evaluation too: False when absent) strict booleans, the ids short strings,
+        versions ints in EpisodeChunk's range, outcomes known."""
         flags = (self.scalars["is_terminated"], self.scalars["is_truncated"], self.scalars["evaluation"])
         if any(type(flag) is not bool for column in flags for flag in column):
             return False
         if not _short_ids(self.scalars["episode_id"], "episode_id"):
             return False
-        if any(value is not None and (type(value) is not int or value < 0) for value in self.scalars["weights_seq_no"]):
+        versions = self.scalars["weights_seq_no"]
+        if any(value is not None and (type(value) is not int or not 0 <= value <= MAX_WEIGHTS_SEQ_NO) for value in versions):
             return False
         return all(outcome is None or (type(outcome) is str and outcome in _OUTCOMES) for outcome in self.scalars["outcome"])
 

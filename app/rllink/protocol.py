@@ -323,12 +323,12 @@ class Session:
         return rejected
 
     def _with_chunks(self, data: dict[str, Any], frame: bytes) -> dict[str, Any]:
-        """The message with its columns as validated chunks; if they may be invalid, its body
+        """The message with its columns as checked blocks (app.experience); if they may be invalid, its body
         decoded again chunk by chunk, for EpisodeChunk's validators to say what is wrong."""
-        chunks = data["episodes"].chunks(self._policies)
-        if chunks is None:
+        blocks = data["episodes"].blocks(self._policies)
+        if blocks is None:
             return decode_body(frame, columns=False)[0]
-        return {**data, "episodes": chunks}
+        return {**data, "episodes": blocks}
 
     def _validate(self, data: dict[str, Any], encoding: Encoding) -> Request:
         message_type = data.get("type")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from app.schemas import EpisodeChunk
+from app.experience import ChunkBlock
 from app.training.policy import ActorCritic, masked_logits
 
 
@@ -32,18 +32,18 @@ class Batch:
         return len(self.logp)
 
 
-def behaviour_logp(chunk: EpisodeChunk, policy: ActorCritic) -> torch.Tensor:
-    """Log-probs of the chunk's actions under the policy that chose them: the client's
-    `action_logp`, else from its `action_dist_inputs`, else from the current policy
-    (under the chunk's action mask, if any)."""
-    if chunk.action_logp is not None:
-        return torch.from_numpy(chunk.action_logp)
+def behaviour_logp(block: ChunkBlock, policy: ActorCritic) -> torch.Tensor:
+    """Log-probs of the chunks' actions under the policy that chose them: the clients'
+    `action_logp`, else from their `action_dist_inputs`, else from the current policy
+    (under the chunks' action masks, if any)."""
+    if block.action_logp is not None:
+        return torch.from_numpy(block.action_logp)
     device = policy.device
-    actions = torch.from_numpy(chunk.actions).to(device)
-    mask = None if chunk.action_mask is None else torch.from_numpy(chunk.action_mask).to(device)
-    dist_inputs = chunk.action_dist_inputs
+    actions = torch.from_numpy(block.actions).to(device)
+    mask = None if block.action_mask is None else torch.from_numpy(block.action_mask).to(device)
+    dist_inputs = block.action_dist_inputs
     if dist_inputs is None or dist_inputs.shape[1] != policy.num_dist_inputs:
-        return policy.log_prob(policy(torch.from_numpy(chunk.obs[:-1]).to(device), mask), actions).cpu()
+        return policy.log_prob(policy(torch.from_numpy(block.step_obs()).to(device), mask), actions).cpu()
     return policy.log_prob(masked_logits(torch.from_numpy(dist_inputs).to(device), mask), actions).cpu()
 
 
@@ -68,48 +68,48 @@ def gae_advantages(deltas: np.ndarray, last_steps: np.ndarray, gamma_lambda: flo
     return advantages.astype(deltas.dtype)
 
 
-def _masks(chunks: list[EpisodeChunk], width: int) -> torch.Tensor | None:
-    """The chunks' action masks [N, width], all-allowed for a chunk without one; None if none has one."""
-    if all(chunk.action_mask is None for chunk in chunks):
+def _masks(blocks: list[ChunkBlock], width: int) -> torch.Tensor | None:
+    """The chunks' action masks [N, width], all-allowed for chunks without; None if none has one."""
+    if all(block.action_mask is None for block in blocks):
         return None
     return torch.from_numpy(
         np.concatenate([
-            chunk.action_mask if chunk.action_mask is not None else np.ones((chunk.num_steps, width), np.float32)
-            for chunk in chunks
+            block.action_mask if block.action_mask is not None else np.ones((block.num_steps, width), np.float32)
+            for block in blocks
         ])
     )
 
 
 @torch.no_grad()
 def build_batch(
-    chunks: list[EpisodeChunk], policy: ActorCritic, gamma: float, gae_lambda: float, reward_scale: float = 1.0
+    blocks: list[ChunkBlock], policy: ActorCritic, gamma: float, gae_lambda: float, reward_scale: float = 1.0
 ) -> Batch:
     """Concatenate the chunks' steps and compute their advantages with GAE; the batch's
     tensors are on the policy's device (GAE itself runs in numpy)."""
     device = policy.device
-    lengths = np.array([chunk.num_steps for chunk in chunks])
+    lengths = np.array([length for block in blocks for length in block.lengths])
     last_steps = np.cumsum(lengths) - 1
     # V(s) of every observation, the last one of each chunk included, in one pass.
-    all_obs = torch.from_numpy(np.concatenate([chunk.obs for chunk in chunks])).to(device)
+    all_obs = torch.from_numpy(np.concatenate([block.obs for block in blocks])).to(device)
     all_values = policy.value(all_obs).cpu().numpy()
-    last_obs = last_steps + np.arange(1, len(chunks) + 1)  # a chunk has one observation more than steps
+    last_obs = last_steps + np.arange(1, len(lengths) + 1)  # a chunk has one observation more than steps
     values = np.delete(all_values, last_obs)  # V(s_t)
     next_values = np.delete(all_values, last_obs - lengths)  # V(s_{t+1})
-    rewards = np.concatenate([chunk.rewards for chunk in chunks]) * reward_scale
+    rewards = np.concatenate([block.rewards for block in blocks]) * reward_scale
     next_nonterminal = np.ones(len(rewards), np.float32)
-    next_nonterminal[last_steps[[chunk.is_terminated for chunk in chunks]]] = 0.0
+    next_nonterminal[last_steps[[terminated for block in blocks for terminated in block.is_terminated]]] = 0.0
 
     # delta_t = r_t + gamma * V(s_{t+1}) - V(s_t); A_t = delta_t + gamma * lambda * A_{t+1}
     deltas = rewards + gamma * next_nonterminal * next_values - values
     advantages = gae_advantages(deltas, last_steps, gamma * gae_lambda)
 
     tensors = {
-        "obs": torch.from_numpy(np.concatenate([chunk.obs[:-1] for chunk in chunks])),
-        "actions": torch.from_numpy(np.concatenate([chunk.actions for chunk in chunks])),
-        "logp": torch.cat([behaviour_logp(chunk, policy) for chunk in chunks]).float(),
+        "obs": torch.from_numpy(np.concatenate([block.step_obs() for block in blocks])),
+        "actions": torch.from_numpy(np.concatenate([block.actions for block in blocks])),
+        "logp": torch.cat([behaviour_logp(block, policy) for block in blocks]).float(),
         "values": torch.from_numpy(values),
         "advantages": torch.from_numpy(advantages),
         "returns": torch.from_numpy(advantages + values),
-        "masks": _masks(chunks, policy.num_dist_inputs),
+        "masks": _masks(blocks, policy.num_dist_inputs),
     }
     return Batch(**{name: None if tensor is None else tensor.to(device) for name, tensor in tensors.items()})

@@ -8,7 +8,7 @@ typed against this protocol only; tests/test_service_interface.py checks both ag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from app.schemas import EpisodeChunk
@@ -45,7 +45,7 @@ class TrainingService(Protocol):
         """The clients of this process (the connection limits count these)."""
 
     # -- Experience and versions
-    def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None: ...
+    def ingest(self, client: ClientInfo, episodes: Sequence[EpisodeChunk], sampling: bool = True) -> None: ...
     def stop_training(self, module_id: str, reason: str) -> None:
         """The module trains no more; the steps that come for it are dropped under `reason`."""
     def curriculum_status(self) -> dict[str, dict[str, Any]]:

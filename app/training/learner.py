@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
 from app.settings.hyperparameters import PPOConfig
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
@@ -103,15 +104,15 @@ class Learner(Checkpointed):
         linearly to 0 at `decay_steps` env steps trained (the learner's own count, kept in its checkpoint)."""
         self.bc = BCSchedule(demos, strength, decay_steps)
 
-    def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
+    def train(self, blocks: list[ChunkBlock], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Train on the chunks, export the result as version `weights_seq_no` and checkpoint it."""
         cfg = self.cfg  # may be replaced between steps (TrainingService.set_config)
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate
         if self.policy.obs_norm is not None:  # statistics first: the batch's values use them
-            self.policy.obs_norm.update(torch.from_numpy(np.concatenate([c.obs.reshape(len(c.obs), -1) for c in chunks])))
-        reward_scale = 1.0 if self.reward_scaler is None else self.reward_scaler.update([c.rewards for c in chunks])
-        batch = build_batch(chunks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
+            self.policy.obs_norm.update(torch.from_numpy(np.concatenate([b.obs.reshape(len(b.obs), -1) for b in blocks])))
+        reward_scale = 1.0 if self.reward_scaler is None else self.reward_scaler.update([r for b in blocks for r in b.chunk_rewards()])
+        batch = build_batch(blocks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
         bc = None if self.bc is None else self.bc.term(self.env_steps_trained)
         stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator, bc)
         if self.bc is not None and bc is None:  # decayed to 0: no BC term, its weight still reported

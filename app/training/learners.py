@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from app.schemas import EpisodeChunk
+from app.experience import ChunkBlock
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import Module, PolicySet
@@ -127,9 +127,9 @@ class Learners:
         """Use `cfg` from the module's next training step on."""
         self.by_module[module_id].cfg = cfg
 
-    def train(self, by_module: dict[str, list[EpisodeChunk]], version: int) -> dict[str, tuple[PolicyState, dict[str, float]]]:
+    def train(self, by_module: dict[str, list[ChunkBlock]], version: int) -> dict[str, tuple[PolicyState, dict[str, float]]]:
         """One training step of each module that has data (or owes SAC updates)."""
-        return {module_id: self.by_module[module_id].train(chunks, version) for module_id, chunks in by_module.items()}
+        return {module_id: self.by_module[module_id].train(blocks, version) for module_id, blocks in by_module.items()}
 
 
 CALLS = frozenset({"set_num_threads", "num_threads", "restore", "adopt", "export", "save_all", "set_config", "train"})

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.schemas import EpisodeChunk
+from app.experience import ChunkBlock
 from app.settings.hyperparameters import DEFAULT_MODULE_ID
 
 MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; the oldest are forgotten beyond
@@ -150,58 +150,51 @@ class TrainingMetrics:
         self._created = time.monotonic()
         self._arrivals: deque[tuple[float, int]] = deque()  # (monotonic time, env steps) in the rate window
 
-    def module(self, chunk: EpisodeChunk) -> ModuleMetrics:
-        """The metrics of the chunk's module (the default one for a chunk validated without modules)."""
-        return self.modules[chunk.module_id or self.default_module_id]
-
     def add_episode_listener(self, listener: EpisodeListener) -> None:
         """Call `listener` with each training episode that ends (not evaluation ones)."""
         self.episode_listeners.append(listener)
 
-    def record_chunk(self, client_id: int, chunk: EpisodeChunk) -> None:
-        """Count the chunk's steps and add them to its agent's episode; a done chunk ends it."""
-        module, steps = self.module(chunk), chunk.num_steps
-        if chunk.evaluation:
-            self._record_evaluation(client_id, chunk, module)
-            return
-        self.num_env_steps_sampled_lifetime += steps
-        module.num_env_steps_sampled_lifetime += steps
-        self._arrivals.append((time.monotonic(), steps))
-        key = (client_id, chunk.episode_id, chunk.agent_id)
-        episode = self._open.pop(key, None) or _OpenEpisode()
-        episode.episode_return += float(chunk.rewards.sum())
-        episode.length += steps
-        if chunk.is_terminated or chunk.is_truncated:
-            for counts in (self, module):
-                counts.num_episodes_lifetime += 1
-                counts.episode_returns.append(episode.episode_return)
-                counts.episode_lengths.append(episode.length)
-            for listener in self.episode_listeners:
-                listener(chunk.module_id or self.default_module_id, episode.episode_return, episode.length)
-            if chunk.outcome is not None:
-                module.record_game(client_id, chunk.episode_id, chunk.outcome)
-            if chunk.agent_id is not None:
-                self._record_agent_return(chunk.agent_id, episode.episode_return)
-            return
-        self._open[key] = episode  # re-inserted last: dicts keep insertion order
-        if len(self._open) > MAX_OPEN_EPISODES:
-            del self._open[next(iter(self._open))]
-
-    def _record_evaluation(self, client_id: int, chunk: EpisodeChunk, module: ModuleMetrics) -> None:
-        """An evaluation chunk: its steps and, when it ends its episode, its return, apart."""
-        key = (client_id, chunk.episode_id, chunk.agent_id, "evaluation")
-        episode = self._open.pop(key, None) or _OpenEpisode()
-        episode.episode_return += float(chunk.rewards.sum())
+    def record_chunks(self, client_id: int, block: ChunkBlock) -> None:
+        """Count the chunks' steps and add each to its agent's episode; a done chunk ends it.
+        Evaluation chunks count apart, their episodes' returns too."""
+        module = self.modules[block.module_id]
+        evaluated = block.evaluation_steps
+        sampled = block.num_steps - evaluated
         for counts in (self, module):
-            counts.num_env_steps_evaluated_lifetime += chunk.num_steps
-        if chunk.is_terminated or chunk.is_truncated:
-            for counts in (self, module):
-                counts.num_evaluation_episodes_lifetime += 1
-                counts.evaluation_returns.append(episode.episode_return)
-            return
-        self._open[key] = episode
-        if len(self._open) > MAX_OPEN_EPISODES:
-            del self._open[next(iter(self._open))]
+            counts.num_env_steps_sampled_lifetime += sampled
+            counts.num_env_steps_evaluated_lifetime += evaluated
+        if sampled:
+            self._arrivals.append((time.monotonic(), sampled))
+        ids, ends = zip(block.episode_id, block.agent_id, block.evaluation), zip(block.is_terminated, block.is_truncated)
+        chunks = zip(ids, block.chunk_returns(), block.lengths, ends)
+        for index, ((episode_id, agent_id, evaluation), chunk_return, steps, (terminated, truncated)) in enumerate(chunks):
+            key = (client_id, episode_id, agent_id, evaluation)
+            episode = self._open.pop(key, None) or _OpenEpisode()
+            episode.episode_return += chunk_return
+            episode.length += steps
+            if not (terminated or truncated):
+                self._open[key] = episode  # re-inserted last: dicts keep insertion order
+                if len(self._open) > MAX_OPEN_EPISODES:
+                    del self._open[next(iter(self._open))]
+            elif evaluation:
+                for counts in (self, module):
+                    counts.num_evaluation_episodes_lifetime += 1
+                    counts.evaluation_returns.append(episode.episode_return)
+            else:
+                self._end_episode(client_id, block, index, episode, module)
+
+    def _end_episode(self, client_id: int, block: ChunkBlock, index: int, episode: _OpenEpisode, module: ModuleMetrics) -> None:
+        """A training episode ended with the block's chunk `index`."""
+        for counts in (self, module):
+            counts.num_episodes_lifetime += 1
+            counts.episode_returns.append(episode.episode_return)
+            counts.episode_lengths.append(episode.length)
+        for listener in self.episode_listeners:
+            listener(block.module_id, episode.episode_return, episode.length)
+        if (outcome := block.outcome[index]) is not None:
+            module.record_game(client_id, block.episode_id[index], outcome)
+        if (agent_id := block.agent_id[index]) is not None:
+            self._record_agent_return(agent_id, episode.episode_return)
 
     def _record_agent_return(self, agent_id: str, episode_return: float) -> None:
         returns = self.agent_returns.pop(agent_id, None) or deque(maxlen=self.window)

@@ -4,9 +4,10 @@ Positions count the module's env steps since start: `received` (added), `taken` 
 batch, or dropped at shutdown), `finished` (their batch is done) and `released` (waiting
 clients need not wait for steps up to here: they stay pending for a later batch). A
 client that added steps is done waiting once `finished` or `released` reaches the
-position its steps ended at. A batch takes at most `train_batch_size` steps: the last
-chunk is cut where the batch is full (the head goes on past its end, bootstrapped like a
-chunk a client cut; the tail waits for the next batch). No torch, no event loop here.
+position its steps ended at. The steps wait as the blocks they came in (app.experience).
+A batch takes at most `train_batch_size` steps: the last chunk is cut where the batch is
+full (the head goes on past its end, bootstrapped like a chunk a client cut; the tail
+waits for the next batch). No torch, no event loop here.
 """
 
 from __future__ import annotations
@@ -15,15 +16,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
-from app.schemas import EpisodeChunk
-
-_CHUNK_ARRAYS = ("actions", "rewards", "action_logp", "action_dist_inputs", "action_mask")  # one entry per step
-
-
-@dataclass(frozen=True)
-class PendingChunk:
-    chunk: EpisodeChunk
-    weights_seq_no: int | None  # the version that collected it, None if unknown
+from app.experience import ChunkBlock
 
 
 @dataclass(frozen=True)
@@ -43,7 +36,7 @@ class ModuleQueue:
         self.module_id = module_id
         self.limits = limits
         self.max_policy_lag = max_policy_lag
-        self._chunks: deque[PendingChunk] = deque()
+        self._blocks: deque[ChunkBlock] = deque()
         self.pending_env_steps = 0
         self.received = 0
         self.taken = 0
@@ -54,38 +47,44 @@ class ModuleQueue:
         self._updates: deque[int] = deque(maxlen=max_policy_lag + 1)
         self.closed: str | None = None  # why the module trains no more (its steps are then dropped), or None
 
-    def add(self, chunk: EpisodeChunk, weights_seq_no: int | None) -> None:
-        self._chunks.append(PendingChunk(chunk, weights_seq_no))
-        self.pending_env_steps += chunk.num_steps
-        self.received += chunk.num_steps
+    def add(self, block: ChunkBlock) -> None:
+        """Chunks of this module, their weights_seq_no the versions that collected them (None: unknown)."""
+        self._blocks.append(block)
+        self.pending_env_steps += block.num_steps
+        self.received += block.num_steps
 
-    def take(self, limit: int) -> list[PendingChunk]:
+    def take(self, limit: int) -> list[ChunkBlock]:
         """The oldest pending steps, at most `limit` of them (the last chunk cut to fit)."""
-        taken: list[PendingChunk] = []
+        taken: list[ChunkBlock] = []
         room = limit
-        while self._chunks and room > 0:
-            pending = self._chunks[0]
-            if pending.chunk.num_steps <= room:
-                taken.append(self._chunks.popleft())
-                room -= pending.chunk.num_steps
+        while self._blocks and room > 0:
+            block = self._blocks[0]
+            if block.num_steps <= room:
+                taken.append(self._blocks.popleft())
+                room -= block.num_steps
                 continue
-            head, tail = split_chunk(pending.chunk, room)
-            taken.append(PendingChunk(head, pending.weights_seq_no))
-            self._chunks[0] = PendingChunk(tail, pending.weights_seq_no)
+            head, self._blocks[0] = block.split(room)
+            taken.append(head)
             room = 0
         steps = limit - room
         self.pending_env_steps -= steps
         self.taken += steps
         return taken
 
-    def take_all(self) -> list[PendingChunk]:
+    def take_all(self) -> list[ChunkBlock]:
         return self.take(self.pending_env_steps)
 
-    def is_stale(self, pending: PendingChunk) -> bool:
-        """Collected more than max_policy_lag versions of this module ago (never, off-policy)."""
-        if self.limits.off_policy or pending.weights_seq_no is None:
-            return False
-        return len(self._updates) - bisect_right(self._updates, pending.weights_seq_no) > self.max_policy_lag
+    def fresh(self, block: ChunkBlock) -> ChunkBlock:
+        """The block's chunks collected at most max_policy_lag versions of this module ago
+        (all of them off-policy, and those of unknown version)."""
+        if self.limits.off_policy or not self._updates:
+            return block
+        fresh = {version: self._lag(version) <= self.max_policy_lag for version in set(block.weights_seq_no)}
+        return block.select([fresh[version] for version in block.weights_seq_no])
+
+    def _lag(self, version: int | None) -> int:
+        """How many of the module's versions came after `version` (0 if unknown)."""
+        return 0 if version is None else len(self._updates) - bisect_right(self._updates, version)
 
     def trained_in(self, weights_seq_no: int) -> None:
         """The module changed in version `weights_seq_no`."""
@@ -102,18 +101,3 @@ class ModuleQueue:
     def unreleased(self, mark: int) -> bool:
         """Steps up to `mark` are still pending and not carried (a waiter on them holds the barrier)."""
         return mark > max(self.taken, self.released)
-
-
-def split_chunk(chunk: EpisodeChunk, steps: int) -> tuple[EpisodeChunk, EpisodeChunk]:
-    """The chunk's first `steps` steps (the episode goes on after them: neither flag set, no
-    outcome) and the rest (which keeps its flags and outcome); observation `steps` is both
-    the head's last and the tail's first."""
-    head = chunk.model_copy(update={"is_terminated": False, "is_truncated": False, "outcome": None})
-    tail = chunk.model_copy()
-    head.obs, tail.obs = chunk.obs[: steps + 1], chunk.obs[steps:]
-    for name in _CHUNK_ARRAYS:
-        array = getattr(chunk, name)
-        if array is not None:
-            setattr(head, name, array[:steps])
-            setattr(tail, name, array[steps:])
-    return head, tail

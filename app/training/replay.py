@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from app.schemas import EpisodeChunk
+from app.experience import ChunkBlock
 
 
 class ReplayBuffer:
@@ -26,13 +26,13 @@ class ReplayBuffer:
         self.size = 0
         self._next = 0  # where the next transition goes
 
-    def add_chunk(self, chunk: EpisodeChunk) -> int:
-        """Store the chunk's transitions (the newest `capacity` of them); returns how many it had."""
-        steps = chunk.num_steps
-        obs = chunk.obs.reshape(steps + 1, -1)
+    def add(self, block: ChunkBlock) -> int:
+        """Store the chunks' transitions (the newest `capacity` of them); returns how many they had."""
+        steps = block.num_steps
         dones = np.zeros(steps, np.float32)
-        dones[-1] = 1.0 if chunk.is_terminated else 0.0
-        columns = (obs[:-1], obs[1:], chunk.actions.reshape(steps, -1), chunk.rewards, dones)
+        dones[block.last_steps()[block.is_terminated]] = 1.0
+        obs, next_obs = block.step_obs().reshape(steps, -1), block.next_obs().reshape(steps, -1)
+        columns = (obs, next_obs, block.actions.reshape(steps, -1), block.rewards, dones)
         keep = min(steps, self.capacity)
         index = (self._next + np.arange(keep)) % self.capacity
         for store, values in zip((self.obs, self.next_obs, self.actions, self.rewards, self.dones), columns):

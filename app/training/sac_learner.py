@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from app.schemas import EpisodeChunk
+from app.experience import ChunkBlock
 from app.settings.hyperparameters import SACConfig
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
 from app.training.checkpoints import Checkpointed
@@ -99,7 +99,7 @@ class SACLearner(Checkpointed):
             self.versions_since_draw = 0
         self.versions_since_draw += 1
 
-    def train(self, chunks: list[EpisodeChunk], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
+    def train(self, blocks: list[ChunkBlock], weights_seq_no: int) -> tuple[PolicyState, dict[str, float]]:
         """Store the chunks, take the gradient steps they ask for once the buffer holds
         `learning_starts` transitions, export the result as version `weights_seq_no`."""
         cfg = self.cfg  # may be replaced between steps (TrainingService.set_config)
@@ -107,7 +107,7 @@ class SACLearner(Checkpointed):
             group["lr"] = cfg.q_lr
         for group in self.sac.actor_optimizer.param_groups:
             group["lr"] = cfg.policy_lr
-        received = sum(self.buffer.add_chunk(chunk) for chunk in chunks)
+        received = sum(self.buffer.add(block) for block in blocks)
         if self.buffer.size >= cfg.learning_starts:
             self.owed_updates += received * cfg.utd_ratio
         sums: dict[str, float] = {}

@@ -30,15 +30,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from app.schemas import EpisodeChunk
+from app.experience import ChunkBlock
 from app.training.metrics import TrainingMetrics
-from app.training.module_queue import ModuleQueue, PendingChunk
+from app.training.module_queue import ModuleQueue
 from app.training.registry import ClientInfo, ClientRegistry
 
 log = logging.getLogger("app.training")
 
 # train(each due module's fresh chunks, why each is due, stale env steps dropped): one learner turn.
-TrainStep = Callable[[dict[str, list[EpisodeChunk]], dict[str, str], int], Awaitable[None]]
+TrainStep = Callable[[dict[str, list[ChunkBlock]], dict[str, str], int], Awaitable[None]]
 
 
 class BatchScheduler:
@@ -95,21 +95,21 @@ class BatchScheduler:
 
     # -- Experience in -----------------------------------------------------------------
 
-    def add(self, client: ClientInfo, episodes: list[EpisodeChunk], default_module_id: str) -> None:
-        """Add the chunks to their modules' queues (already counted sampled); never blocks."""
-        steps = sum(chunk.num_steps for chunk in episodes)
+    def add(self, client: ClientInfo, blocks: list[ChunkBlock]) -> None:
+        """Add the blocks to their modules' queues (already counted sampled; each chunk's
+        weights_seq_no the version that collected it, where known); never blocks."""
+        steps = sum(block.num_steps for block in blocks)
         if self._stopped:
             self._metrics.dropped_env_steps["shutdown"] += steps
             return
         marks = self._marks.setdefault(client.id, {})
         loop = asyncio.get_running_loop()
-        for chunk in episodes:
-            queue = self.queues[chunk.module_id or default_module_id]
+        for block in blocks:
+            queue = self.queues[block.module_id]
             if queue.closed is not None:
-                self._metrics.dropped_env_steps[queue.closed] += chunk.num_steps
+                self._metrics.dropped_env_steps[queue.closed] += block.num_steps
                 continue
-            version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
-            queue.add(chunk, version)
+            queue.add(block)
             marks[queue.module_id] = queue.received
             if queue.module_id not in self._timers:
                 self._timers[queue.module_id] = loop.call_later(self.barrier_timeout_s, self._on_barrier_timeout, queue.module_id)
@@ -123,7 +123,7 @@ class BatchScheduler:
         if queue.closed is not None:
             return
         queue.closed = reason
-        self._metrics.dropped_env_steps[reason] += sum(p.chunk.num_steps for p in queue.take_all())
+        self._metrics.dropped_env_steps[reason] += sum(block.num_steps for block in queue.take_all())
         if module_id not in self._turn_modules:  # else the turn under way finishes what it took
             queue.finished = queue.taken
         if (timer := self._timers.pop(module_id, None)) is not None:
@@ -230,12 +230,12 @@ class BatchScheduler:
             return
         batch = {module_id: self._take(self.queues[module_id]) for module_id in reasons}
         self._turn_modules = frozenset(batch)
-        self.training_env_steps = sum(p.chunk.num_steps for chunks in batch.values() for p in chunks)
+        self.training_env_steps = sum(block.num_steps for blocks in batch.values() for block in blocks)
         self.turn_started = time.monotonic()
         self._wake_waiters()  # room made
         self._training = asyncio.get_running_loop().create_task(self._run_turn(batch, reasons))
 
-    def _take(self, queue: ModuleQueue) -> list[PendingChunk]:
+    def _take(self, queue: ModuleQueue) -> list[ChunkBlock]:
         """The module's next batch; its barrier timer restarts with what is left."""
         taken = queue.take(queue.limits.train_batch_size)
         module_id = queue.module_id
@@ -254,14 +254,14 @@ class BatchScheduler:
         self._timed_out.add(module_id)
         self.maybe_train()
 
-    async def _run_turn(self, batch: dict[str, list[PendingChunk]], reasons: dict[str, str]) -> None:
+    async def _run_turn(self, batch: dict[str, list[ChunkBlock]], reasons: dict[str, str]) -> None:
         """Drop the stale chunks, train every module on the rest, then wake the waiters."""
-        fresh: dict[str, list[EpisodeChunk]] = {}
+        fresh: dict[str, list[ChunkBlock]] = {}
         stale_steps = 0
-        for module_id, chunks in batch.items():
+        for module_id, blocks in batch.items():
             queue = self.queues[module_id]
-            kept = [p.chunk for p in chunks if not queue.is_stale(p)]
-            stale_steps += sum(p.chunk.num_steps for p in chunks) - sum(c.num_steps for c in kept)
+            kept = [kept for block in blocks if (kept := queue.fresh(block)).num_chunks]
+            stale_steps += sum(block.num_steps for block in blocks) - sum(block.num_steps for block in kept)
             if kept or queue.limits.off_policy:
                 fresh[module_id] = kept
         self._metrics.dropped_env_steps["stale"] += stale_steps
@@ -292,7 +292,7 @@ class BatchScheduler:
             await self._training
         for queue in self.queues.values():
             dropped = queue.take_all()
-            self._metrics.dropped_env_steps["shutdown"] += sum(p.chunk.num_steps for p in dropped)
+            self._metrics.dropped_env_steps["shutdown"] += sum(block.num_steps for block in dropped)
             queue.finished = queue.taken
         for timer in self._timers.values():
             timer.cancel()

@@ -24,12 +24,13 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+from app.experience import ChunkBlock, blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.hyperparameters import PPOConfig, SACConfig
@@ -298,30 +299,30 @@ class LocalTrainingService:
 
     # -- Experience in, weights out -----------------------------------------------
 
-    def ingest(self, client: ClientInfo, episodes: list[EpisodeChunk], sampling: bool = True) -> None:
-        """Add the chunks to the pending batch (and to the metrics); never blocks.
+    def ingest(self, client: ClientInfo, episodes: Sequence[EpisodeChunk], sampling: bool = True) -> None:
+        """Add the chunks to their modules' pending batches (and to the metrics); never blocks.
         `sampling`: the client samples with downloaded policies and may wait for training
         (the barrier waits for it); False for chunks the gateway built for a thin client.
-        Evaluation chunks go to the metrics only: never trained on, no game of the league."""
+        Evaluation chunks go to the metrics only: never trained on, no game of the league.
+        A message's chunks come as blocks (app.experience): the work is per block, not per chunk."""
         if sampling:
             self.start_sampling(client)
         if not episodes:
             return
+        blocks = []
         games: dict[str, list[Game]] = {}  # each league's games ended in this message
-        evaluated = False
-        for chunk in episodes:  # received, so sampled (or evaluated): from here on trained, dropped or pending
-            self.metrics.record_chunk(client.id, chunk)
-            evaluated = evaluated or chunk.evaluation
-            if chunk.evaluation or chunk.outcome is None or chunk.module_id not in self.leagues:  # no league game ended
+        # Received, so sampled (or evaluated): from here on trained, dropped or pending.
+        for block in blocks_of(episodes, self.policies.default_module_id):
+            self.metrics.record_chunks(client.id, block)
+            training = block.select([not evaluation for evaluation in block.evaluation]).with_versions(client.last_weights_seq_no_sent)
+            if not training.num_chunks:
                 continue
-            version = chunk.weights_seq_no if chunk.weights_seq_no is not None else client.last_weights_seq_no_sent
-            game = Game(chunk.episode_id, chunk.agent_id, chunk.outcome, version)
-            games.setdefault(chunk.module_id, []).append(game)
+            blocks.append(training)
+            if block.module_id in self.leagues and (ended := _games(training)):
+                games.setdefault(block.module_id, []).extend(ended)
         for module_id, ended in games.items():
             self.leagues[module_id].record_games(ended)
-        if evaluated:
-            episodes = [chunk for chunk in episodes if not chunk.evaluation]
-        self._scheduler.add(client, episodes, self.policies.default_module_id)
+        self._scheduler.add(client, blocks)
 
     # -- Spaces a game declares (RLLINK.md, "Spaces the game declares") --------------
 
@@ -467,7 +468,7 @@ class LocalTrainingService:
 
     # -- The training step (the scheduler calls it) ---------------------------------
 
-    async def _train(self, by_module: dict[str, list[EpisodeChunk]], reasons: dict[str, str], stale_steps: int) -> None:
+    async def _train(self, by_module: dict[str, list[ChunkBlock]], reasons: dict[str, str], stale_steps: int) -> None:
         """Train each module given (its fresh chunks; SAC's may be none, for the gradient steps
         it owes) in the learners' thread or process, publish the new version, count and log it."""
         version = self._store.current.weights_seq_no + 1
@@ -479,7 +480,7 @@ class LocalTrainingService:
             if module_id in self._owed_updates:
                 self._owed_updates[module_id] = stats["owed_updates"]
         self._publish(version)
-        trained = {m: (sum(c.num_steps for c in by_module[m]), stats) for m, (_, stats) in results.items()}
+        trained = {m: (sum(block.num_steps for block in by_module[m]), stats) for m, (_, stats) in results.items()}
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         for listener in self._step_listeners:
             listener()
@@ -537,6 +538,12 @@ class LocalTrainingService:
             logger.warning("curriculum lessons not saved: %s", exc)
         else:
             self._saved_curriculum = state
+
+
+def _games(block: ChunkBlock) -> list[Game]:
+    """The games that chunks of the block end (those with an outcome)."""
+    seats = zip(block.episode_id, block.agent_id, block.outcome, block.weights_seq_no)
+    return [Game(episode_id, seat, outcome, version) for episode_id, seat, outcome, version in seats if outcome is not None]
 
 
 def _log_failure(call: Future[None]) -> None:
