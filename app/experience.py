@@ -4,14 +4,15 @@ A scene of 64 agents sends 64 chunks of 8 steps per message. As one EpisodeChunk
 every stage (validation, metrics, the module's queue, the batch) pays per chunk,
 whatever its length. A `ChunkBlock` holds consecutive chunks of one module as columns:
 each per-step field of every chunk in one array, one after the other, and each per-chunk
-field in one array or list. The stages work on whole blocks (a chunk's return is a
-`np.add.reduceat`, a batch cut is two slices), so a message costs one object per module,
-not one per chunk.
+field in one list. The stages work on whole blocks (the chunks' returns are one
+`np.add.reduceat`, a batch cut is a few slices), so a message costs one object per
+module, not one per chunk.
 
 `ChunkBlocks` is how blocks travel where chunks do (`Episodes.episodes`, the training
-service's `ingest`, a learner's `train`): a sequence of EpisodeChunk, built only when
-someone reads one. `blocks_of` gives the blocks of any such sequence, grouping a plain
-list of chunks (thin clients', demonstrations', tests').
+service's `ingest`): a sequence of EpisodeChunk, each built only when someone reads it.
+`blocks_of` gives the blocks of any such sequence, grouping a plain list of chunks (thin
+clients', tests'). A message's chunks of several shapes for one module (some with
+`action_logp`, some without) become a block per shape, each in its chunks' order.
 """
 
 from __future__ import annotations
@@ -26,11 +27,10 @@ import numpy as np
 
 from app.schemas import CHUNK_FIELDS, EpisodeChunk, PrecheckedChunks, checked_chunk
 
-STEP_ARRAYS = ("actions", "rewards", "action_logp", "action_dist_inputs", "action_mask")  # one entry per step
-OPTIONAL_ARRAYS = ("action_logp", "action_dist_inputs", "action_mask")
-_ARRAYS = ("obs", *STEP_ARRAYS)
+_STEP_ARRAYS = ("actions", "rewards", "action_logp", "action_dist_inputs", "action_mask")  # one entry per step
+_ARRAYS = ("obs", *_STEP_ARRAYS)
 _CHUNK_FIELDS = ("is_terminated", "is_truncated", "weights_seq_no", "episode_id", "agent_id", "outcome", "evaluation")  # EpisodeChunk's
-PER_CHUNK = ("lengths", *_CHUNK_FIELDS)
+_PER_CHUNK = ("lengths", *_CHUNK_FIELDS)
 
 
 @dataclass(eq=False)
@@ -130,8 +130,8 @@ class ChunkBlock:
         return replace(
             self,
             obs=self.obs[np.repeat(keep, [length + 1 for length in self.lengths])],
-            **{name: array[steps] for name in STEP_ARRAYS if (array := getattr(self, name)) is not None},
-            **{name: [value for value, kept in zip(getattr(self, name), keep) if kept] for name in PER_CHUNK},
+            **{name: array[steps] for name in _STEP_ARRAYS if (array := getattr(self, name)) is not None},
+            **{name: [value for value, kept in zip(getattr(self, name), keep) if kept] for name in _PER_CHUNK},
         )
 
     def with_versions(self, fallback: int | None) -> ChunkBlock:
@@ -151,7 +151,7 @@ class ChunkBlock:
             return blocks[0]
         first = blocks[0]
         arrays = {name: np.concatenate([getattr(b, name) for b in blocks]) for name in _ARRAYS if getattr(first, name) is not None}
-        per_chunk = {name: [value for block in blocks for value in getattr(block, name)] for name in PER_CHUNK}
+        per_chunk = {name: [value for block in blocks for value in getattr(block, name)] for name in _PER_CHUNK}
         return cls(first.module_id, **arrays, **per_chunk)
 
     @classmethod
@@ -168,7 +168,7 @@ class ChunkBlock:
         ends, starts = self.ends, self.starts
         columns: dict[str, list[Any]] = {
             "obs": [self.obs[start + i : end + i + 1] for i, (start, end) in enumerate(zip(starts, ends))],
-            **{name: _pieces(getattr(self, name), starts, ends) for name in STEP_ARRAYS},
+            **{name: _pieces(getattr(self, name), starts, ends) for name in _STEP_ARRAYS},
             **{name: getattr(self, name) for name in _CHUNK_FIELDS},
             "module_id": [self.module_id] * len(ends),
         }
@@ -187,8 +187,8 @@ class ChunkBlock:
         return replace(
             self,
             obs=obs,
-            **{name: array[steps] for name in STEP_ARRAYS if (array := getattr(self, name)) is not None},
-            **{name: getattr(self, name)[chunks] for name in PER_CHUNK},
+            **{name: array[steps] for name in _STEP_ARRAYS if (array := getattr(self, name)) is not None},
+            **{name: getattr(self, name)[chunks] for name in _PER_CHUNK},
         )
 
 

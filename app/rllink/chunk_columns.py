@@ -22,6 +22,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
@@ -43,6 +44,7 @@ _ROW_FIELDS = frozenset({"obs", "action_dist_inputs"})  # a row of numbers per s
 _SCALARS = ("agent_id", "module_id", "episode_id", "weights_seq_no", "outcome", "is_terminated", "is_truncated", "evaluation")
 _REQUIRED = frozenset({"obs", "actions", "rewards", "is_terminated", "is_truncated"})  # as EpisodeChunk's
 _KNOWN = frozenset(_ARRAYS + _SCALARS)
+_ARRAYS_SET = frozenset(_ARRAYS)
 _MAX_ID_LENGTH = {"agent_id": 256, "module_id": 64, "episode_id": 256}  # as EpisodeChunk's fields
 _OUTCOMES = frozenset({"win", "loss", "draw"})
 _CHUNK_DEFAULTS = {name: field.default for name, field in EpisodeChunk.model_fields.items()}
@@ -211,19 +213,51 @@ def pack(episodes: Any) -> ChunkColumns | None:
     None unless there are several, with known fields only, their number fields lists of
     the kind EpisodeChunk's fast paths take (app.schemas: finite, moderate, not starting
     with a boolean) or arrays."""
-    if type(episodes) is not list or len(episodes) < MIN_CHUNKS or any(type(chunk) is not dict for chunk in episodes):
+    if type(episodes) is not list or len(episodes) < MIN_CHUNKS or not set(map(type, episodes)) <= {dict}:
         return None
-    if any(not _REQUIRED <= chunk.keys() <= _KNOWN for chunk in episodes):
+    key_sets = set(map(frozenset, episodes))  # a chunk that ends its episode may have more fields (its outcome)
+    if any(not _REQUIRED <= keys <= _KNOWN for keys in key_sets):
         return None
     by_shape: dict[tuple[tuple[str, RowShape], ...], list[int]] = {}
-    for position, chunk in enumerate(episodes):
+    if (shape := _one_shape(episodes, key_sets)) is not None:
+        by_shape[shape] = list(range(len(episodes)))
+    for position, chunk in enumerate(episodes if not by_shape else ()):
         by_shape.setdefault(tuple((name, _row_shape(chunk[name])) for name in _ARRAYS if name in chunk), []).append(position)
     groups = []
     for positions in by_shape.values():
-        if (group := _pack_group([episodes[i] for i in positions], positions)) is None:
+        if (group := _pack_group([episodes[i] for i in positions], positions, frozenset().union(*key_sets))) is None:
             return None
         groups.append(group)
     return ChunkColumns(len(episodes), groups)
+
+
+def _one_shape(episodes: list[dict[str, Any]], key_sets: set[frozenset[str]]) -> tuple[tuple[str, RowShape], ...] | None:
+    """The shape every chunk has, if they all have one: the same number fields, lists of the
+    same row width in each (a scene of one kind of agent); else None (each chunk's is
+    looked at then). At C speed: the per-chunk loop costs about 2 us a chunk."""
+    names = {keys & _ARRAYS_SET for keys in key_sets}
+    if len(names) != 1:
+        return None
+    shape: list[tuple[str, RowShape]] = []
+    for name in (name for name in _ARRAYS if name in next(iter(names))):
+        values = list(map(itemgetter(name), episodes))
+        if not set(map(type, values)) <= {list}:
+            return None
+        try:
+            firsts = list(map(itemgetter(0), values))
+        except IndexError:  # an empty list: the per-chunk loop takes it, to decline it
+            return None
+        kinds = set(map(type, firsts))
+        if kinds <= {list}:
+            widths = set(map(len, firsts))
+            if len(widths) != 1:
+                return None
+            shape.append((name, widths.pop()))
+        elif list in kinds:
+            return None
+        else:
+            shape.append((name, None))
+    return tuple(shape)
 
 
 def _row_shape(value: Any) -> RowShape:
@@ -234,25 +268,31 @@ def _row_shape(value: Any) -> RowShape:
     return len(value[0]) if type(value) is list and value and type(value[0]) is list else None
 
 
-def _pack_group(chunks: list[dict[str, Any]], positions: list[int]) -> _Columns | None:
-    """Chunks with the same number fields, rows of the same widths, as columns."""
+def _pack_group(chunks: list[dict[str, Any]], positions: list[int], given: frozenset[str]) -> _Columns | None:
+    """Chunks with the same number fields, rows of the same widths, as columns (`given`:
+    the fields any chunk of the message has; the others are their defaults)."""
     arrays, lengths = {}, {}
     for name in _ARRAYS:
         if name in chunks[0]:
-            values = [chunk[name] for chunk in chunks]
+            values = list(map(itemgetter(name), chunks))
             if (array := _column(name, values)) is None:
                 return None
             arrays[name], lengths[name] = array, list(map(len, values))
-    scalars = {name: [chunk.get(name, _CHUNK_DEFAULTS[name]) for chunk in chunks] for name in _SCALARS}
+    defaults = _CHUNK_DEFAULTS
+    scalars = {
+        name: list(map(methodcaller("get", name, defaults[name]), chunks)) if name in given else [defaults[name]] * len(chunks)
+        for name in _SCALARS
+    }
     return _Columns(positions, arrays, lengths, scalars)
 
 
 def _column(name: str, values: list[Any]) -> np.ndarray | None:
     """The chunks' values of one field, one after the other, as EpisodeChunk's validators
     would convert each (actions: int64 for Discrete, else float32); or None."""
-    if all(type(value) is np.ndarray for value in values):
+    kinds = set(map(type, values))
+    if kinds == {np.ndarray}:
         return _array_column(name, values)
-    if any(type(value) is not list or not value for value in values):
+    if kinds != {list} or not all(values):  # an empty list: the per-chunk path words its error
         return None
     return _actions_column(values) if name == "actions" else _float_column(values, name in _ROW_FIELDS)
 
@@ -277,8 +317,9 @@ def _array_column(name: str, values: list[np.ndarray]) -> np.ndarray | None:
 
 def _float_column(values: list[list[Any]], rows: bool) -> np.ndarray | None:
     """float32 [sum of lengths] (or [rows, width]) from the chunks' lists, or None."""
-    if any(type(_first_number(value)) is bool for value in values):
-        return None  # EpisodeChunk's fast path declines these: its general path decides
+    firsts = map(itemgetter(0), values)  # values are non-empty lists (`_column`)
+    if bool in set(map(type, map(_first_number, firsts) if rows else firsts)):
+        return None  # EpisodeChunk's fast path declines a chunk whose first number is a boolean: its general path decides
     items: list[Any] = []
     deque(map(items.extend, values), 0)
     width = len(items[0]) if rows and type(items[0]) is list else None
@@ -293,7 +334,7 @@ def _actions_column(values: list[list[Any]]) -> np.ndarray | None:
     first = values[0][0]
     if type(first) is list:
         return None if type(_first_number(first)) is int else _float_column(values, rows=True)
-    if type(first) is not int or any(type(value[0]) is bool for value in values):
+    if type(first) is not int or bool in set(map(type, map(itemgetter(0), values))):
         return None
     items: list[Any] = []
     deque(map(items.extend, values), 0)
