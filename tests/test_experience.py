@@ -124,7 +124,7 @@ def test_a_message_of_blocks_reads_as_its_chunks_in_message_order_and_copies_own
         for steps, agent in [(3, "a"), (2, "b"), (4, "a"), (1, "b")]
     ]  # fmt: skip
     blocks = blocks_of(chunks, MODULE)
-    assert [b.lengths for b in blocks] == [[3, 4], [2, 1]]  # a block per shape: without and with log-probs
+    assert [b.lengths for b in blocks] == [(3, 4), (2, 1)]  # a block per shape: without and with log-probs
     order = [(0, 0), (1, 0), (0, 1), (1, 1)]
     message = ChunkBlocks(blocks, order)
     assert len(message) == 4 and message.num_steps == 10
