@@ -84,9 +84,9 @@ class ChunkBlock:
         """Where each chunk's steps start, in the step arrays."""
         return tuple(end - length for end, length in zip(self.ends, self.lengths))
 
-    def last_steps(self) -> np.ndarray:
-        """The index of each chunk's last step, in the step arrays."""
-        return np.array(self.ends) - 1
+    def terminal_steps(self) -> list[int]:
+        """The index of the last step of each terminated chunk (no bootstrap past it)."""
+        return [end - 1 for end, terminated in zip(self.ends, self.is_terminated) if terminated]
 
     def step_obs(self) -> np.ndarray:
         """The observation each step acted on: `obs` without each chunk's last one [N, ...]."""

@@ -46,7 +46,7 @@ plays (parameter sharing):
    over the seeds (a seed that misses counts as its whole budget).
 
 Targets: multi-agent ingest within 1.5x of single-agent per env step (single-agent rate
-/ multi-agent rate <= 1.5, each multi-agent configuration); 64 agents reach 450 in under
+/ multi-agent rate <= 1.5), 8x63 within 1.2x (issue 34); 64 agents reach 450 in under
 a third of the wall time of 1 agent (median seconds, 64 / 1 < 0.333).
 
 `--quick` is a smoke run (< 1 min): short ingest windows, one seed, a target return of
@@ -126,7 +126,7 @@ def configurations() -> list[dict]:
         {"name": f"64x{STEPS_PER_AGENT}", "clients": 1, "agents": 64, "chunk_steps": STEPS_PER_AGENT, "vs": ("single", 1),
          "target": False},
         {"name": "64x500", "clients": 1, "agents": 64, "chunk_steps": 500, "vs": ("single", 1)},
-        {"name": f"8x{short(8)}", "clients": 8, "agents": 8, "chunk_steps": short(8), "vs": ("single", 8)},
+        {"name": f"8x{short(8)}", "clients": 8, "agents": 8, "chunk_steps": short(8), "vs": ("single", 8), "target": 1.2},
     ]
 
 
@@ -244,11 +244,12 @@ def measure_ingest(args) -> tuple[list[str], dict]:
         core_ratio = _ratio(core_ref, run["core_steps_per_s"])
         name = f"{config['name']} x{config['clients']}"
         ratios[name] = {"wall": rounded(ratio), "gateway_cpu": rounded(cpu_ratio), "core": rounded(core_ratio)}
-        ok = not math.isnan(ratio) and ratio <= TARGET_INGEST_RATIO and run["errors"] == 0
+        target = config.get("target", TARGET_INGEST_RATIO)
+        ok = not math.isnan(ratio) and ratio <= target and run["errors"] == 0
         verdict = "(no target: the README's settings for 64 agents)"
-        if config.get("target", True):
-            targets[f"ingest {name} <= {TARGET_INGEST_RATIO}x single-agent cost per step"] = ok
-            verdict = f"target <= {TARGET_INGEST_RATIO}x {'met' if ok else 'MISSED'}"
+        if target:
+            targets[f"ingest {name} <= {target}x single-agent cost per step"] = ok
+            verdict = f"target <= {target}x {'met' if ok else 'MISSED'}"
         lines.append(
             f"per env step cost, multi-agent {name} vs single-agent x{ref['clients']}: {ratio:.2f}x "
             f"(per gateway CPU-s {cpu_ratio:.2f}x, sans-I/O core {core_ratio:.2f}x): {verdict}"

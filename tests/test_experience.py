@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from app.experience import ChunkBlock, ChunkBlocks, blocks_of, merged
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
+from app.training.replay import ReplayBuffer
 
 MODULE = "default_policy"
 
@@ -86,7 +87,16 @@ def test_a_block_splits_selects_and_reads_as_its_chunks_one_by_one(chunks, data)
     assert np.allclose(block.chunk_returns(), [float(c.rewards.astype(np.float64).sum()) for c in chunks])
     assert np.array_equal(block.step_obs(), np.concatenate([c.obs[:-1] for c in chunks]))
     assert np.array_equal(block.next_obs(), np.concatenate([c.obs[1:] for c in chunks]))
-    assert block.last_steps().tolist() == (np.cumsum([c.num_steps for c in chunks]) - 1).tolist()
+    last_steps = np.cumsum([c.num_steps for c in chunks]) - 1
+    assert list(block.ends) == (last_steps + 1).tolist()
+    assert block.terminal_steps() == [int(step) for step, c in zip(last_steps, chunks) if c.is_terminated]
+    # The replay buffer's transitions: only a terminated chunk's last one is terminal.
+    buffer = ReplayBuffer(64, 4, 1)
+    buffer.add(block)
+    transitions = [(c.obs[t], c.obs[t + 1], t == c.num_steps - 1 and c.is_terminated) for c in chunks for t in range(c.num_steps)]
+    assert np.array_equal(buffer.obs[: block.num_steps], [obs for obs, _, _ in transitions])
+    assert np.array_equal(buffer.next_obs[: block.num_steps], [next_obs for _, next_obs, _ in transitions])
+    assert buffer.dones[: block.num_steps].tolist() == [float(done) for _, _, done in transitions]
     if block.num_steps > 1:
         steps = data.draw(st.integers(1, block.num_steps - 1))
         head, tail = block.split(steps)

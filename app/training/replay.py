@@ -30,7 +30,7 @@ class ReplayBuffer:
         """Store the chunks' transitions (the newest `capacity` of them); returns how many they had."""
         steps = block.num_steps
         dones = np.zeros(steps, np.float32)
-        dones[block.last_steps()[block.is_terminated]] = 1.0
+        dones[block.terminal_steps()] = 1.0
         obs, next_obs = block.step_obs().reshape(steps, -1), block.next_obs().reshape(steps, -1)
         columns = (obs, next_obs, block.actions.reshape(steps, -1), block.rewards, dones)
         keep = min(steps, self.capacity)
