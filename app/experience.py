@@ -190,7 +190,7 @@ class ChunkBlock:
         return self._slice(slice(first, stop), self.obs[steps.start + first : steps.stop + stop], steps)
 
     def _slice(self, chunks: slice, obs: np.ndarray, steps: slice) -> ChunkBlock:
-        """Some chunks (the per-chunk lists copied), given their observations and steps."""
+        """Some chunks, given their observations and steps."""
         return replace(
             self,
             obs=obs,
