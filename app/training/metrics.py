@@ -165,18 +165,17 @@ class TrainingMetrics:
             counts.num_env_steps_evaluated_lifetime += evaluated
         if sampled:
             self._arrivals.append((time.monotonic(), sampled))
-        ids, ends = zip(block.episode_id, block.agent_id, block.evaluation), zip(block.is_terminated, block.is_truncated)
-        chunks = zip(ids, block.chunk_returns(), block.lengths, ends)
-        for index, ((episode_id, agent_id, evaluation), chunk_return, steps, (terminated, truncated)) in enumerate(chunks):
-            key = (client_id, episode_id, agent_id, evaluation)
+        returns, lengths, evaluation, agent_ids = block.chunk_returns(), block.lengths, block.evaluation, block.agent_id
+        for index, episode_id in enumerate(block.episode_id):
+            key = (client_id, episode_id, agent_ids[index], evaluation[index])
             episode = self._open.pop(key, None) or _OpenEpisode()
-            episode.episode_return += chunk_return
-            episode.length += steps
-            if not (terminated or truncated):
+            episode.episode_return += returns[index]
+            episode.length += lengths[index]
+            if not (block.is_terminated[index] or block.is_truncated[index]):
                 self._open[key] = episode  # re-inserted last: dicts keep insertion order
                 if len(self._open) > MAX_OPEN_EPISODES:
                     del self._open[next(iter(self._open))]
-            elif evaluation:
+            elif evaluation[index]:
                 for counts in (self, module):
                     counts.num_evaluation_episodes_lifetime += 1
                     counts.evaluation_returns.append(episode.episode_return)
