@@ -221,11 +221,13 @@ def pack(episodes: Any) -> ChunkColumns | None:
     by_shape: dict[tuple[tuple[str, RowShape], ...], list[int]] = {}
     if (shape := _one_shape(episodes, key_sets)) is not None:
         by_shape[shape] = list(range(len(episodes)))
-    for position, chunk in enumerate(episodes if not by_shape else ()):
-        by_shape.setdefault(tuple((name, _row_shape(chunk[name])) for name in _ARRAYS if name in chunk), []).append(position)
+    else:
+        for position, chunk in enumerate(episodes):
+            by_shape.setdefault(tuple((name, _row_shape(chunk[name])) for name in _ARRAYS if name in chunk), []).append(position)
+    given = frozenset().union(*key_sets)
     groups = []
     for positions in by_shape.values():
-        if (group := _pack_group([episodes[i] for i in positions], positions, frozenset().union(*key_sets))) is None:
+        if (group := _pack_group([episodes[i] for i in positions], positions, given)) is None:
             return None
         groups.append(group)
     return ChunkColumns(len(episodes), groups)

@@ -97,8 +97,8 @@ def build_batch(
     next_values = np.delete(all_values, last_obs - lengths)  # V(s_{t+1})
     rewards = np.concatenate([block.rewards for block in blocks]) * reward_scale
     next_nonterminal = np.ones(len(rewards), np.float32)
-    offsets = np.cumsum([0, *(block.num_steps for block in blocks[:-1])])
-    next_nonterminal[[offset + step for offset, block in zip(offsets, blocks) for step in block.terminal_steps()]] = 0.0
+    terminated = np.array([terminated for block in blocks for terminated in block.is_terminated], bool)
+    next_nonterminal[last_steps[terminated]] = 0.0
 
     # delta_t = r_t + gamma * V(s_{t+1}) - V(s_t); A_t = delta_t + gamma * lambda * A_{t+1}
     deltas = rewards + gamma * next_nonterminal * next_values - values
