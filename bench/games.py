@@ -1,33 +1,42 @@
 """Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
 
     python bench/games.py [--minutes 20] [--num-envs 16] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
-                          [--out-dir DIR] [--gateway-args "--env-steps-per-sample 2000 ..."]
+                          [--lookahead-ratio 0.4 | --no-scripted-reference] [--out-dir DIR]
+                          [--gateway-args "--env-steps-per-sample 2000 ..."]
 
-A fresh gateway (`python -m app`, its embedded defaults but for one module) in a
+First the one-step-lookahead player (wins when it can, blocks when it must, else random;
+rllink_clients.connect_four) plays 1,000 games against the uniformly random legal player,
+seats alternating, and its score p gives its fixed rating, 1000 + 400 log10(p / (1 - p)).
+Then a fresh gateway (`python -m app`, its embedded defaults but for one module) in a
 subprocess:
 
     --policies '{"c4": {"observation_space": {"type": "box", "shape": [84]},
                         "action_space": {"type": "discrete", "n": 7},
-                        "action_masking": true, "self_play": {}}}'
+                        "action_masking": true,
+                        "self_play": {"scripted_references": {"lookahead": {"elo": <that rating>, "play_ratio": 0.4}}}}}'
     --policy-mapping '{"player_*": "c4"}'
 
-and the PettingZoo reference client (`rllink_clients.pettingzoo`, what `python -m
-rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16` runs) in this process,
+(with `--no-scripted-reference`, `"self_play": {}`: snapshots, latest weights and the random
+reference only), and the PettingZoo reference client (`rllink_clients.pettingzoo`, what
+`python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16
+--scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,
 playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
-with seats swapped each game against the gateway's frozen self-play opponent, for
+with seats swapped each game against the opponent the league draws for each version, for
 `--minutes`. Every `--rating-every` seconds the module's self-play rating (and what else
 /api/policies says of its league) is sampled into `<out-dir>/games_rating.csv`, plotted to
 `games_rating.png` when matplotlib is installed (it is not locked: the plot is skipped
 with a message otherwise).
 
-Then the final policy plays `--games` games against each of two fixed players, seats
+Then the final policy plays `--games` games against each of three fixed players, seats
 alternating (the learner moves first in even games), nothing sent to the gateway: the
-uniformly random legal player, and a one-step-lookahead player (wins when it can, blocks
-when it must, else random). Each evaluation is run greedily (the distribution's mode) and
-sampled. Win/draw/loss are reported per seat.
+uniformly random legal player, the one-step-lookahead player, and one the league never
+plays (lookahead_centre: the same, but its random moves favour the centre columns). Each
+evaluation is run greedily (the distribution's mode) and sampled. Win/draw/loss are
+reported per seat.
 
 Targets (issue 35, 20 minutes): at least 95% wins against random and 70% against the
-lookahead player, in both seats (greedy).
+lookahead player, in both seats (greedy). The lookahead player is in the training league
+(a scripted reference) unless `--no-scripted-reference`.
 """
 
 from __future__ import annotations
@@ -49,13 +58,13 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import HOST, emit, running_gateway  # noqa: E402
 
-from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, SceneResult, run_scene  # noqa: E402
+from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player  # noqa: E402
+from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, Opponent, SceneResult, run_scene  # noqa: E402
 from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
 ENV = "pettingzoo.classic.connect_four_v3"
 MODULE = "c4"
-ROWS, COLUMNS = 6, 7
 POLICY = {
     MODULE: {
         "observation_space": {"type": "box", "shape": [ROWS * COLUMNS * 2]},
@@ -64,43 +73,9 @@ POLICY = {
         "self_play": {},
     }
 }
+SCRIPTED = "lookahead"  # the scripted reference's name in the league
+RATING_GAMES = 1_000  # games of the lookahead player against random that fix its rating
 TARGETS = {"random": 0.95, "lookahead": 0.70}
-
-
-# -- The one-step-lookahead player ----------------------------------------------------------
-
-
-def landing_row(board: np.ndarray, column: int) -> int | None:
-    """The row a piece dropped in `column` lands in (row 0 is the top), None if it is full."""
-    empty = np.flatnonzero(board[:, column].sum(axis=1) == 0)
-    return int(empty[-1]) if len(empty) else None
-
-
-def wins_with(pieces: np.ndarray, row: int, column: int) -> bool:
-    """Whether a piece at (row, column) completes four of `pieces` [6, 7] in a line."""
-    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
-        count = 1
-        for sign in (1, -1):
-            r, c = row + sign * dr, column + sign * dc
-            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r, c]:
-                count, r, c = count + 1, r + sign * dr, c + sign * dc
-        if count >= 4:
-            return True
-    return False
-
-
-def lookahead_player(obs: np.ndarray, mask: np.ndarray, *, rng: np.random.Generator) -> int:
-    """Win now if a legal move does; else block a column where the other player would win
-    next; else a uniformly random legal move. `obs`: connect_four_v3's 6x7x2 board as 84
-    floats (channel 0 the mover's pieces, channel 1 the other player's)."""
-    board = np.asarray(obs).reshape(ROWS, COLUMNS, 2)
-    legal = np.flatnonzero(np.asarray(mask))
-    for channel in (0, 1):  # 0: a winning move of its own; 1: the other player's, to block
-        for column in legal:
-            row = landing_row(board, int(column))
-            if row is not None and wins_with(board[:, :, channel], row, int(column)):
-                return int(column)
-    return int(rng.choice(legal))
 
 
 # -- Training, sampled ratings, evaluation ------------------------------------------------
@@ -123,8 +98,40 @@ def league_row(base_url: str, started: float) -> dict:
     return row
 
 
+def score_against_random(player: Opponent, games: int, seed: int) -> float:
+    """`player`'s score (wins + draws / 2) / games against the uniformly random legal player, seats alternating."""
+    env, rng, score = load_env(ENV), np.random.default_rng(seed), 0.0
+    for game in range(games):
+        env.reset(seed=seed + game)
+        ours = env.possible_agents[game % 2]
+        for agent in env.agent_iter():
+            obs, reward, terminated, truncated, _ = env.last()
+            if terminated or truncated:
+                action = None
+                if agent == ours:  # its final reward: 1 won, 0 drew, -1 lost
+                    score += (np.sign(reward) + 1) / 2
+            elif agent == ours:
+                action = player(obs["observation"], obs["action_mask"])
+            else:
+                action = random_legal(obs["observation"], obs["action_mask"], rng=rng, n=COLUMNS)
+            env.step(action)
+    return score / games
+
+
+def elo_against_random(score: float) -> float:
+    """The rating a score against the random reference (rated 1000) gives, clipped to 1%..99%."""
+    p = min(max(score, 0.01), 0.99)
+    return 1000.0 + 400.0 * float(np.log10(p / (1 - p)))
+
+
 def train(
-    client: RLlinkClient, base_url: str, minutes: float, every_s: float, seed: int, num_envs: int
+    client: RLlinkClient,
+    base_url: str,
+    minutes: float,
+    every_s: float,
+    seed: int,
+    num_envs: int,
+    scripted: dict[str, Opponent],
 ) -> tuple[SceneResult, list[dict]]:
     """Self-play for `minutes` on `num_envs` boards side by side, sampling the league every `every_s` seconds."""
     scenes = [AECScene(load_env(ENV)) for _ in range(num_envs)]
@@ -134,7 +141,8 @@ def train(
     def play() -> None:
         try:
             result["scene"] = run_scene(
-                client, scenes, max_seconds=minutes * 60, seed=seed, seatings=seatings_for(None, scenes[0].possible_agents)
+                client, scenes, max_seconds=minutes * 60, seed=seed,
+                seatings=seatings_for(None, scenes[0].possible_agents), scripted=scripted,
             )
         except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
             failure.append(exc)
@@ -151,14 +159,17 @@ def train(
     return result["scene"], rows
 
 
-def evaluations(client: RLlinkClient, games: int, seed: int) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
+def evaluations(
+    client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent]
+) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
     """The final policy against each fixed player, greedy and sampled: W/D/L per seat."""
     config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
-    policies = ModulePolicies(config, np.random.default_rng(seed))
+    policies = ModulePolicies(config, np.random.default_rng(seed), scripted)  # the opponent module may be scripted now
     policies.load(client.request({"type": "GET_STATE"}))
     players = {
         "random": functools.partial(random_legal, rng=np.random.default_rng(seed + 1), n=COLUMNS),
         "lookahead": functools.partial(lookahead_player, rng=np.random.default_rng(seed + 2)),
+        "lookahead_centre": functools.partial(lookahead_centre_player, rng=np.random.default_rng(seed + 3)),
     }
     results: dict = {}
     for name, player in players.items():
@@ -209,28 +220,45 @@ def main() -> None:
     parser.add_argument("--rating-every", type=float, default=30.0, help="seconds between two samples of the rating")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
+    parser.add_argument(
+        "--lookahead-ratio", type=float, default=0.4, help="share of versions the scripted lookahead player is the opponent"
+    )
+    parser.add_argument(
+        "--no-scripted-reference", action="store_true", help="train with the plain league (`self_play: {}`): no scripted lookahead player"
+    )
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
 
+    policy, scripted, league_line = json.loads(json.dumps(POLICY)), {}, "the plain league (no scripted reference)"
+    if not args.no_scripted_reference:
+        score = score_against_random(functools.partial(lookahead_player, rng=np.random.default_rng(args.seed + 4)), RATING_GAMES, args.seed)
+        elo = round(elo_against_random(score), 1)
+        policy[MODULE]["self_play"] = {"scripted_references": {SCRIPTED: {"elo": elo, "play_ratio": args.lookahead_ratio}}}
+        scripted = {SCRIPTED: functools.partial(lookahead_player, rng=np.random.default_rng(args.seed + 5))}
+        league_line = (
+            f"league with the scripted lookahead player (play_ratio {args.lookahead_ratio:g}; it scored {score:.3f} "
+            f"against random in {RATING_GAMES} games: rated {elo})"
+        )
+        print(league_line, flush=True)
     flags = (
-        "--seed", str(args.seed), "--policies", json.dumps(POLICY), "--policy-mapping", json.dumps({"player_*": MODULE}),
+        "--seed", str(args.seed), "--policies", json.dumps(policy), "--policy-mapping", json.dumps({"player_*": MODULE}),
         *shlex.split(args.gateway_args),
     )
     with running_gateway(*flags) as gateway:
         base_url = f"http://{HOST}:{gateway.http_port}"
         port = gateway.tcp_port if args.transport == "tcp" else gateway.http_port
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            scene, rows = train(client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs)
+            scene, rows = train(client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted)
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            results = evaluations(client, args.games, args.seed)
+            results = evaluations(client, args.games, args.seed, scripted)
     file_lines = write_ratings(rows, out_dir)
 
     seats = ("player_0", "player_1")
     lines = [
         f"Connect Four by self-play for {args.minutes:g} min over {args.transport}, {args.num_envs} boards"
         f"{' ' + args.gateway_args if args.gateway_args else ''}: {scene.agent_steps:,} moves, "
-        f"{scene.scene_episodes:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}",
+        f"{scene.scene_episodes:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (player_0 moves first); the learner's W/D/L",
     ]
     summary = {}
@@ -238,7 +266,7 @@ def main() -> None:
         for mode, by_seat in modes.items():
             rates = {seat: round(win_rate(by_seat[seat]), 3) for seat in seats}
             met = name in TARGETS and mode == "greedy" and all(rate >= TARGETS[name] for rate in rates.values())
-            target = f"  target {TARGETS[name]:.0%}: {'met' if met else 'MISSED'}" if mode == "greedy" else ""
+            target = f"  target {TARGETS[name]:.0%}: {'met' if met else 'MISSED'}" if mode == "greedy" and name in TARGETS else ""
             lines.append(
                 f"  vs {name:9} {mode:7} "
                 + "  ".join(f"{seat} {c['win']}/{c['draw']}/{c['loss']} ({rates[seat]:.0%})" for seat, c in by_seat.items())
@@ -252,6 +280,7 @@ def main() -> None:
             "minutes": args.minutes,
             "num_envs": args.num_envs,
             "gateway_args": args.gateway_args,
+            "league": policy[MODULE]["self_play"],
             "transport": args.transport,
             "moves": scene.agent_steps,
             "games_played": scene.scene_episodes,

@@ -250,3 +250,56 @@ def test_a_gateway_module_without_action_masking_is_a_clear_error(tmp_path) -> N
         "error: the env masks actions, but module 'ttt' takes no action mask: start the gateway with "
         "action_masking for it (--action-masking, or its entry of policies)"
     )
+
+
+# --- Scripted references -------------------------------------------------------------------------
+
+SCRIPTED_C4 = CONNECT_FOUR | {
+    "action_masking": True,
+    "self_play": {
+        "play_against_random_ratio": 0.0,
+        "play_against_latest_ratio": 0.0,
+        "scripted_references": {"lookahead": {"elo": 1550, "play_ratio": 1.0}},
+    },
+}
+
+
+def pettingzoo_cli(port: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rllink_clients.pettingzoo", "--env", "pettingzoo.classic.connect_four_v3", "--port", str(port), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_client_plays_a_scripted_reference_the_league_draws_and_its_games_are_rated_against_it(tmp_path) -> None:
+    settings = gateway_settings(tmp_path, policies={"c4": SCRIPTED_C4}, policy_mapping={"player_*": "c4"}, env_steps_per_sample=200)
+    with running_gateway(settings) as gateway:
+        run = pettingzoo_cli(
+            gateway.tcp_port, "--max-env-steps", "3000", "--scripted", "lookahead=rllink_clients.connect_four:lookahead_player"
+        )
+        (c4,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == "c4"]
+    assert run.returncode == 0, run.stderr
+    league = c4["self_play"]
+    assert {"name": "lookahead", "elo": 1550.0, "scripted": True} in league["references"]  # fixed, as configured
+    records = {(r["opponent"], r["seat"]): r for r in league["records"]}
+    assert set(records) == {("lookahead", "player_0"), ("lookahead", "player_1")}
+    games = {outcome: sum(r[outcome] for r in records.values()) for outcome in ("win", "draw", "loss")}
+    # The client played the lookahead player (it beats a near-random learner in about 9 games of
+    # 10), not the model that stands in for it (uniformly random: about half).
+    assert sum(games.values()) > 50 and games["loss"] > 0.75 * sum(games.values()), games
+    assert league["rated_games"] == sum(games.values())
+
+
+def test_a_client_without_the_scripted_reference_the_league_draws_stops_with_one_line(tmp_path) -> None:
+    settings = gateway_settings(tmp_path, policies={"c4": SCRIPTED_C4}, policy_mapping={"player_*": "c4"})
+    with running_gateway(settings) as gateway:
+        missing = pettingzoo_cli(gateway.tcp_port, "--max-env-steps", "100")
+        malformed = pettingzoo_cli(gateway.tcp_port, "--scripted", "lookahead")
+    assert missing.returncode == 2 and missing.stderr.strip().splitlines()[-1] == (
+        "error: the gateway's self-play league has module 'c4_opponent' play the scripted reference 'lookahead', which "
+        "this client does not have (it has: none); give the client that player, or remove it from the module's "
+        "self_play.scripted_references"
+    ), missing.stderr
+    assert malformed.returncode == 2 and malformed.stderr.strip() == "error: --scripted lookahead: use NAME=module:function"

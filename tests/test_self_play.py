@@ -196,3 +196,40 @@ def test_expected_score_is_elos():
 def test_the_schedule_refuses_shares_above_one():
     with pytest.raises(ValueError, match="must not exceed 1"):
         SelfPlayConfig(play_against_latest_ratio=0.9, play_against_random_ratio=0.2)
+    with pytest.raises(ValueError, match="must not exceed 1"):
+        SelfPlayConfig(
+            play_against_latest_ratio=0.5,
+            scripted_references={"a": {"elo": 1500, "play_ratio": 0.3}, "b": {"elo": 1, "play_ratio": 0.3}},
+        )
+
+
+@pytest.mark.parametrize("name", ["random", "", "a b", "x" * 65])
+def test_a_scripted_reference_needs_a_name_of_its_own(name):
+    with pytest.raises(ValueError, match="scripted reference name"):
+        SelfPlayConfig(scripted_references={name: {"elo": 1500}})
+
+
+def test_a_scripted_reference_is_drawn_by_its_share_named_in_its_model_and_rated_at_its_fixed_rating():
+    league = League(
+        config(play_against_random_ratio=0.2, scripted_references={"lookahead": {"elo": 1600, "play_ratio": 0.5}}), seed=3
+    )
+    drawn, served = [], {}
+    for version in range(2000):
+        opponent_state = league.on_new_version(version, state(version))
+        drawn.append(league.opponent.player if league.opponent.kind == "reference" else league.opponent.kind)
+        served[drawn[-1]] = opponent_state
+    assert 0.45 < drawn.count("lookahead") / 2000 < 0.55 and 0.15 < drawn.count(RANDOM) / 2000 < 0.25
+    # Its model is the random one, naming the scripted player a client plays instead; random's names none.
+    metadata = ort.InferenceSession(served["lookahead"].onnx_bytes).get_modelmeta().custom_metadata_map
+    assert metadata["scripted_reference"] == "lookahead" and served["lookahead"].weights_seq_no == 0
+    assert "scripted_reference" not in ort.InferenceSession(served[RANDOM].onnx_bytes).get_modelmeta().custom_metadata_map
+    # Games against it are rated at its fixed rating (never moved), recorded by its name and seat.
+    version = next(v for v in range(1999, 0, -1) if drawn[v] == "lookahead")
+    play(league, version, "win", 40, seat="player_0")
+    play(league, version, "loss", 40, seat="player_1")
+    assert league.references == {RANDOM: 1000.0, "lookahead": 1600.0}
+    assert abs(league.elo - 1600) < 60  # even against a player rated 1600
+    summary = league.summary()
+    assert {"name": "lookahead", "elo": 1600.0, "scripted": True} in summary["references"]
+    rows = {(r["opponent"], r["seat"]): (r["win"], r["loss"]) for r in summary["records"]}
+    assert rows[("lookahead", "player_0")] == (40, 0) and rows[("lookahead", "player_1")] == (0, 40)

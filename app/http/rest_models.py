@@ -95,8 +95,9 @@ class LeagueOpponent(BaseModel):
 class LeagueReference(BaseModel):
     """A fixed reference player: its rating never moves."""
 
-    name: str = Field(description="random: the uniformly random legal player.")
+    name: str = Field(description="random: the uniformly random legal player; otherwise a scripted reference's name.")
     elo: float = Field(description="Its fixed rating: the scale every other rating is read against.")
+    scripted: bool = Field(description="Whether clients script it (self_play.scripted_references) rather than play a model.")
 
 
 class LeagueSnapshot(BaseModel):
@@ -111,7 +112,7 @@ class LeagueSnapshot(BaseModel):
 class LeagueRecord(BaseModel):
     """The learner's recent games against one kind of opponent in one seat."""
 
-    opponent: str = Field(description="A reference's name (random), snapshots, or latest (itself).")
+    opponent: str = Field(description="A reference's name (random, or a scripted reference's), snapshots, or latest (itself).")
     seat: str = Field(description="The learner's agent_id in those games (default: chunks without one).")
     win: int = Field(description="The learner's wins in those games (recent window).")
     draw: int = Field(description="The learner's draws in those games (recent window).")

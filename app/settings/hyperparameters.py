@@ -115,9 +115,26 @@ DEFAULT_MODULE_ID = "default_policy"
 MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a directory name under checkpoint_dir
 
 
+class ScriptedReference(BaseModel):
+    """A fixed reference player that clients script (one that wins when it can and blocks
+    when it must, say): the league draws it as an opponent, and its rating never moves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    elo: float = Field(
+        description="Its fixed rating on the random reference's scale: random_elo + 400 log10(p / (1 - p)), p its "
+        "score (a draw counting one half) against the uniformly random legal player."
+    )
+    play_ratio: float = Field(0.3, ge=0, le=1, description="Share of versions whose opponent it is.")
+
+
+REFERENCE_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
 class SelfPlayConfig(BaseModel):
-    """A policy that plays a league: frozen snapshots of itself, its latest weights and the
-    uniformly random reference, rated against that fixed reference (docs/multi-agent.md)."""
+    """A policy that plays a league: frozen snapshots of itself, its latest weights, the
+    uniformly random reference and any scripted references, rated against those fixed
+    references (docs/multi-agent.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -140,6 +157,12 @@ class SelfPlayConfig(BaseModel):
         "(1 - p)^2 with p the learner's expected score against it, from the ratings) or uniform.",
     )
     random_elo: float = Field(1000.0, description="The uniformly random reference's rating: fixed, the anchor of every other rating.")
+    scripted_references: dict[str, ScriptedReference] = Field(
+        default_factory=dict,
+        description="Fixed players the clients script, by name (every client that plays this module must have them: "
+        "the opponent's model then names the one to play, in its `scripted_reference` metadata). Each is drawn with "
+        "its play_ratio and rated at its fixed elo.",
+    )
     prior_games: float = Field(
         2.0,
         gt=0,
@@ -152,10 +175,21 @@ class SelfPlayConfig(BaseModel):
     elo_k: float | None = Field(None, description="Unused (ratings are fitted from the games); accepted for old settings.")
     initial_elo: float | None = Field(None, description="Unused (see random_elo); accepted for old settings.")
 
+    @field_validator("scripted_references")
+    @classmethod
+    def _reference_names(cls, references: dict[str, ScriptedReference]) -> dict[str, ScriptedReference]:
+        for name in references:
+            if name == "random" or not re.match(REFERENCE_NAME, name):
+                raise ValueError(f"scripted reference name {name!r}: 1-64 of A-Z a-z 0-9 _ . -, and not 'random'")
+        return references
+
     @model_validator(mode="after")
     def _shares(self) -> SelfPlayConfig:
-        if self.play_against_latest_ratio + self.play_against_random_ratio > 1:
-            raise ValueError("play_against_latest_ratio + play_against_random_ratio must not exceed 1")
+        scripted = sum(reference.play_ratio for reference in self.scripted_references.values())
+        if self.play_against_latest_ratio + self.play_against_random_ratio + scripted > 1:
+            raise ValueError(
+                "play_against_latest_ratio + play_against_random_ratio + the scripted references' play_ratio must not exceed 1"
+            )
         return self
 
 

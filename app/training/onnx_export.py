@@ -263,11 +263,12 @@ def export_onnx(
     return model.SerializeToString()
 
 
-def uniform_policy(onnx_bytes: bytes) -> bytes:
+def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> bytes:
     """A model with the interface of `onnx_bytes` (its inputs, output and metadata) whose
     `action_dist_inputs` are all 0, plus the action mask term if it takes one: equal logits,
     so a client plays uniformly among the legal actions (each sub-action of a MultiDiscrete);
-    for a Box, mean 0 and log std 0. Self-play's random reference player."""
+    for a Box, mean 0 and log std 0. Self-play's random reference player, or with
+    `scripted_reference` the stand-in of that scripted player (metadata `scripted_reference`)."""
     model = onnx.load_from_string(onnx_bytes)
     inputs, (output,) = list(model.graph.input), list(model.graph.output)
     width = output.type.tensor_type.shape.dim[1].dim_value
@@ -296,7 +297,10 @@ def uniform_policy(onnx_bytes: bytes) -> bytes:
         uniform, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rllink-gateway", ir_version=IR_VERSION
     )
     props = {prop.key: prop.value for prop in model.metadata_props}
-    helper.set_model_props(result, {**props, "weights_seq_no": "0", "reference": "uniform_random"})
+    named = {"reference": "uniform_random"} if scripted_reference is None else {
+        "reference": scripted_reference, "scripted_reference": scripted_reference
+    }
+    helper.set_model_props(result, {**props, "weights_seq_no": "0", **named})
     return result.SerializeToString()
 
 

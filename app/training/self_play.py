@@ -1,21 +1,26 @@
 """Self-play for one learner: a league of frozen snapshots, fixed reference players and
 the current policy; the opponent of each version; ratings anchored to the references.
 
-The players. *References* are fixed: today the uniformly random legal player (its ONNX
-outputs equal logits, so a client that masks them plays uniformly among the legal
-moves), rated `random_elo` for ever. *Snapshots* are frozen copies of the learner, one
-every `snapshot_every` versions, the last `window` kept. The learner's games between two
-snapshots are the newest snapshot's games (the learner is a little stronger than it, but
-both are one player here): so every rated game is between two fixed policies, and a
-snapshot's rating comes from its own games, never from the learner's rating.
+The players. *References* are fixed, their ratings set once and never moved: the
+uniformly random legal player (its ONNX outputs equal logits, so a client that masks them
+plays uniformly among the legal moves), rated `random_elo`, and any *scripted* references
+the settings name (`scripted_references`: a player the clients script, such as one that
+wins when it can and blocks when it must), each at the rating its settings give. A
+scripted reference's model is the random one with its name in the `scripted_reference`
+metadata: the client plays its own scripted player of that name instead. *Snapshots* are
+frozen copies of the learner, one every `snapshot_every` versions, the last `window` kept.
+The learner's games between two snapshots are the newest snapshot's games (the learner
+is a little stronger than it, but both are one player here): so every rated game is
+between two fixed policies, and a snapshot's rating comes from its own games, never from
+the learner's rating.
 
 The opponent of each version is drawn once for every client (documented schedule):
-the random reference with probability `play_against_random_ratio`, the latest weights
-(the learner itself, unrated) with `play_against_latest_ratio`, else a snapshot older
-than the learner's newest (while there is none: the random reference),
-uniformly or by prioritised fictitious self-play (AlphaStar's PFSP: weight (1 - p)^2,
-p the learner's expected score against it, so the snapshots it still loses to come
-more often).
+the random reference with probability `play_against_random_ratio`, each scripted
+reference with its `play_ratio`, the latest weights (the learner itself, unrated) with
+`play_against_latest_ratio`, else a snapshot older than the learner's newest (while there
+is none: the random reference), uniformly or by prioritised fictitious self-play
+(AlphaStar's PFSP: weight (1 - p)^2, p the learner's expected score against it, so the
+snapshots it still loses to come more often).
 
 The ratings are the maximum a posteriori Elo (Bradley-Terry) ratings of the kept
 snapshots given their games in the window (a draw scores one half; a snapshot that left
@@ -130,7 +135,10 @@ class League:
 
     def __init__(self, cfg: SelfPlayConfig, seed: int = 0) -> None:
         self.cfg = cfg
-        self.references: dict[str, float] = {RANDOM: cfg.random_elo}  # fixed ratings
+        self.references: dict[str, float] = {  # fixed ratings
+            RANDOM: cfg.random_elo,
+            **{name: reference.elo for name, reference in cfg.scripted_references.items()},
+        }
         self._reference_states: dict[str, PolicyState] = {}  # made from the learner's first export
         self.snapshots: deque[Snapshot] = deque()
         self.results: dict[tuple[int, Player], _Results] = {}
@@ -149,7 +157,7 @@ class League:
         """Keep a snapshot if one is due (the learner's weights changed `snapshot_every`
         versions after the last snapshot's), draw the opponent of this version, return its policy."""
         if not self._reference_states:
-            self._reference_states[RANDOM] = _random_reference(learner)
+            self._reference_states = {name: _reference_state(learner, name) for name in self.references}
         if not self.snapshots or learner.weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every:
             self._take_snapshot(learner)
         self.opponent = self._draw()
@@ -174,9 +182,13 @@ class League:
         """The opponent of the next version, by the schedule (see the module's docstring)."""
         draw = self._rng.random()
         older = list(self.snapshots)[:-1]  # the newest is the learner's own snapshot
-        if draw < self.cfg.play_against_random_ratio:
-            return Opponent(REFERENCE, RANDOM)
-        if draw < self.cfg.play_against_random_ratio + self.cfg.play_against_latest_ratio:
+        for name, share in [(RANDOM, self.cfg.play_against_random_ratio)] + [
+            (name, reference.play_ratio) for name, reference in self.cfg.scripted_references.items()
+        ]:
+            if draw < share:
+                return Opponent(REFERENCE, name)
+            draw -= share
+        if draw < self.cfg.play_against_latest_ratio:
             return Opponent(LATEST)
         if not older:  # no snapshot but the learner's own yet: a rated game rather than one against itself
             return Opponent(REFERENCE, RANDOM)
@@ -338,7 +350,7 @@ class League:
             "games": self.games,
             "opponent": {"kind": opponent.kind, "player": opponent.player},
             "opponent_weights_seq_no": opponent.player if opponent.kind == SNAPSHOT else None,
-            "references": [{"name": name, "elo": elo} for name, elo in self.references.items()],
+            "references": [{"name": name, "elo": elo, "scripted": name != RANDOM} for name, elo in self.references.items()],
             "snapshots": [
                 {"weights_seq_no": s.weights_seq_no, "elo": s.elo, "games": self._games_of(s.weights_seq_no)} for s in self.snapshots
             ],
@@ -356,7 +368,8 @@ def expected_score(rating: float, opponent: float) -> float:
     return float(1.0 / (1.0 + 10.0 ** ((opponent - rating) / ELO_SCALE)))
 
 
-def _random_reference(learner: PolicyState) -> PolicyState:
-    """The uniformly random reference with the learner's interface (version 0: it never changes)."""
-    onnx_bytes = uniform_policy(learner.onnx_bytes)
+def _reference_state(learner: PolicyState, name: str) -> PolicyState:
+    """A reference's model with the learner's interface (version 0: it never changes): the
+    uniformly random player, which a scripted reference's model also is, naming itself."""
+    onnx_bytes = uniform_policy(learner.onnx_bytes, scripted_reference=None if name == RANDOM else name)
     return PolicyState(0, onnx_bytes, set_state_payload(onnx_bytes))

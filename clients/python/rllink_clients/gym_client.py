@@ -98,6 +98,11 @@ class OnnxPolicy:
         self.distribution = distribution or _DEFAULT_DISTRIBUTIONS[action_space["type"]]
         self.rng = rng
 
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The model's metadata properties (weights_seq_no, spaces, output_layout, ...)."""
+        return dict(self.session.get_modelmeta().custom_metadata_map)
+
     @classmethod
     def from_base64(
         cls,

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -46,6 +46,7 @@ SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian", "squashed_gaussian")
 RETURN_WINDOW = 20  # episodes per module (and per agent) that `mean_return` and the target look at
 OUTCOME_WINDOW = 100  # recent outcomes per module that `outcome_counts` counts
 
+SCRIPTED_REFERENCE = "scripted_reference"  # the ONNX metadata key naming the scripted player a model stands in for
 Opponent = Callable[..., Any]  # a local policy: (observation) -> env action; (observation, mask) in a masked env
 Seating = dict[str, "str | Opponent"]  # one game's seats: agent id -> the module id, or local opponent, playing it
 
@@ -225,11 +226,15 @@ def swapped_seatings(config: GatewayConfig, seats: Sequence[str], rival: Opponen
 
 
 class ModulePolicies:
-    """The ONNX policy of every module, loaded from SET_STATE's `onnx_files`."""
+    """The ONNX policy of every module, loaded from SET_STATE's `onnx_files`; a module whose
+    model names a scripted reference (self-play's `scripted_references`) is played by the
+    local `scripted` player of that name instead."""
 
-    def __init__(self, config: GatewayConfig, rng: np.random.Generator) -> None:
+    def __init__(self, config: GatewayConfig, rng: np.random.Generator, scripted: Mapping[str, Opponent] | None = None) -> None:
         self.config, self.rng = config, rng
+        self.scripted = dict(scripted or {})
         self.policies: dict[str, OnnxPolicy] = {}
+        self.playing_scripted: dict[str, str] = {}  # module -> the scripted reference its model names
         self._payloads: dict[str, str] = {}
         self.weights_seq_no = 0
 
@@ -254,16 +259,36 @@ class ModulePolicies:
                     spec.mask_input,
                 )
                 self._payloads[module_id] = files[module_id]
+                self._take_scripted(module_id)
+
+    def _take_scripted(self, module_id: str) -> None:
+        """Note whether the module's new model stands in for a scripted reference, which this client must have."""
+        name = self.policies[module_id].metadata.get(SCRIPTED_REFERENCE)
+        if name is None:
+            self.playing_scripted.pop(module_id, None)
+            return
+        if name not in self.scripted:
+            have = ", ".join(sorted(self.scripted)) or "none"
+            raise ValueError(
+                f"the gateway's self-play league has module {module_id!r} play the scripted reference {name!r}, "
+                f"which this client does not have (it has: {have}); give the client that player, or remove it "
+                "from the module's self_play.scripted_references"
+            )
+        self.playing_scripted[module_id] = name
 
     def act(self, module_id: str, observations: list[Any], masks: list[Any] | None = None, explore: bool = True) -> list[PlayedAction]:
         """An action for each observation, among those its mask allows (None: all), with one
         call of the module's model: sampled, or the distribution's mode unless `explore`."""
         spec = self.config.modules[module_id]
+        masks = list(masks) if masks is not None else [None] * len(observations)
+        if module_id in self.playing_scripted:
+            play = self.scripted[self.playing_scripted[module_id]]
+            chosen = [play(obs) if mask is None else play(obs, mask) for obs, mask in zip(observations, masks)]
+            return [PlayedAction(a, _chunk_action(a), 0.0, self.weights_seq_no, m) for a, m in zip(chosen, masks)]
         batch = np.stack([np.asarray(obs, dtype=np.float32) for obs in observations])
         expected = tuple(spec.observation_space.get("shape", batch.shape[1:]))
         if batch.shape[1:] != expected:
             raise ValueError(f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}")
-        masks = list(masks) if masks is not None else [None] * len(batch)
         mask_batch = _mask_batch(module_id, spec, masks)
         policy = self.policies[module_id]
         dist_inputs = policy.dist_inputs(batch, mask_batch)
@@ -510,6 +535,7 @@ def run_scene(
     opponents: dict[str, Opponent] | None = None,
     module_filter: Collection[str] | None = None,
     seatings: Callable[[GatewayConfig], Sequence[Seating]] | None = None,
+    scripted: Mapping[str, Opponent] | None = None,
 ) -> SceneResult:
     """Play `env` with the gateway's modules and train them until every targeted module's
     mean return (last 20 episodes) reaches its target, a limit passes (`max_env_steps`
@@ -519,7 +545,8 @@ def run_scene(
     `{module_id: target}`. `opponents`: `{agent_id_glob: obs -> action}` plays matching
     agents locally, unsent. `module_filter`: send only these modules' experience (the
     others are still played). `seatings(config)`: who plays which seat, game by game
-    (`swapped_seatings`). Several envs (copies of one scene) are stepped side by side, each
+    (`swapped_seatings`). `scripted`: `{name: (obs, mask) -> action}`, the players of the
+    self-play league's scripted references (see ModulePolicies). Several envs (copies of one scene) are stepped side by side, each
     module's acting agents of all of them in one model call; env k is seeded `seed + k`
     and starts its seatings k games on, so that seats are shared out from the start.
     """
@@ -531,7 +558,7 @@ def run_scene(
     if not trained:
         raise ValueError(f"no agent of {envs[0].possible_agents} plays a module this client sends experience for")
     targets = _targets(target_return, trained)
-    policies = ModulePolicies(config, np.random.default_rng(seed))
+    policies = ModulePolicies(config, np.random.default_rng(seed), scripted)
     policies.load(client.request({"type": "GET_STATE"}))
     collectors = [
         SceneCollector(

@@ -21,11 +21,15 @@ chunk's `action_mask`; a mask in `info["action_mask"]` is used the same way.
 Seats: with a self-play module on the gateway (a `trainable: false` opponent module) the
 learner plays the first seat in even games and the second in odd ones, its frozen opponent
 the other; with `--opponent random` a uniformly random legal player takes the other seat
-instead (never sent). Chunks name their `module_id`.
+instead (never sent). Chunks name their `module_id`. When the league draws one of its
+scripted references, the opponent's model names it and the player given as `--scripted
+NAME=module:function` takes the opponent's seat.
 
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.tictactoe_v3
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --opponent random --transport ws
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16   # 16 games side by side
+    python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16 \
+        --scripted lookahead=rllink_clients.connect_four:lookahead_player            # a league with a scripted player
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.tictactoe_v3 --print-spaces
 """
 
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import inspect
 import json
 import logging
 import sys
@@ -238,6 +243,23 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
+def load_scripted(spec: str, seed: int) -> tuple[str, Opponent]:
+    """`NAME=module:function` as (name, player): the function, given `rng` (a generator
+    seeded from `seed` and the name) if it takes that keyword."""
+    name, _, target = spec.partition("=")
+    module_name, _, function_name = target.partition(":")
+    if not name or not module_name or not function_name:
+        raise EnvError(f"--scripted {spec}: use NAME=module:function")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise EnvError(f"--scripted {spec}: cannot load {target!r} ({exc})") from None
+    if "rng" in inspect.signature(function).parameters:
+        salt = int.from_bytes(name.encode()[:8], "little")
+        function = functools.partial(function, rng=np.random.default_rng([seed, salt]))
+    return name, function
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m rllink_clients.pettingzoo", description=__doc__.splitlines()[0])
     parser.add_argument("--env", required=True, help="an importable module with an env() factory (AEC), or module:factory")
@@ -247,6 +269,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, help="default: 5555 for tcp, 8000 for ws")
     parser.add_argument(
         "--opponent", choices=["random"], help="play one seat (swapped each game) with a uniformly random legal player, unsent"
+    )
+    parser.add_argument(
+        "--scripted", action="append", default=[], metavar="NAME=MODULE:FUNCTION",
+        help="a scripted reference of the gateway's self-play league (self_play.scripted_references NAME): "
+        "FUNCTION(obs, mask) -> action plays it (given rng=, a seeded generator, if it takes one); repeatable. "
+        "E.g. lookahead=rllink_clients.connect_four:lookahead_player",
     )
     parser.add_argument("--target-return", help="stop when each trained module's mean of 20 returns reaches this")
     parser.add_argument("--max-env-steps", type=int, help="stop after this many moves (all players)")
@@ -274,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.opponent == "random":
             n = int(env.action_space(scene.possible_agents[0]).n)
             rival = functools.partial(random_legal, rng=np.random.default_rng(args.seed + 1), n=n)
+        scripted = {name: player for name, player in (load_scripted(spec, args.seed) for spec in args.scripted)}
         target = parse_target(args.target_return)
         port = args.port or DEFAULT_PORTS[args.transport]
         with RLlinkClient(args.transport, args.host, port) as client:
@@ -285,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_seconds=args.max_seconds,
                 seed=args.seed,
                 seatings=seatings_for(rival, scene.possible_agents),
+                scripted=scripted,
             )
     except (EnvError, ValueError) as exc:  # a problem a person can fix: the env, the gateway's settings
         print(f"error: {exc}", file=sys.stderr)

@@ -1,0 +1,65 @@
+"""Connect Four players for PettingZoo's `connect_four_v3`, to evaluate against or to put in
+a self-play league as a scripted reference (`--scripted lookahead=rllink_clients.connect_four:lookahead_player`).
+
+The observation is the env's 6x7x2 board (as the PettingZoo client sends it, 84 floats in
+C order): channel 0 the mover's pieces, channel 1 the other player's; row 0 is the top.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+ROWS, COLUMNS = 6, 7
+LINES = ((0, 1), (1, 0), (1, 1), (1, -1))  # the four directions of a line: row, column steps
+CENTRE_WEIGHTS = np.array([1.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0])  # a column's weight in lookahead_centre_player's draw
+
+
+def landing_row(board: np.ndarray, column: int) -> int | None:
+    """The row a piece dropped in `column` of `board` [6, 7, 2] lands in, None if it is full."""
+    empty = np.flatnonzero(board[:, column].sum(axis=1) == 0)
+    return int(empty[-1]) if len(empty) else None
+
+
+def wins_with(pieces: np.ndarray, row: int, column: int) -> bool:
+    """Whether a piece at (row, column) completes four of `pieces` [6, 7] in a line."""
+    for dr, dc in LINES:
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, column + sign * dc
+            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r, c]:
+                count, r, c = count + 1, r + sign * dr, c + sign * dc
+        if count >= 4:
+            return True
+    return False
+
+
+def lookahead_player(obs: Any, mask: Any, *, rng: np.random.Generator) -> int:
+    """One-step lookahead: win now if a legal move does; else block a column where the other
+    player would win next; else a uniformly random legal move."""
+    legal = np.flatnonzero(np.asarray(mask))
+    forced = _winning_or_blocking(obs, legal)
+    return int(rng.choice(legal)) if forced is None else forced
+
+
+def lookahead_centre_player(obs: Any, mask: Any, *, rng: np.random.Generator) -> int:
+    """The one-step lookahead player, but for a random move it favours the centre columns
+    (weights 1 2 3 4 3 2 1): a little stronger, and a different player to test against."""
+    legal = np.flatnonzero(np.asarray(mask))
+    forced = _winning_or_blocking(obs, legal)
+    if forced is not None:
+        return forced
+    weights = CENTRE_WEIGHTS[legal]
+    return int(rng.choice(legal, p=weights / weights.sum()))
+
+
+def _winning_or_blocking(obs: Any, legal: np.ndarray) -> int | None:
+    """A legal column that wins now, else one where the other player would win next, else None."""
+    board = np.asarray(obs).reshape(ROWS, COLUMNS, 2)
+    for channel in (0, 1):  # 0: a winning move of its own; 1: the other player's, to block
+        for column in legal:
+            row = landing_row(board, int(column))
+            if row is not None and wins_with(board[:, :, channel], row, int(column)):
+                return int(column)
+    return None
