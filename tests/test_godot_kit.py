@@ -313,8 +313,9 @@ def test_tls_with_a_pinned_self_signed_certificate(project, tmp_path):
 
 def _models() -> dict[str, tuple[bytes, list[int]]]:
     """The gateway's exports with random weights: CartPole's (Gemm, Tanh; logits), a Box
-    policy on 2x3 observations (Flatten; mean and log std), and SAC's squashed-Gaussian
-    actor (Relu, Mul, Add, Concat)."""
+    policy on 2x3 observations (Flatten; mean and log std), SAC's squashed-Gaussian
+    actor (Relu, Mul, Add, Concat), and a gSDE actor's exploring SET_STATE model (its mean
+    with a drawn noise, and a second output without it)."""
     import torch
 
     from app.training.sac import SquashedGaussianActor
@@ -323,17 +324,20 @@ def _models() -> dict[str, tuple[bytes, list[int]]]:
     cartpole_policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=2), (64, 64))
     box_policy = ActorCritic(BoxSpace(shape=(2, 3)), BoxSpace(shape=(2,), low=-1.0, high=1.0), (32, 16))
     sac_actor = SquashedGaussianActor(BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2.0, high=2.0), (16, 16))
+    gsde_actor = SquashedGaussianActor(BoxSpace(shape=(3,)), BoxSpace(shape=(2,), low=-1.0, high=1.0), (16,), gsde_log_std_init=-0.5)
     with torch.no_grad():  # weights far from the initial near-zero outputs, so the comparison says something
-        for parameter in [*cartpole_policy.parameters(), *box_policy.parameters(), *sac_actor.parameters()]:
+        for parameter in [*cartpole_policy.parameters(), *box_policy.parameters(), *sac_actor.parameters(), *gsde_actor.parameters()]:
             parameter.uniform_(-0.5, 0.5)
+    theta = gsde_actor.exploration_noise(np.random.default_rng(2))
     return {
         "cartpole": (export_onnx(cartpole_policy, 3), [4]),
         "box": (export_onnx(box_policy, 4, input_name="onnx::Gemm_0"), [2, 3]),
         "sac": (export_onnx(sac_actor, 5), [3]),
+        "gsde_exploring": (export_onnx(gsde_actor, 5, exploration_noise=theta), [3]),
     }
 
 
-@pytest.mark.parametrize("name", ["cartpole", "box", "sac"])
+@pytest.mark.parametrize("name", ["cartpole", "box", "sac", "gsde_exploring"])
 def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes(project, tmp_path, name):
     model, shape = _models()[name]
     model_path, obs_path = tmp_path / f"{name}.onnx", tmp_path / "obs.json"
@@ -348,13 +352,23 @@ def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes(project, tm
     meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
     outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
 
+    noise_free = np.array([json.loads(line[11:]) for line in lines if line.startswith("NOISE_FREE ")])
+
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    expected = session.run(None, {session.get_inputs()[0].name: observations})[0]
+    expected = session.run(None, {session.get_inputs()[0].name: observations})
     assert meta["input_name"] == session.get_inputs()[0].name
     assert meta["output_name"] == session.get_outputs()[0].name
     assert meta["metadata"]["weights_seq_no"] in {"3", "4", "5"}
-    assert outputs.shape == expected.shape
-    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
+    assert outputs.shape == expected[0].shape
+    np.testing.assert_allclose(outputs, expected[0], rtol=1e-5, atol=1e-5)
+    # Explore off (run(obs, mask, true)): a gSDE exploring model's noise-free output, as onnxruntime
+    # computes it; models without one have none.
+    assert meta["noise_free_output"] == ("action_dist_inputs_noise_free" if len(expected) == 2 else "")
+    if len(expected) == 2:
+        np.testing.assert_allclose(noise_free, expected[1], rtol=1e-5, atol=1e-5)
+        assert np.abs(noise_free - outputs).max() > 1e-3  # the noise is there in output 0
+    else:
+        assert len(noise_free) == 0
 
 
 def run_onnx(project: Path, tmp_path: Path, model: bytes, observations: np.ndarray, *extra: str) -> subprocess.CompletedProcess:

@@ -102,9 +102,13 @@ def test_a_gsde_actor_exports_its_state_dependent_std_and_a_drawn_theta_as_its_m
     theta = actor.exploration_noise(np.random.default_rng(1))
     assert theta.shape == (16, 2) and 0.05 < theta.std() < 0.3  # entries N(0, exp(-2)^2)
     played = ort.InferenceSession(export_onnx(actor, 7, exploration_noise=theta), providers=["CPUExecutionProvider"])
-    (played_out,) = played.run(None, {"obs": obs})
+    assert [o.name for o in played.get_outputs()] == ["action_dist_inputs", "action_dist_inputs_noise_free"]
+    played_out, noise_free = played.run(None, {"obs": obs})
     np.testing.assert_allclose(played_out[:, :2], expected[:, :2] + features @ theta, rtol=1e-4, atol=1e-5)
     assert np.all(played_out[:, 2:] == LOG_STD_MIN)
+    # Its second output is the same without the noise: the mode evaluation episodes play.
+    np.testing.assert_allclose(noise_free[:, :2], expected[:, :2], rtol=1e-5, atol=1e-5)
+    assert np.all(noise_free[:, 2:] == LOG_STD_MIN)
 
 
 def test_gsde_draws_a_new_theta_every_gsde_sample_every_versions(tmp_path):
@@ -305,7 +309,8 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
 
 
 def mean_and_log_std(onnx_bytes: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    (out,) = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"]).run(None, {"obs": obs})
+    """Output 0's mean and log std (Pendulum's one action)."""
+    (out,) = ort.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"]).run(["action_dist_inputs"], {"obs": obs})
     return out[:, :1], out[:, 1:]
 
 
@@ -317,7 +322,7 @@ def test_gsde_clients_get_a_new_noise_draw_each_version_and_rest_serves_the_nois
     not reached), so the policy is the same in every version and only the noise changes."""
     sac = FAST_SAC.model_copy(update={"exploration": "gsde", "learning_starts": 1_000_000})
     obs = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
-    played, served = {}, {}
+    played, served, greedy_actions = {}, {}, {}
     settings = pendulum_settings(tmp_path, sac=sac, env_steps_per_sample=20)  # a version per chunk
     with running_gateway(settings) as gateway, gateway.client("tcp", timeout=60) as client:
         client.request({"type": "GET_CONFIG"})
@@ -332,6 +337,10 @@ def test_gsde_clients_get_a_new_noise_draw_each_version_and_rest_serves_the_nois
             assert model.headers["X-Weights-Seq-No"] == str(state["weights_seq_no"])
             played[state["weights_seq_no"]] = load_payload(state["onnx_file"])
             served[state["weights_seq_no"]] = model.content
+            # A client's greedy action (an evaluation episode's) from the SET_STATE model is the
+            # noise-free policy's mode: tanh of its mean, scaled to the action space.
+            greedy = OnnxPolicy(state, "obs", ACTION_SPACE.model_dump(), np.random.default_rng(0), "squashed_gaussian")
+            greedy_actions[state["weights_seq_no"]] = np.array([greedy.act(o, explore=False)[0] for o in obs])
         actor = learner_of(gateway.service).sac.actor
         with torch.no_grad():
             expected = actor(torch.from_numpy(obs)).numpy()
@@ -347,6 +356,8 @@ def test_gsde_clients_get_a_new_noise_draw_each_version_and_rest_serves_the_nois
         np.testing.assert_allclose(np.concatenate([clean_mean, clean_log_std], axis=1), expected, rtol=1e-5, atol=1e-5)
         assert np.all(clean_log_std > LOG_STD_MIN)  # the policy's own std: gSDE's, state-dependent
         noises.append(mean - clean_mean)
+        np.testing.assert_allclose(greedy_actions[version], 2.0 * np.tanh(clean_mean), rtol=1e-5, atol=1e-5)
+        assert np.abs(greedy_actions[version] - 2.0 * np.tanh(mean)).max() > 1e-3  # not the exploring mean's
     for noise in noises:
         assert 1e-4 < np.abs(noise).mean() < 10 and noise.std() > 1e-5  # finite, and different per state
     for a, b in ((0, 1), (1, 2), (0, 2)):

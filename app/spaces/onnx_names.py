@@ -2,14 +2,17 @@
 every internal one, so that no `onnx_input_name` a user picks can collide with them."""
 
 OUTPUT_NAME = "action_dist_inputs"
+# A gSDE actor's exploring SET_STATE model has this second output: output 0 without this
+# version's exploration noise, which evaluation episodes play the mode of.
+NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"
 ACTION_MASK_INPUT = "action_mask"  # [batch, k] float32, 1 allowed, 0 not: a masked module's second input
 INTERNAL_PREFIX = "rllink/"  # every node output and weight but the output itself
 
 
 def input_name_problem(name: str) -> str | None:
     """Why `name` cannot be the observation input's name, or None if it can."""
-    if name in (OUTPUT_NAME, ACTION_MASK_INPUT):
-        return f"{name!r} is the name of the model's {'output' if name == OUTPUT_NAME else 'action mask input'}"
+    if name in (OUTPUT_NAME, NOISE_FREE_OUTPUT, ACTION_MASK_INPUT):
+        return f"{name!r} is the name of the model's {'action mask input' if name == ACTION_MASK_INPUT else 'output'}"
     if name.startswith(INTERNAL_PREFIX):
         return f"names starting with {INTERNAL_PREFIX!r} are the model's internal tensors"
     return None

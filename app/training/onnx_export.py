@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from app.spaces.models import IMAGE_MAX, MultiDiscreteSpace
-from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, OUTPUT_NAME
+from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, NOISE_FREE_OUTPUT, OUTPUT_NAME
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
 from app.training.sac import GSDE_VARIANCE_EPS, LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
@@ -35,6 +35,7 @@ BATCH_AXIS = "batch"
 GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
 GSDE_EXPLORING_NOTE = (
     "gsde: this version's exploration noise features(s) @ theta is in the mean and the log std is small; "
+    f"output {NOISE_FREE_OUTPUT} is the same without the noise (evaluation episodes play its mode); "
     "the noise-free policy is GET /api/model.onnx"
 )
 
@@ -75,7 +76,7 @@ class _Graph:
         self.initializers: list[onnx.TensorProto] = []
 
     def node(self, op: str, inputs: list[str], output: str, **attributes) -> str:
-        output = output if output == OUTPUT_NAME else INTERNAL_PREFIX + output
+        output = output if output in (OUTPUT_NAME, NOISE_FREE_OUTPUT) else INTERNAL_PREFIX + output
         self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
         return output
 
@@ -181,13 +182,15 @@ def _relu_layers(graph: _Graph, x: str, body: nn.Sequential) -> str:
 def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor, noise: np.ndarray | None) -> None:
     """Gemm-Relu layers, a mean head, and a log std head squashed into [LOG_STD_MIN, LOG_STD_MAX];
     with gSDE, the log std of features @ theta (Mul, Gemm, Log), or with a drawn theta
-    (`noise`) the mean of features @ (W + theta) and a constant log std (LOG_STD_MIN)."""
+    (`noise`) the mean of features @ (W + theta) and a constant log std (LOG_STD_MIN), and
+    a second output, NOISE_FREE_OUTPUT, with the mean of features @ W."""
     x = _relu_layers(graph, x, actor.body)
     weight, bias = _weights(actor.fc_mean)
     mean = graph.gemm(x, weight if noise is None else weight + noise.T, bias, "mean")
     if noise is not None:
         zeros = np.zeros_like(weight), np.full_like(bias, LOG_STD_MIN)
         log_std = graph.gemm(x, *zeros, "log_std")
+        graph.node("Concat", [graph.gemm(x, weight, bias, "mean_noise_free"), log_std], NOISE_FREE_OUTPUT, axis=1)
     elif actor.gsde:
         variance_weight = (2 * actor.gsde_log_std.detach().cpu().numpy()).T.copy()
         squared = graph.node("Mul", [x, x], "features_squared")
@@ -217,7 +220,9 @@ def export_onnx(
     graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])]
     if action_masking:
         graph_inputs.append(helper.make_tensor_value_info(ACTION_MASK_INPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
-    graph_output = helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, width])
+    graph_outputs = [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, width])]
+    if exploration_noise is not None:
+        graph_outputs.append(helper.make_tensor_value_info(NOISE_FREE_OUTPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
 
     graph = _Graph()
     x = input_name
@@ -237,7 +242,7 @@ def export_onnx(
         graph.nodes,
         "rllink_policy",
         graph_inputs,
-        [graph_output],
+        graph_outputs,
         initializer=graph.initializers,
         doc_string=f"Input {input_name}{mask_doc}; output {OUTPUT_NAME} {output_layout(policy)}",
     )
@@ -255,7 +260,7 @@ def export_onnx(
             "action_space": policy.action_space.model_dump_json(),
             "input_name": input_name,
             "input_names": json.dumps([i.name for i in graph_inputs]),
-            "output_names": json.dumps([OUTPUT_NAME]),
+            "output_names": json.dumps([o.name for o in graph_outputs]),
             "output_layout": output_layout(policy),
             **({} if exploration_noise is None else {"exploration": GSDE_EXPLORING_NOTE}),
         },

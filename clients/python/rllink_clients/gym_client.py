@@ -28,6 +28,7 @@ from rllink_clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("rllink_clients")
 
+NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"  # a gSDE exploring model's output without its noise (docs/protocol.md)
 RLLIB_REFERENCE_INPUT_NAME = "onnx::Gemm_0"  # what RLlib's client feeds when the config names nothing
 _DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_categorical", "box": "gaussian"}
 
@@ -90,6 +91,9 @@ class OnnxPolicy:
     ):
         model = gzip.decompress(base64.b64decode(set_state["onnx_file"]))
         self.session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+        outputs = [output.name for output in self.session.get_outputs()]
+        # A gSDE actor's exploring model: the mode (explore False) is played from its noise-free output.
+        self.outputs = {True: outputs[0], False: NOISE_FREE_OUTPUT if NOISE_FREE_OUTPUT in outputs else outputs[0]}
         self.weights_seq_no = int(set_state["weights_seq_no"])
         self.input_name = input_name
         self.mask_input = mask_input  # SET_CONFIG's onnx_action_mask_input_name
@@ -121,7 +125,7 @@ class OnnxPolicy:
     def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = True) -> tuple[Any, float, list[float]]:
         """Sample one action (among those `mask` allows; `explore` False: the mode); return it,
         its log-prob and the raw policy outputs."""
-        dist_inputs = self.dist_inputs(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None])
+        dist_inputs = self.dist_inputs(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None], explore)
         actions, logps = self.sample(dist_inputs, explore)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), dist_inputs[0].tolist()
@@ -130,14 +134,15 @@ class OnnxPolicy:
         """Sample an action for each row of `obs` [N, *obs_shape] with one model call."""
         return self.sample(self.dist_inputs(obs))
 
-    def dist_inputs(self, obs: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    def dist_inputs(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = True) -> np.ndarray:
         """The model's output 0 for a batch of observations (and action masks [N, k], all
-        allowed if None, for a model that takes them), as float64 [N, width]."""
+        allowed if None, for a model that takes them), as float64 [N, width]; `explore`
+        False: a gSDE model's noise-free output instead, where it has one."""
         feed = {self.input_name: obs.astype(np.float32)}
         if self.mask_input is not None:
             width = self.session.get_inputs()[1].shape[1]
             feed[self.mask_input] = np.ones((len(obs), width), np.float32) if mask is None else mask.astype(np.float32)
-        (outputs,) = self.session.run(None, feed)[:1]
+        (outputs,) = self.session.run([self.outputs[explore]], feed)
         return outputs.astype(np.float64)
 
     def sample(

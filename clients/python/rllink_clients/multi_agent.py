@@ -291,7 +291,7 @@ class ModulePolicies:
             raise ValueError(f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}")
         mask_batch = _mask_batch(module_id, spec, masks)
         policy = self.policies[module_id]
-        dist_inputs = policy.dist_inputs(batch, mask_batch)
+        dist_inputs = policy.dist_inputs(batch, mask_batch, explore)
         if not explore and spec.action_space["type"] not in ("discrete", "multi_discrete"):
             raise ValueError("greedy play (explore=False) is for discrete action spaces")
         actions, logps = policy.sample(dist_inputs, explore, mask_batch if not explore else None)

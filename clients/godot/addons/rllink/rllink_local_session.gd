@@ -136,7 +136,7 @@ func _act() -> Dictionary:
 		_chunk = _new_chunk(_obs)
 	elif not _chunk.actions.empty():
 		_chunk.obs.append(_obs)
-	var outputs = policy.run(_obs, _mask)
+	var outputs = policy.run(_obs, _mask, not explore)  # explore off: a gSDE model's noise-free output
 	var distribution = str(module.get("action_distribution", "categorical"))
 	var sampled = sampler.sample(outputs, distribution, space, explore)
 	if policy.is_masked():

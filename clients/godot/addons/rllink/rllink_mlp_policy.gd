@@ -16,12 +16,16 @@ extends Reference
 
 const Protobuf = preload("res://addons/rllink/rllink_protobuf.gd")
 
+# A gSDE actor's exploring SET_STATE model also outputs its action_dist_inputs without this
+# version's exploration noise: the most likely action (explore off) is played from it.
+const NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"
 const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Sub", "Mul", "Concat", "Identity"]
 const IMAGE_OPS = ["Conv", "Reshape", "Slice"]  # an image observation's CNN (app/training/onnx_export.py)
 
 var metadata = {}           # the model's metadata_props (weights_seq_no, spaces, output_layout, ...)
 var input_name = ""
 var output_name = ""
+var noise_free_output = ""  # a gSDE exploring model's second output (NOISE_FREE_OUTPUT), "" if it has none
 var mask_input_name = ""    # a masked model's second input (action_mask), "" for an unmasked one
 var mask_width = 0          # its values per row: one per logit
 var observation_shape = []
@@ -101,6 +105,7 @@ func load_model(model: PoolByteArray, input := "", output := "", obs_shape := []
 	_initializers = initializers
 	metadata = meta
 	output_name = output if output != "" else graph_outputs[0]
+	noise_free_output = NOISE_FREE_OUTPUT if NOISE_FREE_OUTPUT in graph_outputs else ""
 	observation_shape = obs_shape
 	return true
 
@@ -116,14 +121,15 @@ func is_masked() -> bool:
 # The model's first output for one observation (numbers, any nesting, flattened in
 # row-major order): an Array of floats (logits, or means then log stds). mask: a masked
 # model's action mask, one 0/1 per logit (empty: all allowed); the forbidden logits come
-# out about -1e8, so their probability is 0.
-func run(observation, mask := []) -> Array:
-	return run_batch([observation], [mask])[0]
+# out about -1e8, so their probability is 0. noise_free: a gSDE exploring model's
+# noise-free output instead (the most likely action's), where it has one.
+func run(observation, mask := [], noise_free := false) -> Array:
+	return run_batch([observation], [mask], noise_free)[0]
 
 
 # The outputs for several observations at once: one Array of floats per observation.
 # masks: one mask per observation (or none: all allowed), for a masked model.
-func run_batch(observations: Array, masks := []) -> Array:
+func run_batch(observations: Array, masks := [], noise_free := false) -> Array:
 	var rows = observations.size()
 	var flat = []
 	for obs in observations:
@@ -152,9 +158,10 @@ func run_batch(observations: Array, masks := []) -> Array:
 		values[mask_input_name] = {"shape": [rows, mask_width], "data": mask_data}
 	for node in _nodes:
 		values[node.outputs[0]] = _evaluate(node, values)
-	var output = values.get(output_name)
+	var name = noise_free_output if noise_free and noise_free_output != "" else output_name
+	var output = values.get(name)
 	if output == null:
-		push_error("RLlink: the model computed no output named " + output_name)
+		push_error("RLlink: the model computed no output named " + name)
 		return []
 	var columns = output.data.size() / rows
 	var result = []

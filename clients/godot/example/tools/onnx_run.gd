@@ -7,7 +7,8 @@
 # one observation's (default: its length); masks.json (a masked model's) one action
 # mask per observation, 0/1 per logit ([] for all allowed). Prints one line
 # "META <json>" (the model's metadata and input/output names), then "OUT <json>" per
-# observation: the model's first output. Exits 0, or 1 with "ERROR <text>".
+# observation: the model's first output (and "NOISE_FREE <json>", a gSDE exploring model's
+# noise-free output, where it has one). Exits 0, or 1 with "ERROR <text>".
 extends SceneTree
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
@@ -52,6 +53,7 @@ func _init() -> void:
 		_stop(policy.error_message)
 		return
 	print("META " + to_json({"input_name": policy.input_name, "output_name": policy.output_name,
+		"noise_free_output": policy.noise_free_output,
 		"mask_input_name": policy.mask_input_name, "mask_width": policy.mask_width, "metadata": policy.metadata}))
 	var started = OS.get_ticks_usec()
 	for i in range(observations.size()):
@@ -60,6 +62,11 @@ func _init() -> void:
 		for v in out:
 			parts.append(JsonWriter.number(v))  # 9 significant digits (to_json keeps 6 decimals)
 		print("OUT [" + parts.join(",") + "]")
+		if policy.noise_free_output != "":
+			parts = PoolStringArray()
+			for v in policy.run(observations[i], masks[i] if i < masks.size() else [], true):
+				parts.append(JsonWriter.number(v))
+			print("NOISE_FREE [" + parts.join(",") + "]")
 	print("USEC_PER_RUN %d" % ((OS.get_ticks_usec() - started) / max(1, observations.size())))
 	quit(0)
 

@@ -59,7 +59,8 @@ func act(obs, mask: Array, explore: bool) -> Dictionary:
 		if problem != "":
 			var details := {"field": "action_mask"}
 			return {"error": {"code": "invalid_message", "message": problem, "details": details}}
-	var outputs: Array = policy.run(obs, mask)
+	# explore off: a gSDE exploring model's noise-free output (the most likely action's)
+	var outputs: Array = policy.run(obs, mask, not explore)
 	var distribution := str(module.get("action_distribution", "categorical"))
 	var sampled: Dictionary = sampler.sample(outputs, distribution, space, explore)
 	var action = sampled.action

@@ -8,7 +8,8 @@
 # one observation's (default: its length); masks.json (a masked model's) one action
 # mask per observation, 0/1 per logit ([] for all allowed). Prints one line
 # "META <json>" (the model's metadata and input/output names), then "OUT <json>" per
-# observation: the model's first output. Exits 0, or 1 with "ERROR <text>".
+# observation: the model's first output (and "NOISE_FREE <json>", a gSDE exploring model's
+# noise-free output, where it has one). Exits 0, or 1 with "ERROR <text>".
 extends SceneTree
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
@@ -45,6 +46,7 @@ func _initialize() -> void:
 	var meta := {
 		"input_name": policy.input_name,
 		"output_name": policy.output_name,
+		"noise_free_output": policy.noise_free_output,
 		"mask_input_name": policy.mask_input_name,
 		"mask_width": policy.mask_width,
 		"metadata": policy.metadata,
@@ -57,6 +59,11 @@ func _initialize() -> void:
 		for v in out:
 			parts.append(JsonWriter.number(v))  # 9 significant digits
 		print("OUT [" + ",".join(parts) + "]")
+		if policy.noise_free_output != "":
+			var noise_free := PackedStringArray()
+			for v in policy.run(observations[i], masks[i] if i < masks.size() else [], true):
+				noise_free.append(JsonWriter.number(v))
+			print("NOISE_FREE [" + ",".join(noise_free) + "]")
 	print("USEC_PER_RUN %d" % ((Time.get_ticks_usec() - started) / maxi(1, observations.size())))
 	quit(0)
 
