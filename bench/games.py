@@ -1,7 +1,7 @@
 """Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
 
     python bench/games.py [--minutes 20] [--num-envs 16] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
-                          [--lookahead-ratio 0.4 | --no-scripted-reference] [--out-dir DIR]
+                          [--lookahead-ratio 0.75 | --no-scripted-reference] [--self-play JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
@@ -13,11 +13,16 @@ subprocess:
     --policies '{"c4": {"observation_space": {"type": "box", "shape": [84]},
                         "action_space": {"type": "discrete", "n": 7},
                         "action_masking": true,
-                        "self_play": {"scripted_references": {"lookahead": {"elo": <that rating>, "play_ratio": 0.4}}}}}'
+                        "ppo": {"entropy_floor": 0},
+                        "self_play": {"play_against_random_ratio": 0.15, "play_against_latest_ratio": 0.1,
+                                      "scripted_references": {"lookahead": {"elo": <that rating>, "play_ratio": 0.75}}}}}'
     --policy-mapping '{"player_*": "c4"}'
 
-(with `--no-scripted-reference`, `"self_play": {}`: snapshots, latest weights and the random
-reference only), and the PettingZoo reference client (`rllink_clients.pettingzoo`, what
+(the league: the lookahead player in 75% of the versions, the random reference in 15%, the
+learner's latest weights in 10%; no entropy floor: the scripted player keeps the games
+varied) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
+the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
+client (`rllink_clients.pettingzoo`, what
 `python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16
 --scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,
 playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
@@ -74,6 +79,7 @@ POLICY = {
     }
 }
 SCRIPTED = "lookahead"  # the scripted reference's name in the league
+SCRIPTED_LEAGUE = {"play_against_random_ratio": 0.15, "play_against_latest_ratio": 0.1}  # and the lookahead player's share
 RATING_GAMES = 1_000  # games of the lookahead player against random that fix its rating
 TARGETS = {"random": 0.95, "lookahead": 0.70}
 
@@ -221,7 +227,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
     parser.add_argument(
-        "--lookahead-ratio", type=float, default=0.4, help="share of versions the scripted lookahead player is the opponent"
+        "--lookahead-ratio", type=float, default=0.75, help="share of versions the scripted lookahead player is the opponent"
+    )
+    parser.add_argument(
+        "--self-play", type=json.loads, default={}, help="more self_play settings of the module (a JSON object), e.g. the ratios"
     )
     parser.add_argument(
         "--no-scripted-reference", action="store_true", help="train with the plain league (`self_play: {}`): no scripted lookahead player"
@@ -234,13 +243,17 @@ def main() -> None:
     if not args.no_scripted_reference:
         score = score_against_random(functools.partial(lookahead_player, rng=np.random.default_rng(args.seed + 4)), RATING_GAMES, args.seed)
         elo = round(elo_against_random(score), 1)
-        policy[MODULE]["self_play"] = {"scripted_references": {SCRIPTED: {"elo": elo, "play_ratio": args.lookahead_ratio}}}
+        policy[MODULE]["self_play"] = {
+            **SCRIPTED_LEAGUE, "scripted_references": {SCRIPTED: {"elo": elo, "play_ratio": args.lookahead_ratio}}
+        }
+        policy[MODULE]["ppo"] = {"entropy_floor": 0}  # the scripted player keeps the games varied (see docs/pettingzoo.md)
         scripted = {SCRIPTED: functools.partial(lookahead_player, rng=np.random.default_rng(args.seed + 5))}
         league_line = (
             f"league with the scripted lookahead player (play_ratio {args.lookahead_ratio:g}; it scored {score:.3f} "
             f"against random in {RATING_GAMES} games: rated {elo})"
         )
         print(league_line, flush=True)
+    policy[MODULE]["self_play"].update(args.self_play)
     flags = (
         "--seed", str(args.seed), "--policies", json.dumps(policy), "--policy-mapping", json.dumps({"player_*": MODULE}),
         *shlex.split(args.gateway_args),

@@ -27,9 +27,9 @@
  * holds the policies table: one body row per module with
  * data-module-id, each cell with data-key, its column's field (see POLICY_COLUMNS:
  * module_id, observation_space, action_space, role, weights_seq_no,
- * num_env_steps_trained_lifetime, episode_return_mean, evaluation_return_mean, games, win_rate, elo, vs_random: a
- * self-play learner's recent wins / draws / losses against the random reference per seat,
- * "player_0 12 / 1 / 3, player_1 ..."). Each chart's
+ * num_env_steps_trained_lifetime, episode_return_mean, evaluation_return_mean, games, win_rate, elo, vs_references: a
+ * self-play learner's recent wins / draws / losses against each fixed reference per seat,
+ * "random: player_0 12 / 1 / 3, player_1 ...; lookahead: ..."). Each chart's
  * element (#chart-return, ... and the per-module #chart-policy-return,
  * #chart-policy-loss, #chart-policy-version, #chart-elo) carries data-points (x values
  * kept), data-series (JSON: series label -> values kept that are not gaps) and
@@ -229,15 +229,22 @@ function opponentText(league) {
   return kind === 'snapshot' || version !== null ? `v${formatNumber(version)}` : 'latest weights';
 }
 
-/** A self-play learner's recent W / D / L against the random reference, per seat ("—" for others). */
-function versusRandomText(policy) {
+/** A self-play learner's recent W / D / L against each fixed reference (random, scripted ones), per seat ("—" for others). */
+function versusReferencesText(policy) {
   const records = get(policy, 'self_play.records');
-  if (!Array.isArray(records)) return MISSING;
-  const rows = records.filter((r) => get(r, 'opponent') === 'random');
-  if (rows.length === 0) return MISSING;
-  return rows
-    .map((r) => `${get(r, 'seat') ?? MISSING} ${['win', 'draw', 'loss'].map((o) => formatNumber(num(r, o))).join(' / ')}`)
-    .join(', ');
+  const references = get(policy, 'self_play.references');
+  if (!Array.isArray(records) || !Array.isArray(references)) return MISSING;
+  const parts = references.map((reference) => {
+    const name = get(reference, 'name');
+    const rows = records.filter((r) => get(r, 'opponent') === name);
+    if (rows.length === 0) return null;
+    const seats = rows
+      .map((r) => `${get(r, 'seat') ?? MISSING} ${['win', 'draw', 'loss'].map((o) => formatNumber(num(r, o))).join(' / ')}`)
+      .join(', ');
+    return `${name}: ${seats}`;
+  });
+  const shown = parts.filter((part) => part !== null);
+  return shown.length === 0 ? MISSING : shown.join('; ');
 }
 
 /** The policies table: [field (the cells' data-key), header, (policy, all policies) => text or number]. */
@@ -254,7 +261,7 @@ const POLICY_COLUMNS = [
     get(p, 'games') === null ? MISSING : ['win', 'loss', 'draw'].map((o) => formatNumber(num(p, `games.${o}`))).join(' / ')],
   ['win_rate', 'win rate', (p) => (num(p, 'win_rate') === null ? MISSING : `${formatNumber(100 * p.win_rate, 1)}%`)],
   ['elo', 'ELO', (p) => formatNumber(num(p, 'elo') ?? num(p, 'self_play.elo'), 0)],
-  ['vs_random', 'vs random W / D / L', versusRandomText],
+  ['vs_references', 'vs references W / D / L', versusReferencesText],
 ];
 
 /** Publish a chart's data on its element for tests: data-points, data-series, data-last (see the header). */

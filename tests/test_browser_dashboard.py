@@ -305,6 +305,27 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
     assert not errors, "\n".join(errors)
 
 
+def test_the_policies_table_shows_win_draw_loss_against_each_reference_a_learner_played_per_seat(browser, tmp_path):
+    # Every version plays the random reference; the scripted one (play_ratio 0) is never drawn.
+    league = {"play_against_latest_ratio": 0.0, "play_against_random_ratio": 1.0,
+              "scripted_references": {"lookahead": {"elo": 1500, "play_ratio": 0.0}}}  # fmt: skip
+    settings = gateway_settings(tmp_path, policies={"duel": DUEL | {"self_play": league}}, policy_mapping={"a": "duel", "b": "duel"})
+    games = [("a", "win"), ("a", "loss"), ("b", "draw"), ("b", "win"), ("b", "win")]  # seat (agent_id), outcome
+    with running_gateway(settings) as gateway, open_page(browser, gateway.base_url) as page, TcpPeer.connect(gateway) as peer:
+        episodes = [chunk(2, obs_dim=2, reward=REWARDS[outcome], agent_id=seat, module_id="duel", outcome=outcome,
+                          episode_id=f"game{i}", weights_seq_no=0) for i, (seat, outcome) in enumerate(games)]  # fmt: skip
+        peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": episodes}))
+        assert peer.receive()["type"] == "SET_STATE"
+        (duel,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies", timeout=10).json() if p["module_id"] == "duel"]
+        _wait_for_policies_polls(page, _policies_polls(page) + 2)
+        rows = dict(page.page.evaluate(READ_POLICIES_JS))
+        errors = page.errors()
+    records = {(r["opponent"], r["seat"]): (r["win"], r["draw"], r["loss"]) for r in duel["self_play"]["records"]}
+    assert records == {("random", "a"): (1, 0, 1), ("random", "b"): (2, 1, 0)}
+    assert rows["duel"]["vs_references"] == "random: a 1 / 0 / 1, b 2 / 1 / 0"  # lookahead: no games, not shown
+    assert rows["duel_opponent"]["vs_references"] == "—" and not errors, errors
+
+
 HISTORY_STEPS = 30
 
 
