@@ -125,7 +125,7 @@ def test_self_play_beats_a_random_player_and_its_rating_against_the_random_refer
         prometheus = httpx.get(f"{gateway.base_url}/metrics").text
         win_rate = win_rate_against_random(gateway, "learner", seed=4)
         learner_stats = httpx.get(f"{gateway.base_url}/api/metrics").json()["policies"]["learner"]["learner"]
-    assert late["references"] == early["references"] == [{"name": "random", "elo": 1000.0}]  # fixed: never moves
+    assert late["references"] == early["references"] == [{"name": "random", "elo": 1000.0, "scripted": False}]  # fixed: never moves
     assert late["rated_games"] > 500 and late["games"] > late["rated_games"]  # games against itself: not rated
     assert early["elo"] < 1000 + 300 < late["elo"] < 1000 + 1500, (early["elo"], late["elo"])
     (versus_random,) = [r for r in late["records"] if r["opponent"] == "random"]
