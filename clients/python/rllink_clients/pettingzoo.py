@@ -69,7 +69,8 @@ OUTCOMES = ("win", "draw", "loss")
 
 
 class EnvError(ValueError):
-    """`--env` names no AEC env this client can play (one line, for the command line)."""
+    """`--env` names no AEC env this client can play, or `--scripted` no player it can load
+    (one line, for the command line)."""
 
 
 def load_env(spec: str, kwargs: dict[str, Any] | None = None) -> Any:
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.opponent == "random":
             n = int(env.action_space(scene.possible_agents[0]).n)
             rival = functools.partial(random_legal, rng=np.random.default_rng(args.seed + 1), n=n)
-        scripted = {name: player for name, player in (load_scripted(spec, args.seed) for spec in args.scripted)}
+        scripted = dict(load_scripted(spec, args.seed) for spec in args.scripted)
         target = parse_target(args.target_return)
         port = args.port or DEFAULT_PORTS[args.transport]
         with RLlinkClient(args.transport, args.host, port) as client:
