@@ -16,19 +16,18 @@ LINES = ((0, 1), (1, 0), (1, 1), (1, -1))  # the four directions of a line: row,
 CENTRE_WEIGHTS = np.array([1.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0])  # a column's weight in lookahead_centre_player's draw
 
 
-def landing_row(board: np.ndarray, column: int) -> int | None:
-    """The row a piece dropped in `column` of `board` [6, 7, 2] lands in, None if it is full."""
-    empty = np.flatnonzero(board[:, column].sum(axis=1) == 0)
-    return int(empty[-1]) if len(empty) else None
+def landing_rows(board: np.ndarray) -> list[int]:
+    """Per column, the row a piece dropped into it lands in (-1: the column is full), for `board` [6, 7, 2]."""
+    return (ROWS - 1 - board.any(axis=2).sum(axis=0)).tolist()
 
 
-def wins_with(pieces: np.ndarray, row: int, column: int) -> bool:
-    """Whether a piece at (row, column) completes four of `pieces` [6, 7] in a line."""
+def wins_with(pieces: list[list[float]], row: int, column: int) -> bool:
+    """Whether a piece at (row, column) completes four of `pieces` (6 rows of 7) in a line."""
     for dr, dc in LINES:
         count = 1
         for sign in (1, -1):
             r, c = row + sign * dr, column + sign * dc
-            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r, c]:
+            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r][c]:
                 count, r, c = count + 1, r + sign * dr, c + sign * dc
         if count >= 4:
             return True
@@ -57,9 +56,11 @@ def lookahead_centre_player(obs: Any, mask: Any, *, rng: np.random.Generator) ->
 def _winning_or_blocking(obs: Any, legal: np.ndarray) -> int | None:
     """A legal column that wins now, else one where the other player would win next, else None."""
     board = np.asarray(obs).reshape(ROWS, COLUMNS, 2)
+    rows = landing_rows(board)
+    columns = [column for column in legal.tolist() if rows[column] >= 0]
     for channel in (0, 1):  # 0: a winning move of its own; 1: the other player's, to block
-        for column in legal:
-            row = landing_row(board, int(column))
-            if row is not None and wins_with(board[:, :, channel], row, int(column)):
-                return int(column)
+        pieces = board[:, :, channel].tolist()  # lists: indexing them is ~10x cheaper than numpy's
+        for column in columns:
+            if wins_with(pieces, rows[column], column):
+                return column
     return None
