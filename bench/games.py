@@ -1,7 +1,7 @@
 """Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
 
-    python bench/games.py [--minutes 20] [--num-envs 16] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
-                          [--lookahead-ratio 0.9 | --no-scripted-reference] [--self-play JSON] [--out-dir DIR]
+    python bench/games.py [--minutes 20] [--num-envs 16] [--clients 1] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
+                          [--lookahead-ratio 0.9 | --no-scripted-reference] [--self-play JSON] [--ppo JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
@@ -27,10 +27,12 @@ client (`rllink_clients.pettingzoo`, what
 --scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,
 playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
 with seats swapped each game against the opponent the league draws for each version, for
-`--minutes`. Every `--rating-every` seconds the module's self-play rating (and what else
-/api/policies says of its league) is sampled into `<out-dir>/games_rating.csv`, plotted to
-`games_rating.png` when matplotlib is installed (it is not locked: the plot is skipped
-with a message otherwise).
+`--minutes`. `--clients N` runs N-1 more such clients beside it, each in a process of its
+own (`python -m rllink_clients.pettingzoo ... --max-seconds`), each with `--num-envs`
+boards: one client keeps one core busy, the gateway's learner less than half of another.
+Every `--rating-every` seconds the module's self-play rating (and what else /api/policies
+says of its league) is sampled into `<out-dir>/games_rating.csv`, plotted to `games_rating.png`
+when matplotlib is installed (it is not locked: the plot is skipped with a message otherwise).
 
 Then the final policy plays `--games` games against each of three fixed players, seats
 alternating (the learner moves first in even games), nothing sent to the gateway: the
@@ -51,6 +53,7 @@ import csv
 import functools
 import json
 import shlex
+import subprocess
 import sys
 import tempfile
 import threading
@@ -138,8 +141,11 @@ def train(
     seed: int,
     num_envs: int,
     scripted: dict[str, Opponent],
-) -> tuple[SceneResult, list[dict]]:
-    """Self-play for `minutes` on `num_envs` boards side by side, sampling the league every `every_s` seconds."""
+    extra_clients: list[list[str]],
+) -> tuple[SceneResult, list[dict], list[dict]]:
+    """Self-play for `minutes` on `num_envs` boards side by side, sampling the league every
+    `every_s` seconds; `extra_clients` (PettingZoo CLI command lines) play beside it. Returns
+    this client's result, the league samples and the extra clients' summaries."""
     scenes = [AECScene(load_env(ENV)) for _ in range(num_envs)]
     result: dict[str, SceneResult] = {}
     failure: list[BaseException] = []
@@ -154,15 +160,35 @@ def train(
             failure.append(exc)
 
     started, rows = time.monotonic(), []
+    others = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for command in extra_clients]
     player = threading.Thread(target=play, name="self-play", daemon=True)
     player.start()
     while player.is_alive():
         player.join(timeout=every_s)
         rows.append(league_row(base_url, started))
         print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+    summaries = []
+    for process in others:
+        out, _ = process.communicate(timeout=300)
+        if process.returncode != 0:
+            raise RuntimeError(f"a PettingZoo client exited with {process.returncode}: {shlex.join(process.args)}")
+        summaries.append(json.loads(out.strip().splitlines()[-1]))
     if failure:
         raise failure[0]
-    return result["scene"], rows
+    return result["scene"], rows, summaries
+
+
+def client_commands(count: int, port: int, transport: str, minutes: float, seed: int, num_envs: int, scripted: bool) -> list[list[str]]:
+    """Command lines of `count` PettingZoo reference clients (separate processes) playing beside this one."""
+    spec = ["--scripted", f"{SCRIPTED}=rllink_clients.connect_four:lookahead_player"] if scripted else []
+    return [
+        [
+            sys.executable, "-m", "rllink_clients.pettingzoo", "--env", ENV, "--num-envs", str(num_envs),
+            "--transport", transport, "--host", HOST, "--port", str(port), "--max-seconds", str(minutes * 60),
+            "--seed", str(seed + 1000 * (i + 1)), *spec,
+        ]
+        for i in range(count)
+    ]
 
 
 def evaluations(
@@ -220,7 +246,10 @@ def write_ratings(rows: list[dict], out_dir: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=20.0, help="self-play training time")
-    parser.add_argument("--num-envs", type=int, default=16, help="boards played side by side (one model call per move of all)")
+    parser.add_argument("--num-envs", type=int, default=16, help="boards played side by side (one model call per move of all), per client")
+    parser.add_argument(
+        "--clients", type=int, default=1, help="client processes at once (this one, clients-1 PettingZoo CLIs), each --num-envs boards"
+    )
     parser.add_argument("--gateway-args", default="", help="more flags for the gateway (settings for board games), one string")
     parser.add_argument("--games", type=int, default=200, help="evaluation games against each fixed player")
     parser.add_argument("--rating-every", type=float, default=30.0, help="seconds between two samples of the rating")
@@ -232,6 +261,7 @@ def main() -> None:
     parser.add_argument(
         "--self-play", type=json.loads, default={}, help="more self_play settings of the module (a JSON object), e.g. the ratios"
     )
+    parser.add_argument("--ppo", type=json.loads, default={}, help="more ppo settings of the module (a JSON object)")
     parser.add_argument(
         "--no-scripted-reference", action="store_true", help="train with the plain league (`self_play: {}`): no scripted lookahead player"
     )
@@ -254,6 +284,7 @@ def main() -> None:
         )
         print(league_line, flush=True)
     policy[MODULE]["self_play"].update(args.self_play)
+    policy[MODULE]["ppo"] = {**policy[MODULE].get("ppo", {}), **args.ppo}
     flags = (
         "--seed", str(args.seed), "--policies", json.dumps(policy), "--policy-mapping", json.dumps({"player_*": MODULE}),
         *shlex.split(args.gateway_args),
@@ -262,16 +293,21 @@ def main() -> None:
         base_url = f"http://{HOST}:{gateway.http_port}"
         port = gateway.tcp_port if args.transport == "tcp" else gateway.http_port
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            scene, rows = train(client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted)
+            extra = client_commands(
+                args.clients - 1, port, args.transport, args.minutes, args.seed, args.num_envs, bool(scripted)
+            )
+            scene, rows, others = train(client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra)
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
             results = evaluations(client, args.games, args.seed, scripted)
     file_lines = write_ratings(rows, out_dir)
 
+    moves = scene.agent_steps + sum(other["agent_steps"] for other in others)
+    games = scene.scene_episodes + sum(other["scene_episodes"] for other in others)
     seats = ("player_0", "player_1")
     lines = [
-        f"Connect Four by self-play for {args.minutes:g} min over {args.transport}, {args.num_envs} boards"
-        f"{' ' + args.gateway_args if args.gateway_args else ''}: {scene.agent_steps:,} moves, "
-        f"{scene.scene_episodes:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
+        f"Connect Four by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
+        f"{' ' + args.gateway_args if args.gateway_args else ''}: {moves:,} moves, "
+        f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (player_0 moves first); the learner's W/D/L",
     ]
     summary = {}
@@ -292,11 +328,13 @@ def main() -> None:
         {
             "minutes": args.minutes,
             "num_envs": args.num_envs,
+            "clients": args.clients,
             "gateway_args": args.gateway_args,
             "league": policy[MODULE]["self_play"],
+            "ppo": policy[MODULE]["ppo"],
             "transport": args.transport,
-            "moves": scene.agent_steps,
-            "games_played": scene.scene_episodes,
+            "moves": moves,
+            "games_played": games,
             "versions": scene.weights_seq_no,
             "rating": rows[-1]["elo"],
             "ratings": [[row["seconds"], row["elo"]] for row in rows],
