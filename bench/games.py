@@ -1,6 +1,6 @@
 """Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
 
-    python bench/games.py [--minutes 20] [--num-envs 16] [--clients 1] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
+    python bench/games.py [--minutes 20] [--num-envs 8] [--clients 2] [--games 200] [--rating-every 30] [--seed 0] [--transport tcp|ws]
                           [--lookahead-ratio 0.9 | --no-scripted-reference] [--self-play JSON] [--ppo JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
 
@@ -23,13 +23,15 @@ entropy floor: the scripted player keeps the games varied; measured best of the 
 tried, docs/benchmarks.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
 the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
 client (`rllink_clients.pettingzoo`, what
-`python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16
+`python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 8
 --scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,
 playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
 with seats swapped each game against the opponent the league draws for each version, for
-`--minutes`. `--clients N` runs N-1 more such clients beside it, each in a process of its
-own (`python -m rllink_clients.pettingzoo ... --max-seconds`), each with `--num-envs`
-boards: one client keeps one core busy, the gateway's learner less than half of another.
+`--minutes`, and by default one more such client beside it (`--clients 2`): `--clients N`
+runs N-1 of them, each a process of its own (`python -m rllink_clients.pettingzoo ...
+--max-seconds`, its log in `<out-dir>/client<i>.log`), each with `--num-envs` boards. One
+client keeps about one core busy and waits while the learner trains on its message; two
+use this machine's second core and play while the other waits.
 Every `--rating-every` seconds the module's self-play rating (and what else /api/policies
 says of its league) is sampled into `<out-dir>/games_rating.csv`, plotted to `games_rating.png`
 when matplotlib is installed (it is not locked: the plot is skipped with a message otherwise).
@@ -49,6 +51,7 @@ lookahead player, in both seats (greedy). The lookahead player is in the trainin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import json
@@ -142,10 +145,12 @@ def train(
     num_envs: int,
     scripted: dict[str, Opponent],
     extra_clients: list[list[str]],
+    out_dir: Path,
 ) -> tuple[SceneResult, list[dict], list[dict]]:
     """Self-play for `minutes` on `num_envs` boards side by side, sampling the league every
-    `every_s` seconds; `extra_clients` (PettingZoo CLI command lines) play beside it. Returns
-    this client's result, the league samples and the extra clients' summaries."""
+    `every_s` seconds; `extra_clients` (PettingZoo CLI command lines) play beside it, their
+    logs in `out_dir`/client<i>.log. Returns this client's result, the league samples and
+    the extra clients' summaries."""
     scenes = [AECScene(load_env(ENV)) for _ in range(num_envs)]
     result: dict[str, SceneResult] = {}
     failure: list[BaseException] = []
@@ -159,20 +164,22 @@ def train(
         except BaseException as exc:  # noqa: BLE001 -- reported by the main thread
             failure.append(exc)
 
-    started, rows = time.monotonic(), []
-    others = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for command in extra_clients]
-    player = threading.Thread(target=play, name="self-play", daemon=True)
-    player.start()
-    while player.is_alive():
-        player.join(timeout=every_s)
-        rows.append(league_row(base_url, started))
-        print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
-    summaries = []
-    for process in others:
-        out, _ = process.communicate(timeout=300)
-        if process.returncode != 0:
-            raise RuntimeError(f"a PettingZoo client exited with {process.returncode}: {shlex.join(process.args)}")
-        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    started, rows, summaries = time.monotonic(), [], []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(open(out_dir / f"client{i + 1}.log", "w")) for i in range(len(extra_clients))]
+        others = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True) for command, log in zip(extra_clients, logs)]
+        player = threading.Thread(target=play, name="self-play", daemon=True)
+        player.start()
+        while player.is_alive():
+            player.join(timeout=every_s)
+            rows.append(league_row(base_url, started))
+            print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+        for process in others:
+            out, _ = process.communicate(timeout=300)
+            if process.returncode != 0:
+                raise RuntimeError(f"a PettingZoo client exited with {process.returncode}: {shlex.join(process.args)}")
+            summaries.append(json.loads(out.strip().splitlines()[-1]))
     if failure:
         raise failure[0]
     return result["scene"], rows, summaries
@@ -246,9 +253,9 @@ def write_ratings(rows: list[dict], out_dir: Path) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=20.0, help="self-play training time")
-    parser.add_argument("--num-envs", type=int, default=16, help="boards played side by side (one model call per move of all), per client")
+    parser.add_argument("--num-envs", type=int, default=8, help="boards played side by side (one model call per move of all), per client")
     parser.add_argument(
-        "--clients", type=int, default=1, help="client processes at once (this one, clients-1 PettingZoo CLIs), each --num-envs boards"
+        "--clients", type=int, default=2, help="client processes at once (this one, clients-1 PettingZoo CLIs), each --num-envs boards"
     )
     parser.add_argument("--gateway-args", default="", help="more flags for the gateway (settings for board games), one string")
     parser.add_argument("--games", type=int, default=200, help="evaluation games against each fixed player")
@@ -296,7 +303,9 @@ def main() -> None:
             extra = client_commands(
                 args.clients - 1, port, args.transport, args.minutes, args.seed, args.num_envs, bool(scripted)
             )
-            scene, rows, others = train(client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra)
+            scene, rows, others = train(
+                client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra, out_dir
+            )
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
             results = evaluations(client, args.games, args.seed, scripted)
     file_lines = write_ratings(rows, out_dir)
