@@ -7,6 +7,7 @@ import numpy as np
 from pettingzoo.classic import connect_four_v3
 
 from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player
+from rllink_clients.pettingzoo import random_legal
 
 # Every line of four cells on the board: (row, column) steps right, down, down-right, down-left.
 WINDOWS = [
@@ -37,7 +38,7 @@ def positions(games: int, seed: int):
                 env.step(None)
                 continue
             yield obs["observation"].astype(np.float32).ravel(), obs["action_mask"]
-            env.step(int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+            env.step(random_legal(obs["observation"], obs["action_mask"], rng=rng, n=COLUMNS))
 
 
 def test_lookahead_players_win_when_they_can_block_when_they_must() -> None:
