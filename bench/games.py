@@ -175,13 +175,16 @@ def train(
             player.join(timeout=every_s)
             rows.append(league_row(base_url, started))
             print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+        if failure:  # this client stopped early: the others need not play out their --max-seconds
+            for process in others:
+                process.terminate()
+                process.wait(timeout=30)
+            raise failure[0]
         for process in others:
             out, _ = process.communicate(timeout=300)
             if process.returncode != 0:
                 raise RuntimeError(f"a PettingZoo client exited with {process.returncode}: {shlex.join(process.args)}")
             summaries.append(json.loads(out.strip().splitlines()[-1]))
-    if failure:
-        raise failure[0]
     return result["scene"], rows, summaries
 
 
