@@ -243,3 +243,24 @@ def test_thin_clients_play_any_module_and_an_opponent_is_served_but_not_trained(
         assert peer.receive()["type"] == "PONG"
         policies_now = {m: p.num_env_steps_sampled_lifetime for m, p in gateway.service.metrics.modules.items()}
     assert policies_now == {"cart": 50, "arm": 50, "arm_opponent": 0}
+
+
+@pytest.mark.parametrize("play_ratio", [0.5, 0.0])
+def test_a_thin_client_cannot_play_an_opponent_whose_league_draws_a_scripted_reference(tmp_path, play_ratio):
+    # The gateway has only a stand-in (uniformly random) for a scripted reference: serving it
+    # would count random play as the scripted player's games. Never drawn (play_ratio 0): served.
+    self_play = {"play_against_random_ratio": 0.1, "scripted_references": {"lookahead": {"elo": 1560, "play_ratio": play_ratio}}}
+    policies = {"c4": {"observation_space": {"type": "box", "shape": [3]}, "action_space": {"type": "discrete", "n": 2},
+                       "self_play": self_play}}
+    settings = gateway_settings(tmp_path, policies=policies, policy_mapping={"p0": "c4", "p1": "c4_opponent"})
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        learner = start(peer, agent_id="p0")  # the learner's seat is served either way
+        peer.send(frame({"type": "START_EPISODE", "agent_id": "p1"}))
+        reply = peer.receive()
+        if play_ratio:
+            assert reply["type"] == "ERROR" and reply["code"] == "invalid_message", reply
+            assert "'c4_opponent' is the self-play opponent of 'c4'" in reply["message"] and "'lookahead'" in reply["message"]
+        else:
+            assert reply["type"] == "EPISODE_STARTED", reply
+        peer.send(frame({"type": "GET_ACTION", "episode_id": learner, "obs": [0.0, 1.0, 2.0]}))  # the connection goes on
+        assert peer.receive()["type"] == "ACTION"

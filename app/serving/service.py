@@ -112,6 +112,7 @@ class ServingService:
             module = self.policies.module_to_play(request.agent_id, request.module_id)
         except UnknownModule as exc:
             raise refusal(str(exc)) from None
+        self._check_playable(module)
         if request.episode_id is not None and request.episode_id in episodes:
             raise refusal(f"episode {request.episode_id!r} is already open on this connection")
         if len(episodes) >= self.settings.max_open_episodes_per_connection:
@@ -136,6 +137,22 @@ class ServingService:
         self.metrics.episodes_started_total += 1
         self.metrics.open_episodes += 1
         return EpisodeStarted(episode_id=episode_id)
+
+    def _check_playable(self, module: Module) -> None:
+        """A self-play opponent whose league draws scripted references is refused: a client
+        plays those itself, and the gateway, which has only a stand-in model (uniformly
+        random), would serve it in their place while its games counted against them."""
+        if module.opponent_of is None:
+            return
+        league = self.policies.modules[module.opponent_of].self_play
+        drawn = sorted(name for name, reference in (league.scripted_references if league else {}).items() if reference.play_ratio > 0)
+        if drawn:
+            raise refusal(
+                f"module {module.module_id!r} is the self-play opponent of {module.opponent_of!r}, whose league draws the "
+                f"scripted references {', '.join(map(repr, drawn))}: a client plays those itself, so a thin client cannot "
+                "play this module; play it with local inference and those players (docs/multi-agent.md, scripted "
+                "references), or set their play_ratio to 0"
+            )
 
     async def get_action(self, client: ClientInfo, request: GetAction, received_at: float) -> Action:
         requests = request.requests
