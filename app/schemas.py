@@ -97,7 +97,7 @@ def _from_json(info: ValidationInfo) -> bool:
 # - magnitudes of 2**53 and more (where ints round differently), NaN and infinities
 #   (including float32 overflow) are declined.
 
-_EXACT_LIMIT_SQUARED = 2.0**106  # magnitudes of 2**53 and more are declined
+EXACT_LIMIT_SQUARED = 2.0**106  # magnitudes of 2**53 and more are declined
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # beyond it a chunk's float32 fields hold inf: refused
 _FLOAT_CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
 _PACK_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
@@ -132,7 +132,7 @@ def fast_floats(value: list, dtype: type, row_size: int | None, from_json: bool 
         return None
     # vdot is one BLAS call: NaN, inf, float32 overflow or any |x| >= 2**53 make it fail
     # the test (so may a few values just below, which merely take the general path).
-    if type(flat[0]) is bool or not np.vdot(array, array) < _EXACT_LIMIT_SQUARED:
+    if type(flat[0]) is bool or not np.vdot(array, array) < EXACT_LIMIT_SQUARED:
         return None
     return array
 
@@ -189,7 +189,7 @@ def as_array(
     kind = array.dtype.kind
     if kind not in "iuf" and array.size:  # strings, bools, nulls, objects
         raise ValueError(f"{what} must be a rectangular list of numbers (found {_kind_name(array)})")
-    if kind in "iu" or (kind == "f" and np.vdot(array, array) < _EXACT_LIMIT_SQUARED):
+    if kind in "iu" or (kind == "f" and np.vdot(array, array) < EXACT_LIMIT_SQUARED):
         return array.astype(dtype, copy=False)  # moderate numbers: finite, and no overflow
     with np.errstate(over="ignore"):  # a float32 overflow becomes inf, refused just below
         array = array.astype(dtype, copy=False)

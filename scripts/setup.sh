@@ -26,9 +26,11 @@ if [ "$(cat node_modules/.installed 2>/dev/null)" != "$wanted" ]; then
 fi
 
 # The Python packages, exactly as locked (torch: its CPU build), then the project itself
-# (after npm: the project maps the vendor files the pages load into its package).
+# (after npm: the project maps the vendor files the pages load into its package), which
+# compiles app/rllink/_columns.c where a C compiler is at hand (setup.py; else it goes on
+# without it).
 stamp=".venv/.installed-$(basename "$lock" .txt)"
-wanted="$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)"
+wanted="$(cat "$lock" pyproject.toml setup.py app/rllink/_columns.c | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup: installing $lock into .venv" >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$lock"

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.rllink import chunk_columns
 from app.rllink.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, loads_episodes, pack
 from app.rllink.json_arrays import loads_with_arrays
 from app.rllink.protocol import FrameRejected, RequestReceived, Session
@@ -209,3 +210,34 @@ def test_a_chunk_built_from_checked_values_equals_model_construct():
     assert built.__pydantic_extra__ == constructed.__pydantic_extra__
     assert built.__pydantic_private__ == constructed.__pydantic_private__
     assert set(vars(built)) == set(EpisodeChunk.model_fields)
+
+
+def columns_as_values(columns: ChunkColumns | None) -> Any:
+    """Everything the columns hold (arrays with their dtype and shape), comparable with ==."""
+    if columns is None:
+        return None
+    return [
+        (group.positions, {name: (a.dtype.str, a.shape, a.tolist()) for name, a in group.arrays.items()}, group.lengths, group.scalars)
+        for group in columns.groups
+    ]
+
+
+def test_the_compiled_columns_are_built():
+    # scripts/setup.sh compiles app/rllink/_columns.c (setup.py); this fails where it was not built.
+    assert chunk_columns.compiled is not None, "app/rllink/_columns.c is not built: pip install -e . with a C compiler"
+    assert chunk_columns.compiled.FIELDS == chunk_columns._ARRAYS + chunk_columns._SCALARS
+
+
+@FUZZ
+@given(scenes())
+def test_the_compiled_columns_are_those_of_pack_s_python_path(chunks):
+    """app/rllink/_columns.c takes a subset of what pack takes, each exactly as pack's Python path does."""
+    episodes = orjson.loads(json.dumps(chunks))
+    compiled = chunk_columns._compiled_columns(episodes)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(chunk_columns, "compiled", None)
+        python = pack(episodes)
+    if compiled is not None:
+        assert columns_as_values(compiled) == columns_as_values(python)
+    if python is not None and len(python.groups) == 1 and python.groups[0].arrays["actions"].dtype == np.int64:
+        assert compiled is not None  # chunks of one shape with Discrete actions (pend_'s may start with an int) take it

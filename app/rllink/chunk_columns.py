@@ -30,9 +30,14 @@ import orjson
 
 from app.experience import ChunkBlock, ChunkBlocks
 from app.rllink.json_arrays import loads_with_arrays
-from app.schemas import MAX_WEIGHTS_SEQ_NO, EpisodeChunk, as_array, fast_floats, num_dist_inputs
+from app.schemas import EXACT_LIMIT_SQUARED, MAX_WEIGHTS_SEQ_NO, EpisodeChunk, as_array, fast_floats, num_dist_inputs
 from app.settings.policies import UnknownModule, indices_by_module
 from app.spaces.models import BoxSpace, DiscreteSpace
+
+try:  # compiled at set-up (setup.py); without a C compiler, pack's own path does the same work slower
+    from app.rllink import _columns as compiled
+except ImportError:  # pragma: no cover - where the extension is not built
+    compiled = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from app.settings.policies import Module, PolicySet
@@ -48,6 +53,7 @@ _ARRAYS_SET = frozenset(_ARRAYS)
 _MAX_ID_LENGTH = {"agent_id": 256, "module_id": 64, "episode_id": 256}  # as EpisodeChunk's fields
 _OUTCOMES = frozenset({"win", "loss", "draw"})
 _CHUNK_DEFAULTS = {name: field.default for name, field in EpisodeChunk.model_fields.items()}
+_SCALAR_DEFAULTS = tuple(_CHUNK_DEFAULTS[name] for name in _SCALARS)
 # What a number field holds per step (`_row_shape`): rows of this shape or width, or single numbers (None).
 RowShape: TypeAlias = "tuple[int, ...] | int | None"
 
@@ -213,7 +219,11 @@ def pack(episodes: Any) -> ChunkColumns | None:
     None unless there are several, with known fields only, their number fields lists of
     the kind EpisodeChunk's fast paths take (app.schemas: finite, moderate, not starting
     with a boolean) or arrays."""
-    if type(episodes) is not list or len(episodes) < MIN_CHUNKS or not set(map(type, episodes)) <= {dict}:
+    if type(episodes) is not list or len(episodes) < MIN_CHUNKS:
+        return None
+    if compiled is not None and (columns := _compiled_columns(episodes)) is not None:
+        return columns
+    if not set(map(type, episodes)) <= {dict}:
         return None
     key_sets = set(map(frozenset, episodes))  # a chunk that ends its episode may have more fields (its outcome)
     if any(not _REQUIRED <= keys <= _KNOWN for keys in key_sets):
@@ -231,6 +241,23 @@ def pack(episodes: Any) -> ChunkColumns | None:
             return None
         groups.append(group)
     return ChunkColumns(len(episodes), groups)
+
+
+def _compiled_columns(episodes: list[Any]) -> ChunkColumns | None:
+    """The chunks as one group of columns by app/rllink/_columns.c, when they all have one
+    shape and it takes them; else None (`pack`'s own path decides)."""
+    packed = compiled.columns(episodes, _SCALAR_DEFAULTS)
+    if packed is None:
+        return None
+    fields, given = packed
+    arrays, lengths = {}, {}
+    for name, (buffer, code, width, steps) in fields.items():
+        array: np.ndarray = np.frombuffer(buffer, np.int64 if code == "q" else np.float32)
+        if code == "f" and not np.vdot(array, array) < EXACT_LIMIT_SQUARED:  # as fast_floats
+            return None
+        arrays[name], lengths[name] = (array.reshape(-1, width) if width else array), steps
+    scalars = {name: given.get(name) or [default] * len(episodes) for name, default in zip(_SCALARS, _SCALAR_DEFAULTS)}
+    return ChunkColumns(len(episodes), [_Columns(list(range(len(episodes))), arrays, lengths, scalars)])
 
 
 def _one_shape(episodes: list[dict[str, Any]], key_sets: set[frozenset[str]]) -> tuple[tuple[str, RowShape], ...] | None:

@@ -1,0 +1,9 @@
+"""The compiled part of the project: app/rllink/_columns.c (pyproject.toml holds the rest).
+
+Optional: where no C compiler or Python headers are at hand, the install goes on without
+it and app.rllink.chunk_columns packs episode chunks in Python (slower, same results).
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("app.rllink._columns", ["app/rllink/_columns.c"], optional=True)])
