@@ -30,7 +30,7 @@ fi
 # compiles app/rllink/_columns.c where a C compiler is at hand (setup.py; else it goes on
 # without it).
 stamp=".venv/.installed-$(basename "$lock" .txt)"
-wanted="$(cat "$lock" pyproject.toml setup.py app/rllink/_columns.c | sha256sum | cut -d' ' -f1)"
+wanted="$(cat "$lock" pyproject.toml setup.py app/rllink/_columns.c app/rllink/_powers_of_five.h | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   echo "setup: installing $lock into .venv" >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$lock"

@@ -8,13 +8,16 @@ the fast path must really be taken for the common shape of message.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
+import struct
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.rllink import chunk_columns
@@ -144,13 +147,14 @@ def parse(body: bytes, decoded: dict[str, Any]):
 
 
 def packed(body: bytes) -> list[dict[str, Any]]:
-    """The body decoded both ways a decode worker may (orjson's lists, app.rllink.json_arrays'
-    arrays), its chunks packed as columns unless `pack` declines them."""
+    """The body decoded each way a decode worker may (orjson's lists, app.rllink.json_arrays'
+    arrays), its chunks packed as columns unless `pack` declines them; and as a decode
+    worker decodes it (app/rllink/_columns.c's parse first)."""
     decodings = [orjson.loads(body), loads_with_arrays(body, ARRAY_FIELDS) or orjson.loads(body)]
     for data in decodings:
         if (columns := pack(data["episodes"])) is not None:
             data["episodes"] = columns
-    return decodings
+    return [*decodings, loads_episodes(body, ARRAY_FIELDS) or orjson.loads(body)]
 
 
 def assert_as_chunk_by_chunk(body: bytes) -> None:
@@ -228,16 +232,92 @@ def test_the_compiled_columns_are_built():
     assert chunk_columns.compiled.FIELDS == chunk_columns._ARRAYS + chunk_columns._SCALARS
 
 
-@FUZZ
-@given(scenes())
-def test_the_compiled_columns_are_those_of_pack_s_python_path(chunks):
-    """app/rllink/_columns.c takes a subset of what pack takes, each exactly as pack's Python path does."""
-    episodes = orjson.loads(json.dumps(chunks))
-    compiled = chunk_columns._compiled_columns(episodes)
+def python_path(body: bytes) -> dict[str, Any] | None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(chunk_columns, "compiled", None)
-        python = pack(episodes)
-    if compiled is not None:
-        assert columns_as_values(compiled) == columns_as_values(python)
-    if python is not None and len(python.groups) == 1 and python.groups[0].arrays["actions"].dtype == np.int64:
-        assert compiled is not None  # chunks of one shape with Discrete actions (pend_'s may start with an int) take it
+        return loads_episodes(body, ARRAY_FIELDS)
+
+
+def decoded_as_values(decoded: dict[str, Any] | None) -> Any:
+    if decoded is None:
+        return None
+    episodes = decoded["episodes"]
+    return {**decoded, "episodes": columns_as_values(episodes) if type(episodes) is ChunkColumns else episodes}
+
+
+@FUZZ
+@given(
+    scenes(),
+    st.fixed_dictionaries({"indent": st.sampled_from([None, 1]), "sort_keys": st.booleans(), "ensure_ascii": st.booleans()}),
+    st.sampled_from(["cart_", "pend_", "k\u00e4fer_", 'q"uote_']),
+)
+def test_the_parsed_columns_are_those_of_the_python_path(chunks, layout, prefix):
+    """app/rllink/_columns.c takes a subset of what orjson and pack take, each exactly as they do."""
+    for chunk in chunks:
+        if isinstance(chunk.get("agent_id"), str) and chunk["agent_id"].startswith("cart_"):
+            chunk["agent_id"] = prefix.encode().decode("unicode_escape") + chunk["agent_id"][5:]
+    body = json.dumps({"type": "EPISODES", "episodes": chunks, "timesteps": 7}, **layout).encode()
+    parsed = chunk_columns._parsed(body)
+    python = python_path(body)
+    if parsed is not None:
+        assert decoded_as_values(parsed) == decoded_as_values(python)
+    one_shape = python is not None and type(python["episodes"]) is ChunkColumns and len(python["episodes"].groups) == 1
+    plain = all(c not in body.decode() for c in "\\\"")  # no escapes: they take the Python path
+    if one_shape and plain and python["episodes"].groups[0].arrays["actions"].dtype == np.int64:
+        assert parsed is not None  # chunks of one shape with Discrete actions (pend_'s may start with an int) take it
+
+
+@pytest.mark.parametrize("body", [
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK]} x',  # trailing bytes
+    b'{"type": "EPISODES", "type": "EPISODES", "episodes": [CHUNK, CHUNK]}',  # a field twice
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "episodes": []}',
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "timesteps": 01}',
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "extra": [1, {"a": "]"}, "\\""]}',
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "extra": tru}',
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK,]}',
+    b'{"type": "EPISODES", "episodes": [CHUNK]}',  # one chunk: app.rllink.json_arrays' path
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK]',
+    b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "id": "\xff"}',  # not UTF-8
+])
+def test_what_the_parser_declines_or_takes_is_what_orjson_reads(body):
+    chunk = json.dumps(scene_chunk(np.random.default_rng(0), "cart_0", 3)).encode()
+    body = body.replace(b"CHUNK", chunk)
+    try:
+        reference = decoded_as_values(python_path(body)) or orjson.loads(body)
+    except orjson.JSONDecodeError:
+        reference = "invalid JSON"
+    parsed = chunk_columns._parsed(body)
+    assert parsed is None or decoded_as_values(parsed) == reference
+    if reference == "invalid JSON":
+        assert parsed is None
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["{!r}", "{:.17g}", "{:.19e}", "{:.25g}", "{:.3e}"]))
+def test_the_parser_reads_numbers_as_python_does(value, form):
+    """Correctly rounded, as orjson and float(): Eisel-Lemire's product, Clinger's fast path, CPython's fallback."""
+    text = form.format(value).replace("inf", "1e999")
+    parsed = chunk_columns.compiled.number(text.encode())
+    if "." not in text and "e" not in text:  # an integer
+        assert parsed is None or parsed == int(text)
+    else:
+        assert parsed is not None and struct.pack("<d", parsed) == struct.pack("<d", float(text))
+
+
+@pytest.mark.parametrize("text, value", [
+    ("0", 0), ("-0", 0), ("-0.0", -0.0), ("1E5", 100000.0), ("2.5e-3", 0.0025), ("123456789012345678", 123456789012345678),
+    ("9007199254740993.0", 9007199254740992.0), ("1e400", float("inf")), ("4.9e-324", 5e-324),
+    ("1234567890123456789", None), ("01", None), ("1.", None), (".5", None), ("-", None), ("1e", None), ("+1", None), ("0x10", None),
+])
+def test_the_parser_s_number_grammar_is_json_s(text, value):
+    parsed = chunk_columns.compiled.number(text.encode())
+    assert parsed == value and type(parsed) is type(value) and (value != 0 or str(parsed) == str(value))
+
+
+def test_the_powers_of_five_are_the_generator_s():
+    generator = Path(__file__).resolve().parent.parent / "scripts" / "powers_of_five.py"
+    spec = importlib.util.spec_from_file_location("powers_of_five", generator)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.HEADER.read_text() == module.header()
+    assert module.power_of_five_128(0) == 1 << 127 and module.power_of_five_128(-1) == 2**130 // 5 + 1  # 1.6 * 2**127

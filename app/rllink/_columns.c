@@ -1,16 +1,21 @@
-/* Decoded episode chunks (orjson's dicts and lists) as columns, at C speed.
+/* An EPISODES message's JSON body parsed straight into columns, at C speed.
  *
- * The compiled half of app.rllink.chunk_columns.pack for a message whose chunks all have
- * one shape (the same number fields, rows of the same width): a scene of one kind of
- * agent. Python's pack spends microseconds per chunk on calls (frozensets of keys, a
- * list per field, struct's argument tuples); this walks the lists once and writes each
- * field's numbers into one buffer.
+ * The compiled half of app.rllink.chunk_columns for a message whose chunks all have one
+ * shape (the same number fields, rows of the same width): a scene of one kind of agent.
+ * Decoding such a body with orjson makes a Python float per number and a dict per chunk,
+ * which pack then walks; here the bytes are read once and each field's numbers go into
+ * one buffer: no Python object per number, none per chunk but its ids.
  *
- * A fast path with a reference: it takes a strict subset of what pack takes (exact ints
- * and floats only, no booleans anywhere) and returns None for anything else, so that
- * pack decides; what it returns pack turns into exactly the columns its own path makes
- * (tests/test_chunk_columns.py compares both). Checks that need numpy (the magnitude test
- * of app.schemas.fast_floats) stay in pack.
+ * A fast path with a reference: it takes a strict subset of what orjson and pack take
+ * (no escapes in strings, no booleans among numbers, integers of at most 18 digits, ...)
+ * and returns None for anything else, so that the message takes the Python path, whose
+ * results and error messages stay the reference (tests/test_chunk_columns.py compares
+ * both). The message's other fields are handed back as byte spans, for orjson.
+ *
+ * Numbers are converted as orjson and struct do (correctly rounded to a double, then
+ * rounded to float32): Clinger's fast path for short mantissas, else Eisel and Lemire's
+ * (one 64 x 64-bit product with a power of five, app/rllink/_powers_of_five.h), else, in
+ * the rare cases that leaves undecided, CPython's own correctly rounded conversion.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,9 +23,159 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_powers_of_five.h"
+
+#define DECLINE (-1) /* not for this path: the Python path decides */
+#define FAILED (-2)  /* a Python exception is set (out of memory) */
+
+/* -- Numbers ------------------------------------------------------------------------- */
+
+enum { INTEGER, REAL };
+typedef struct {
+    int kind;
+    int64_t integer; /* INTEGER: as Python's int (orjson gives one for a number without . or e) */
+    double real;     /* REAL: as Python's float */
+} Number;
+
+static const double EXACT_POWERS_OF_TEN[] = {
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+};
+
+/* w * 10**q as the nearest double, or DECLINE when this cannot be sure (the caller then
+ * asks CPython). w has at most 19 digits. */
+static int eisel_lemire(uint64_t w, int64_t q, double *out)
+{
+    if (w == 0) {
+        *out = 0.0;
+        return 0;
+    }
+    if (w <= (UINT64_C(1) << 53) && q >= -22 && q <= 22) { /* Clinger: both exact, one rounding */
+        double value = (double)w;
+        *out = q < 0 ? value / EXACT_POWERS_OF_TEN[-q] : value * EXACT_POWERS_OF_TEN[q];
+        return 0;
+    }
+    if (q < POWERS_SMALLEST || q > POWERS_LARGEST)
+        return DECLINE;
+    int leading_zeros = __builtin_clzll(w);
+    w <<= leading_zeros;
+    __uint128_t product = (__uint128_t)w * POWERS_OF_FIVE[q - POWERS_SMALLEST];
+    uint64_t high = (uint64_t)(product >> 64), low = (uint64_t)product;
+    /* The 9 bits below the 55 kept all ones: the truncated power may carry into them. A
+     * low word of 0 or 1: perhaps exactly halfway between two doubles. Both rare. */
+    if ((high & 0x1FF) == 0x1FF || low <= 1)
+        return DECLINE;
+    int upper_bit = (int)(high >> 63);
+    uint64_t mantissa = high >> (upper_bit + 9);
+    int64_t power2 = ((((152170 + 65536) * q) >> 16) + 63) + upper_bit - leading_zeros + 1023;
+    if (power2 <= 0) /* subnormal */
+        return DECLINE;
+    mantissa += mantissa & 1; /* round half up: halfway cases were declined above */
+    mantissa >>= 1;
+    if (mantissa >= (UINT64_C(1) << 53)) {
+        mantissa = UINT64_C(1) << 52;
+        power2++;
+    }
+    if (power2 >= 0x7FF) /* infinite */
+        return DECLINE;
+    uint64_t bits = (mantissa & ~(UINT64_C(1) << 52)) | ((uint64_t)power2 << 52);
+    memcpy(out, &bits, sizeof bits);
+    return 0;
+}
+
+/* A JSON number at *p (strict grammar), as orjson reads it; *p moves past it. DECLINE:
+ * not a number, an integer of more than 18 digits, or a real CPython cannot convert. */
+static int parse_number(const char **p, const char *end, Number *out)
+{
+    const char *start = *p, *c = *p;
+    int negative = 0, digits = 0, truncated = 0;
+    uint64_t w = 0;
+    int64_t q = 0;
+    if (c < end && *c == '-') {
+        negative = 1;
+        c++;
+    }
+    if (c >= end || *c < '0' || *c > '9')
+        return DECLINE;
+    if (*c == '0') {
+        c++;
+        if (c < end && *c >= '0' && *c <= '9')
+            return DECLINE; /* a leading zero */
+    } else {
+        for (; c < end && *c >= '0' && *c <= '9'; c++) {
+            if (digits < 19) {
+                w = w * 10 + (uint64_t)(*c - '0');
+                digits++;
+            } else {
+                truncated = 1;
+                q++;
+            }
+        }
+    }
+    int real = 0;
+    if (c < end && *c == '.') {
+        real = 1;
+        c++;
+        if (c >= end || *c < '0' || *c > '9')
+            return DECLINE;
+        for (; c < end && *c >= '0' && *c <= '9'; c++) {
+            if (digits < 19) {
+                w = w * 10 + (uint64_t)(*c - '0');
+                digits += w != 0; /* leading zeros of a fraction are not significant */
+                q--;
+            } else {
+                truncated = 1;
+            }
+        }
+    }
+    if (c < end && (*c == 'e' || *c == 'E')) {
+        real = 1;
+        c++;
+        int exponent_negative = 0;
+        if (c < end && (*c == '+' || *c == '-'))
+            exponent_negative = *c++ == '-';
+        if (c >= end || *c < '0' || *c > '9')
+            return DECLINE;
+        int64_t exponent = 0;
+        for (; c < end && *c >= '0' && *c <= '9'; c++)
+            if (exponent < 100000)
+                exponent = exponent * 10 + (*c - '0');
+        q += exponent_negative ? -exponent : exponent;
+    }
+    *p = c;
+    if (!real) {
+        if (truncated || digits > 18)
+            return DECLINE;
+        out->kind = INTEGER;
+        out->integer = negative ? -(int64_t)w : (int64_t)w; /* "-0" is the int 0, as in Python */
+        return 0;
+    }
+    out->kind = REAL;
+    if (truncated || eisel_lemire(w, q, &out->real) < 0) {
+        char text[64];
+        size_t length = (size_t)(c - start);
+        if (length >= sizeof text)
+            return DECLINE;
+        memcpy(text, start, length);
+        text[length] = '\0';
+        out->real = PyOS_string_to_double(text, NULL, NULL); /* correctly rounded; +-inf on overflow */
+        if (out->real == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return DECLINE;
+        }
+        return 0;
+    }
+    if (negative)
+        out->real = -out->real;
+    return 0;
+}
+
+/* -- The message ------------------------------------------------------------------------ */
+
 /* The fields, in app.rllink.chunk_columns' order: number fields first, then scalars. */
 enum { OBS, ACTIONS, REWARDS, ACTION_LOGP, ACTION_DIST_INPUTS, NUM_ARRAYS };
 #define NUM_FIELDS 13
+#define NUM_SCALARS (NUM_FIELDS - NUM_ARRAYS)
 static const char *FIELD_NAMES[NUM_FIELDS] = {
     "obs", "actions", "rewards", "action_logp", "action_dist_inputs",
     "agent_id", "module_id", "episode_id", "weights_seq_no", "outcome", "is_terminated", "is_truncated", "evaluation",
@@ -29,233 +184,451 @@ static const char *FIELD_NAMES[NUM_FIELDS] = {
 #define ARRAY_BITS ((1u << NUM_ARRAYS) - 1)
 static const int ROW_FIELD[NUM_ARRAYS] = {1, 0, 0, 0, 1}; /* a row of numbers per step */
 
-static PyObject *field_index; /* dict: field name -> its index */
+typedef struct {
+    char *data;
+    Py_ssize_t used, capacity;
+} Buffer;
 
-/* A number as pack's struct.pack_into("f") would take it, or -1: not an exact float or
- * int (a boolean, say), or beyond float32. */
-static int to_float32(PyObject *item, float *out)
+static int reserve(Buffer *buffer, Py_ssize_t more)
 {
-    double value;
-    if (PyFloat_CheckExact(item)) {
-        value = PyFloat_AS_DOUBLE(item);
-    } else if (PyLong_CheckExact(item)) {
-        value = PyLong_AsDouble(item);
-        if (value == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return -1;
-        }
-    } else {
-        return -1;
+    if (buffer->used + more <= buffer->capacity)
+        return 0;
+    Py_ssize_t capacity = buffer->capacity ? buffer->capacity : 4096;
+    while (capacity < buffer->used + more)
+        capacity *= 2;
+    char *data = PyMem_Realloc(buffer->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return FAILED;
     }
-    float single = (float)value;
-    if (!isfinite(value) || !isfinite(single))
-        return -1;
-    *out = single;
+    buffer->data = data;
+    buffer->capacity = capacity;
     return 0;
 }
 
-/* One chunk's field (a non-empty list) appended to `buffer` at `*used` (bytes): single
- * numbers (width 0) or rows of `width`; int64 for `ints`. -1: not of that form. */
-static int append_field(PyObject *list, Py_ssize_t width, int ints, char *buffer, Py_ssize_t *used)
+/* One number field of all the chunks: its numbers one after the other, each chunk's steps. */
+typedef struct {
+    Buffer numbers; /* float32, or int64 for Discrete actions */
+    Buffer steps;   /* Py_ssize_t per chunk */
+    Py_ssize_t width; /* numbers per row; 0: one number per step */
+    int integers;
+} Column;
+
+typedef struct {
+    const char *start, *p, *end;
+    Column columns[NUM_ARRAYS];
+    unsigned array_fields; /* the number fields of the first chunk: every chunk's */
+    Py_ssize_t chunks;
+    PyObject *scalars[NUM_SCALARS]; /* a list per scalar field */
+    PyObject *defaults;             /* a tuple: each scalar field's default */
+} Parser;
+
+static inline void skip_space(Parser *parser)
 {
-    Py_ssize_t steps = PyList_GET_SIZE(list);
-    if (width == 0) {
-        for (Py_ssize_t i = 0; i < steps; i++) {
-            PyObject *item = PyList_GET_ITEM(list, i);
-            if (ints) {
-                if (!PyLong_CheckExact(item))
-                    return -1;
-                int overflow = 0;
-                long long value = PyLong_AsLongLongAndOverflow(item, &overflow);
-                if (overflow || (value == -1 && PyErr_Occurred())) {
-                    PyErr_Clear();
-                    return -1;
-                }
-                int64_t exact = (int64_t)value;
-                memcpy(buffer + *used, &exact, sizeof exact);
-                *used += sizeof exact;
-            } else {
-                float value;
-                if (to_float32(item, &value) < 0)
-                    return -1;
-                memcpy(buffer + *used, &value, sizeof value);
-                *used += sizeof value;
+    while (parser->p < parser->end && (*parser->p == ' ' || *parser->p == '\n' || *parser->p == '\r' || *parser->p == '\t'))
+        parser->p++;
+}
+
+static inline int next(Parser *parser)
+{
+    skip_space(parser);
+    return parser->p < parser->end ? (unsigned char)*parser->p : -1;
+}
+
+static inline int take(Parser *parser, char expected)
+{
+    if (next(parser) != expected)
+        return DECLINE;
+    parser->p++;
+    return 0;
+}
+
+/* A string without escapes or control characters: its bytes, between the quotes. */
+static int string_span(Parser *parser, const char **start, Py_ssize_t *length)
+{
+    if (take(parser, '"') < 0)
+        return DECLINE;
+    const char *c = parser->p;
+    while (c < parser->end && *c != '"') {
+        if (*c == '\\' || (unsigned char)*c < 0x20)
+            return DECLINE;
+        c++;
+    }
+    if (c >= parser->end)
+        return DECLINE;
+    *start = parser->p;
+    *length = c - parser->p;
+    parser->p = c + 1;
+    return 0;
+}
+
+/* Past any JSON value, loosely: orjson reads its span afterwards and refuses what is not JSON. */
+static int skip_value(Parser *parser)
+{
+    int depth = 0;
+    skip_space(parser);
+    do {
+        if (parser->p >= parser->end)
+            return DECLINE;
+        char c = *parser->p++;
+        if (c == '"') {
+            while (parser->p < parser->end && *parser->p != '"')
+                parser->p += *parser->p == '\\' ? 2 : 1;
+            if (parser->p >= parser->end)
+                return DECLINE;
+            parser->p++;
+        } else if (c == '[' || c == '{') {
+            depth++;
+        } else if (c == ']' || c == '}') {
+            if (--depth < 0)
+                return DECLINE;
+        } else if (depth == 0) { /* a number or a literal: up to what ends it */
+            while (parser->p < parser->end && !strchr(",}] \n\r\t", *parser->p))
+                parser->p++;
+        }
+    } while (depth > 0);
+    return 0;
+}
+
+static int append_float(Buffer *buffer, const Number *number)
+{
+    double value = number->kind == INTEGER ? (double)number->integer : number->real;
+    float single = (float)value; /* as struct.pack_into("f"): the double rounded to nearest */
+    if (!isfinite(value) || !isfinite(single))
+        return DECLINE;
+    if (reserve(buffer, sizeof single) < 0)
+        return FAILED;
+    memcpy(buffer->data + buffer->used, &single, sizeof single);
+    buffer->used += sizeof single;
+    return 0;
+}
+
+/* A chunk's number field: a non-empty list of numbers (Discrete actions: integers), or of
+ * rows of the field's width; the first chunk sets the kind and the width. */
+static int parse_column(Parser *parser, int field)
+{
+    Column *column = &parser->columns[field];
+    int first_chunk = parser->chunks == 0, status;
+    if (take(parser, '[') < 0 || next(parser) == ']')
+        return DECLINE;
+    int rows = next(parser) == '[';
+    if (first_chunk) {
+        if (field != ACTIONS && rows != ROW_FIELD[field])
+            return DECLINE; /* rows where pack wants numbers, or the other way round */
+        column->integers = field == ACTIONS && !rows;
+    } else if (rows != (column->width > 0)) {
+        return DECLINE;
+    }
+    Py_ssize_t steps = 0;
+    for (;;) {
+        Number number;
+        if (rows) {
+            Py_ssize_t width = 0;
+            if (take(parser, '[') < 0)
+                return DECLINE;
+            for (;;) {
+                skip_space(parser);
+                if (parse_number(&parser->p, parser->end, &number) < 0)
+                    return DECLINE;
+                /* Box actions start with a real (pack takes rows of integers as MultiDiscrete's, which the columns do not take). */
+                if (field == ACTIONS && first_chunk && steps == 0 && width == 0 && number.kind != REAL)
+                    return DECLINE;
+                if ((status = append_float(&column->numbers, &number)) < 0)
+                    return status;
+                width++;
+                int c = next(parser);
+                parser->p++;
+                if (c == ']')
+                    break;
+                if (c != ',')
+                    return DECLINE;
             }
+            if (first_chunk && steps == 0)
+                column->width = width;
+            else if (width != column->width)
+                return DECLINE;
+        } else {
+            skip_space(parser);
+            if (parse_number(&parser->p, parser->end, &number) < 0)
+                return DECLINE;
+            if (column->integers) {
+                if (number.kind != INTEGER)
+                    return DECLINE;
+                if (reserve(&column->numbers, sizeof number.integer) < 0)
+                    return FAILED;
+                memcpy(column->numbers.data + column->numbers.used, &number.integer, sizeof number.integer);
+                column->numbers.used += sizeof number.integer;
+            } else if ((status = append_float(&column->numbers, &number)) < 0) {
+                return status;
+            }
+        }
+        steps++;
+        int c = next(parser);
+        parser->p++;
+        if (c == ']')
+            break;
+        if (c != ',')
+            return DECLINE;
+    }
+    if (reserve(&column->steps, sizeof steps) < 0)
+        return FAILED;
+    memcpy(column->steps.data + column->steps.used, &steps, sizeof steps);
+    column->steps.used += sizeof steps;
+    return 0;
+}
+
+/* A chunk's scalar field: a string, an integer, true, false or null (anything else: pack's
+ * checks or EpisodeChunk's would refuse it, or it needs orjson). A new reference. */
+static int parse_scalar(Parser *parser, PyObject **out)
+{
+    int c = next(parser);
+    if (c == '"') {
+        const char *start;
+        Py_ssize_t length;
+        if (string_span(parser, &start, &length) < 0)
+            return DECLINE;
+        if ((*out = PyUnicode_DecodeUTF8(start, length, NULL)) == NULL) {
+            PyErr_Clear(); /* not UTF-8: orjson words the error */
+            return DECLINE;
         }
         return 0;
     }
-    for (Py_ssize_t i = 0; i < steps; i++) {
-        PyObject *row = PyList_GET_ITEM(list, i);
-        if (!PyList_CheckExact(row) || PyList_GET_SIZE(row) != width)
-            return -1;
-        for (Py_ssize_t j = 0; j < width; j++) {
-            float value;
-            if (to_float32(PyList_GET_ITEM(row, j), &value) < 0)
-                return -1;
-            memcpy(buffer + *used, &value, sizeof value);
-            *used += sizeof value;
+    static const struct { const char *text; PyObject *value; } literals[] = {{"true", Py_True}, {"false", Py_False}, {"null", Py_None}};
+    for (size_t i = 0; i < sizeof literals / sizeof literals[0]; i++) {
+        size_t length = strlen(literals[i].text);
+        if ((size_t)(parser->end - parser->p) >= length && memcmp(parser->p, literals[i].text, length) == 0) {
+            parser->p += length;
+            *out = Py_NewRef(literals[i].value);
+            return 0;
         }
     }
-    return 0;
+    Number number;
+    if (parse_number(&parser->p, parser->end, &number) < 0 || number.kind != INTEGER)
+        return DECLINE;
+    return (*out = PyLong_FromLongLong(number.integer)) == NULL ? FAILED : 0;
 }
 
-/* columns(episodes, defaults) -> (arrays, scalars) or None.
+static int field_of(const char *name, Py_ssize_t length)
+{
+    for (int i = 0; i < NUM_FIELDS; i++)
+        if ((Py_ssize_t)strlen(FIELD_NAMES[i]) == length && memcmp(FIELD_NAMES[i], name, (size_t)length) == 0)
+            return i;
+    return DECLINE;
+}
+
+/* One chunk: an object of known fields, each at most once, the required ones, the same
+ * number fields as the first chunk. Its scalars (or their defaults) join their lists. */
+static int parse_chunk(Parser *parser)
+{
+    PyObject *values[NUM_SCALARS] = {NULL};
+    unsigned fields = 0;
+    int status = DECLINE;
+    if (take(parser, '{') < 0)
+        goto done;
+    for (;;) {
+        const char *name;
+        Py_ssize_t length;
+        int field;
+        if (string_span(parser, &name, &length) < 0 || (field = field_of(name, length)) < 0 || (fields & (1u << field))
+            || take(parser, ':') < 0)
+            goto decline;
+        fields |= 1u << field;
+        if (field < NUM_ARRAYS)
+            status = parse_column(parser, field);
+        else
+            status = parse_scalar(parser, &values[field - NUM_ARRAYS]);
+        if (status < 0)
+            goto done;
+        int c = next(parser);
+        parser->p++;
+        if (c == '}')
+            break;
+        if (c != ',')
+            goto decline;
+    }
+    if ((fields & REQUIRED) != REQUIRED || (parser->chunks > 0 && (fields & ARRAY_BITS) != parser->array_fields))
+        goto decline;
+    parser->array_fields = fields & ARRAY_BITS;
+    for (int i = 0; i < NUM_SCALARS; i++) {
+        PyObject *value = values[i] ? values[i] : PyTuple_GET_ITEM(parser->defaults, i);
+        if (PyList_Append(parser->scalars[i], value) < 0) {
+            status = FAILED;
+            goto done;
+        }
+    }
+    parser->chunks++;
+    status = 0;
+    goto done;
+decline:
+    status = DECLINE;
+done:
+    for (int i = 0; i < NUM_SCALARS; i++)
+        Py_XDECREF(values[i]);
+    return status;
+}
+
+/* Another field of the message (each at most once): its value's span in the body. */
+static int add_span(Parser *parser, PyObject *spans, const char *name, Py_ssize_t length)
+{
+    PyObject *key = PyUnicode_DecodeUTF8(name, length, NULL), *span = NULL;
+    if (key == NULL) {
+        PyErr_Clear(); /* not UTF-8: orjson words the error */
+        return DECLINE;
+    }
+    int status = PyDict_Contains(spans, key);
+    if (status == 0) {
+        skip_space(parser);
+        Py_ssize_t start = parser->p - parser->start;
+        if ((status = skip_value(parser)) == 0) {
+            span = Py_BuildValue("(nn)", start, (Py_ssize_t)(parser->p - parser->start));
+            status = span == NULL || PyDict_SetItem(spans, key, span) < 0 ? FAILED : 0;
+        }
+    } else {
+        status = status < 0 ? FAILED : DECLINE; /* a field twice: orjson keeps the last, this path declines */
+    }
+    Py_DECREF(key);
+    Py_XDECREF(span);
+    return status;
+}
+
+/* The top-level object: "episodes" parsed, every other field's value as a byte span. */
+static int parse_message(Parser *parser, PyObject *spans)
+{
+    int status, episodes = 0;
+    if (take(parser, '{') < 0)
+        return DECLINE;
+    for (;;) {
+        const char *name;
+        Py_ssize_t length;
+        if (string_span(parser, &name, &length) < 0 || take(parser, ':') < 0)
+            return DECLINE;
+        if (length == 8 && memcmp(name, "episodes", 8) == 0) {
+            if (episodes++ || take(parser, '[') < 0)
+                return DECLINE;
+            for (;;) {
+                if ((status = parse_chunk(parser)) < 0)
+                    return status;
+                int c = next(parser);
+                parser->p++;
+                if (c == ']')
+                    break;
+                if (c != ',')
+                    return DECLINE;
+            }
+        } else {
+            if ((status = add_span(parser, spans, name, length)) < 0)
+                return status;
+        }
+        int c = next(parser);
+        parser->p++;
+        if (c == '}')
+            break;
+        if (c != ',')
+            return DECLINE;
+    }
+    skip_space(parser);
+    return parser->p == parser->end && episodes ? 0 : DECLINE;
+}
+
+/* parse(body, defaults) -> (spans, arrays, scalars) or None.
  *
- * episodes: a list of at least two dicts; defaults: each scalar field's default, in
- * FIELD_NAMES' order. arrays: {name: (bytearray, "f" or "q", row width or 0, [steps per chunk])}
- * for the number fields the chunks have; scalars: {name: [a value per chunk]}, the
- * default where a chunk lacks the field, for the scalar fields any chunk has. */
-static PyObject *columns(PyObject *module, PyObject *args)
+ * body: an EPISODES message's JSON; defaults: each scalar field's default, in FIELDS'
+ * order (after the number fields). spans: {field: (start, end)} of the message's other
+ * fields' values in the body; arrays: {name: (bytearray, "f" or "q",
+ * row width or 0, [steps per chunk])} for the chunks' number fields; scalars: {name: [a
+ * value per chunk]}, the default where a chunk lacks the field. None: the chunks are
+ * fewer than two, of several shapes, or anything this path does not take. */
+static PyObject *parse(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *episodes, *defaults;
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &episodes, &PyTuple_Type, &defaults))
+    Py_buffer body;
+    PyObject *defaults, *result = NULL, *spans = NULL, *arrays = NULL, *scalars = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &body, &PyTuple_Type, &defaults))
         return NULL;
-    if (PyTuple_GET_SIZE(defaults) != NUM_FIELDS - NUM_ARRAYS) {
-        PyErr_SetString(PyExc_ValueError, "columns: a default per scalar field");
-        return NULL;
+    Parser parser = {.start = body.buf, .p = body.buf, .end = (const char *)body.buf + body.len, .defaults = defaults};
+    if (PyTuple_GET_SIZE(defaults) != NUM_SCALARS) {
+        PyErr_SetString(PyExc_ValueError, "parse: a default per scalar field");
+        goto done;
     }
-    Py_ssize_t count = PyList_GET_SIZE(episodes);
-    if (count < 2)
-        Py_RETURN_NONE;
-
-    PyObject **values = PyMem_Calloc((size_t)count * NUM_FIELDS, sizeof(PyObject *)); /* borrowed */
-    PyObject *result = NULL, *arrays = NULL, *scalars = NULL;
-    if (values == NULL)
-        return PyErr_NoMemory();
-
-    /* The chunks' fields: known names only, the required ones, the same number fields in all. */
-    unsigned given = 0, array_fields = 0;
-    for (Py_ssize_t c = 0; c < count; c++) {
-        PyObject *chunk = PyList_GET_ITEM(episodes, c), *key, *value;
-        if (!PyDict_CheckExact(chunk))
-            goto decline;
-        unsigned fields = 0;
-        Py_ssize_t position = 0;
-        while (PyDict_Next(chunk, &position, &key, &value)) {
-            PyObject *index = PyUnicode_CheckExact(key) ? PyDict_GetItemWithError(field_index, key) : NULL;
-            if (index == NULL) {
-                if (PyErr_Occurred())
-                    goto fail;
-                goto decline;
-            }
-            long i = PyLong_AsLong(index);
-            fields |= 1u << i;
-            values[c * NUM_FIELDS + i] = value;
-        }
-        if ((fields & REQUIRED) != REQUIRED || (c > 0 && (fields & ARRAY_BITS) != array_fields))
-            goto decline;
-        array_fields = fields & ARRAY_BITS;
-        given |= fields;
+    for (int i = 0; i < NUM_SCALARS; i++)
+        if ((parser.scalars[i] = PyList_New(0)) == NULL)
+            goto done;
+    if ((spans = PyDict_New()) == NULL)
+        goto done;
+    int status = parse_message(&parser, spans);
+    if (status == FAILED)
+        goto done;
+    if (status == DECLINE || parser.chunks < 2) {
+        result = Py_NewRef(Py_None);
+        goto done;
     }
-
     if ((arrays = PyDict_New()) == NULL || (scalars = PyDict_New()) == NULL)
-        goto fail;
+        goto done;
     for (int f = 0; f < NUM_ARRAYS; f++) {
-        if (!(array_fields & (1u << f)))
+        if (!(parser.array_fields & (1u << f)))
             continue;
-        /* Its shape: every chunk's a non-empty list, of single numbers or of rows of one width. */
-        Py_ssize_t width = 0, numbers = 0;
-        for (Py_ssize_t c = 0; c < count; c++) {
-            PyObject *list = values[c * NUM_FIELDS + f];
-            if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) == 0)
-                goto decline;
-            PyObject *first = PyList_GET_ITEM(list, 0);
-            Py_ssize_t first_width = PyList_CheckExact(first) ? PyList_GET_SIZE(first) : 0;
-            if (PyList_CheckExact(first) && first_width == 0)
-                goto decline;
-            if (c == 0)
-                width = first_width;
-            else if (first_width != width)
-                goto decline;
-            numbers += PyList_GET_SIZE(list) * (width ? width : 1);
-        }
-        if (f != ACTIONS && (width > 0) != ROW_FIELD[f])
-            goto decline; /* rows where pack wants numbers, or the other way round */
-        /* Discrete actions: ints (int64); Box actions: rows starting with a float (pack
-         * takes rows of ints as MultiDiscrete's, which the columns do not take). */
-        int ints = 0;
-        if (f == ACTIONS) {
-            PyObject *first = PyList_GET_ITEM(values[f], 0);
-            if (width == 0)
-                ints = 1;
-            else if (!PyFloat_CheckExact(PyList_GET_ITEM(first, 0)))
-                goto decline;
-        }
-        size_t item_size = ints ? sizeof(int64_t) : sizeof(float);
-        PyObject *buffer = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(numbers * item_size));
-        PyObject *lengths = PyList_New(count);
-        if (buffer == NULL || lengths == NULL) {
-            Py_XDECREF(buffer);
-            Py_XDECREF(lengths);
-            goto fail;
-        }
-        Py_ssize_t used = 0;
-        for (Py_ssize_t c = 0; c < count; c++) {
-            PyObject *list = values[c * NUM_FIELDS + f];
-            PyObject *steps = PyLong_FromSsize_t(PyList_GET_SIZE(list));
-            if (steps == NULL) {
-                Py_DECREF(buffer);
-                Py_DECREF(lengths);
-                goto fail;
+        Column *column = &parser.columns[f];
+        PyObject *steps = PyList_New(parser.chunks);
+        if (steps == NULL)
+            goto done;
+        for (Py_ssize_t c = 0; c < parser.chunks; c++) {
+            PyObject *count = PyLong_FromSsize_t(((Py_ssize_t *)column->steps.data)[c]);
+            if (count == NULL) {
+                Py_DECREF(steps);
+                goto done;
             }
-            PyList_SET_ITEM(lengths, c, steps);
-            /* (append_field checks each row's width: the buffer holds exactly `numbers` items.) */
-            if (append_field(list, width, ints, PyByteArray_AS_STRING(buffer), &used) < 0) {
-                Py_DECREF(buffer);
-                Py_DECREF(lengths);
-                goto decline;
-            }
+            PyList_SET_ITEM(steps, c, count);
         }
-        PyObject *column = Py_BuildValue("(NsnN)", buffer, ints ? "q" : "f", width, lengths);
-        if (column == NULL || PyDict_SetItemString(arrays, FIELD_NAMES[f], column) < 0) {
-            Py_XDECREF(column);
-            goto fail;
+        PyObject *entry = Py_BuildValue("(NsnN)", PyByteArray_FromStringAndSize(column->numbers.data, column->numbers.used),
+                                        column->integers ? "q" : "f", column->width, steps);
+        if (entry == NULL || PyDict_SetItemString(arrays, FIELD_NAMES[f], entry) < 0) {
+            Py_XDECREF(entry);
+            goto done;
         }
-        Py_DECREF(column);
+        Py_DECREF(entry);
     }
-
-    for (int f = NUM_ARRAYS; f < NUM_FIELDS; f++) {
-        if (!(given & (1u << f)))
-            continue;
-        PyObject *column = PyList_New(count), *fallback = PyTuple_GET_ITEM(defaults, f - NUM_ARRAYS);
-        if (column == NULL)
-            goto fail;
-        for (Py_ssize_t c = 0; c < count; c++) {
-            PyObject *value = values[c * NUM_FIELDS + f];
-            value = value ? value : fallback;
-            Py_INCREF(value);
-            PyList_SET_ITEM(column, c, value);
-        }
-        if (PyDict_SetItemString(scalars, FIELD_NAMES[f], column) < 0) {
-            Py_DECREF(column);
-            goto fail;
-        }
-        Py_DECREF(column);
-    }
-    result = Py_BuildValue("(OO)", arrays, scalars);
-    goto done;
-
-decline:
-    result = Py_NewRef(Py_None);
-    goto done;
-fail:
-    result = NULL;
+    for (int i = 0; i < NUM_SCALARS; i++)
+        if (PyDict_SetItemString(scalars, FIELD_NAMES[NUM_ARRAYS + i], parser.scalars[i]) < 0)
+            goto done;
+    result = Py_BuildValue("(OOO)", spans, arrays, scalars);
 done:
+    for (int f = 0; f < NUM_ARRAYS; f++) {
+        PyMem_Free(parser.columns[f].numbers.data);
+        PyMem_Free(parser.columns[f].steps.data);
+    }
+    for (int i = 0; i < NUM_SCALARS; i++)
+        Py_XDECREF(parser.scalars[i]);
+    Py_XDECREF(spans);
     Py_XDECREF(arrays);
     Py_XDECREF(scalars);
-    PyMem_Free(values);
+    PyBuffer_Release(&body);
     return result;
 }
 
+/* number(text) -> int, float or None: a JSON number as parse reads it (for the tests). */
+static PyObject *number(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *text;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "y#", &text, &length))
+        return NULL;
+    const char *p = text;
+    Number value;
+    if (parse_number(&p, text + length, &value) < 0 || p != text + length)
+        Py_RETURN_NONE;
+    return value.kind == INTEGER ? PyLong_FromLongLong(value.integer) : PyFloat_FromDouble(value.real);
+}
+
 static PyMethodDef methods[] = {
-    {"columns", columns, METH_VARARGS, "An EPISODES message's chunks of one shape as columns, or None (pack decides)."},
+    {"parse", parse, METH_VARARGS, "An EPISODES message's chunks of one shape as columns, or None (the Python path decides)."},
+    {"number", number, METH_VARARGS, "A JSON number as parse reads it, or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "app.rllink._columns", "Episode chunks as columns at C speed (app.rllink.chunk_columns).", -1, methods,
-    NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "app.rllink._columns", "EPISODES bodies parsed into columns at C speed (app.rllink.chunk_columns).",
+    -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__columns(void)
@@ -263,17 +636,6 @@ PyMODINIT_FUNC PyInit__columns(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    field_index = PyDict_New();
-    if (field_index == NULL)
-        goto fail;
-    for (long i = 0; i < NUM_FIELDS; i++) {
-        PyObject *index = PyLong_FromLong(i);
-        if (index == NULL || PyDict_SetItemString(field_index, FIELD_NAMES[i], index) < 0) {
-            Py_XDECREF(index);
-            goto fail;
-        }
-        Py_DECREF(index);
-    }
     PyObject *names = PyTuple_New(NUM_FIELDS);
     if (names == NULL)
         goto fail;
@@ -285,7 +647,7 @@ PyMODINIT_FUNC PyInit__columns(void)
         }
         PyTuple_SET_ITEM(names, i, name);
     }
-    if (PyModule_AddObject(module, "FIELDS", names) < 0) { /* the fields' order, as `columns` reads its defaults */
+    if (PyModule_AddObject(module, "FIELDS", names) < 0) { /* the fields' order, as parse reads its defaults */
         Py_DECREF(names);
         goto fail;
     }

@@ -1,9 +1,10 @@
-"""Types of app/rllink/_columns.c (episode chunks as columns at C speed)."""
+"""Types of app/rllink/_columns.c (EPISODES bodies parsed into columns at C speed)."""
 
 from typing import Any
 
 FIELDS: tuple[str, ...]
 
-def columns(
-    episodes: list[Any], defaults: tuple[Any, ...], /
-) -> tuple[dict[str, tuple[bytearray, str, int, list[int]]], dict[str, list[Any]]] | None: ...
+def parse(
+    body: bytes, defaults: tuple[Any, ...], /
+) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[bytearray, str, int, list[int]]], dict[str, list[Any]]] | None: ...
+def number(text: bytes, /) -> int | float | None: ...

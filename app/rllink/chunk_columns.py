@@ -69,6 +69,8 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     app.rllink.json_arrays' arrays, which the event loop validates quicker than lists; bodies
     with action masks, which the columns never take, go there directly.
     """
+    if compiled is not None and (decoded := _parsed(body)) is not None:
+        return decoded
     chunks = body.count(b'"obs"')
     if chunks >= MIN_CHUNKS and len(body) <= chunks * LISTS_MAX_BYTES_PER_CHUNK and b'"action_mask"' not in body:
         try:
@@ -82,6 +84,29 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     if data is not None and chunks >= MIN_CHUNKS and (columns := pack(data.get("episodes"))) is not None:
         data["episodes"] = columns
     return data
+
+
+def _parsed(body: bytes) -> dict[str, Any] | None:
+    """The message parsed by app/rllink/_columns.c, its chunks as one group of columns,
+    when they all have one shape and it takes them; else None (the Python path decides)."""
+    if (parsed := compiled.parse(body, _SCALAR_DEFAULTS)) is None:
+        return None
+    spans, fields, scalars = parsed
+    arrays, lengths = {}, {}
+    for name, (buffer, code, width, steps) in fields.items():
+        array: np.ndarray = np.frombuffer(buffer, np.int64 if code == "q" else np.float32)
+        if code == "f" and not np.vdot(array, array) < EXACT_LIMIT_SQUARED:  # as fast_floats
+            return None
+        arrays[name], lengths[name] = (array.reshape(-1, width) if width else array), steps
+    decoded = {}
+    for name, (start, end) in spans.items():  # the message's other fields
+        try:
+            decoded[name] = orjson.loads(body[start:end])
+        except orjson.JSONDecodeError:
+            return None
+    count = len(lengths["actions"])
+    decoded["episodes"] = ChunkColumns(count, [_Columns(list(range(count)), arrays, lengths, scalars)])
+    return decoded
 
 
 @dataclass
@@ -219,11 +244,7 @@ def pack(episodes: Any) -> ChunkColumns | None:
     None unless there are several, with known fields only, their number fields lists of
     the kind EpisodeChunk's fast paths take (app.schemas: finite, moderate, not starting
     with a boolean) or arrays."""
-    if type(episodes) is not list or len(episodes) < MIN_CHUNKS:
-        return None
-    if compiled is not None and (columns := _compiled_columns(episodes)) is not None:
-        return columns
-    if not set(map(type, episodes)) <= {dict}:
+    if type(episodes) is not list or len(episodes) < MIN_CHUNKS or not set(map(type, episodes)) <= {dict}:
         return None
     key_sets = set(map(frozenset, episodes))  # a chunk that ends its episode may have more fields (its outcome)
     if any(not _REQUIRED <= keys <= _KNOWN for keys in key_sets):
@@ -241,23 +262,6 @@ def pack(episodes: Any) -> ChunkColumns | None:
             return None
         groups.append(group)
     return ChunkColumns(len(episodes), groups)
-
-
-def _compiled_columns(episodes: list[Any]) -> ChunkColumns | None:
-    """The chunks as one group of columns by app/rllink/_columns.c, when they all have one
-    shape and it takes them; else None (`pack`'s own path decides)."""
-    packed = compiled.columns(episodes, _SCALAR_DEFAULTS)
-    if packed is None:
-        return None
-    fields, given = packed
-    arrays, lengths = {}, {}
-    for name, (buffer, code, width, steps) in fields.items():
-        array: np.ndarray = np.frombuffer(buffer, np.int64 if code == "q" else np.float32)
-        if code == "f" and not np.vdot(array, array) < EXACT_LIMIT_SQUARED:  # as fast_floats
-            return None
-        arrays[name], lengths[name] = (array.reshape(-1, width) if width else array), steps
-    scalars = {name: given.get(name) or [default] * len(episodes) for name, default in zip(_SCALARS, _SCALAR_DEFAULTS)}
-    return ChunkColumns(len(episodes), [_Columns(list(range(len(episodes))), arrays, lengths, scalars)])
 
 
 def _one_shape(episodes: list[dict[str, Any]], key_sets: set[frozenset[str]]) -> tuple[tuple[str, RowShape], ...] | None:
