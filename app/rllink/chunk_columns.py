@@ -4,7 +4,8 @@ A scene of 64 agents sends 64 chunks of 8 steps per message. One chunk at a time
 costs tens of microseconds whatever its length (its arrays made, pickled back from a
 decode worker, unpickled and validated one by one): 12x the cost per env step of one
 500-step chunk (bench/multi_agent.py). Here each field of all its chunks becomes one
-array (`pack`: from orjson's lists, or for long chunks from app.rllink.json_arrays' arrays), a
+array (parsed from the bytes by app/rllink/_columns.c when the chunks have one shape; else
+`pack`: from orjson's lists, or for long chunks from app.rllink.json_arrays' arrays), a
 group of such columns per kind of chunk, which a decode worker sends back in one piece;
 the event loop then checks each column once per module, and the columns go on as a
 block per module (app.experience) to the learner: no Python object per chunk.
@@ -62,17 +63,20 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     """A large JSON body decoded: several episode chunks as one `ChunkColumns`, else the
     number lists under `keys` as arrays (app.rllink.json_arrays); None: orjson's path decides.
 
-    Short chunks are packed from orjson's lists, long ones from app.rllink.json_arrays' arrays:
-    per chunk, its Python calls cost more than orjson's floats up to ~8 kB of JSON a chunk
-    (a decode worker's time for 64 chunks of 50 CartPole steps, 6 kB each: 2.05 vs 2.35 ms;
-    of 130 steps, 15 kB each: 3.3 vs 2.6 ms). Chunks the columns decline end up as
-    app.rllink.json_arrays' arrays, which the event loop validates quicker than lists; bodies
-    with action masks, which the columns never take, go there directly.
+    Several chunks of one shape are parsed from the bytes by app/rllink/_columns.c where it
+    is built. Else short chunks are packed from orjson's lists, long ones from
+    app.rllink.json_arrays' arrays: per chunk, its Python calls cost more than orjson's
+    floats up to ~8 kB of JSON a chunk (a decode worker's time for 64 chunks of 50 CartPole
+    steps, 6 kB each: 2.05 vs 2.35 ms; of 130 steps, 15 kB each: 3.3 vs 2.6 ms). Chunks the
+    columns decline end up as app.rllink.json_arrays' arrays, which the event loop
+    validates quicker than lists; bodies with action masks, which the columns never take,
+    go there directly.
     """
-    if compiled is not None and (decoded := _parsed(body)) is not None:
-        return decoded
     chunks = body.count(b'"obs"')
-    if chunks >= MIN_CHUNKS and len(body) <= chunks * LISTS_MAX_BYTES_PER_CHUNK and b'"action_mask"' not in body:
+    several = chunks >= MIN_CHUNKS and b'"action_mask"' not in body
+    if several and compiled is not None and (decoded := _parsed(body)) is not None:
+        return decoded
+    if several and len(body) <= chunks * LISTS_MAX_BYTES_PER_CHUNK:
         try:
             decoded = orjson.loads(body)
         except orjson.JSONDecodeError:
