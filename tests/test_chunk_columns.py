@@ -26,7 +26,7 @@ from app.rllink.json_arrays import loads_with_arrays
 from app.rllink.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, EpisodeChunk, checked_chunk
 from app.settings.hyperparameters import PPOConfig
-from app.settings.policies import Module, PolicySet
+from app.settings.policies import Module, PolicySet, UnknownModule
 from app.spaces.models import BoxSpace, DiscreteSpace
 
 from .helpers import FUZZ
@@ -321,3 +321,14 @@ def test_the_powers_of_five_are_the_generator_s():
     spec.loader.exec_module(module)
     assert module.HEADER.read_text() == module.header()
     assert module.power_of_five_128(0) == 1 << 127 and module.power_of_five_128(-1) == 2**130 // 5 + 1  # 1.6 * 2**127
+
+
+def test_the_modules_a_message_s_agents_play_are_remembered_until_a_module_is_replaced():
+    policies = PolicySet([Module("cart", *CART, PPOConfig()), Module("pend", *PEND, PPOConfig())], {"cart_*": "cart", "pend_*": "pend"})
+    keys = [("cart_0", None), ("pend_1", None), ("cart_0", None), (None, "pend")]
+    assert [m.module_id for m in policies.modules_for(keys)] == ["cart", "pend", "cart", "pend"]
+    with pytest.raises(UnknownModule, match="nobody"):
+        policies.modules_for([("cart_0", None), ("nobody", None)])
+    adopted = Module("cart", BoxSpace(shape=(5,)), DiscreteSpace(n=2), PPOConfig())  # a game declared other spaces
+    policies.replace(adopted)
+    assert policies.modules_for(keys)[0] is adopted and policies.modules_for(keys)[2] is adopted

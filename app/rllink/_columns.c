@@ -378,15 +378,22 @@ static int parse_column(Parser *parser, int field)
 }
 
 /* A chunk's scalar field: a string, an integer, true, false or null (anything else: pack's
- * checks or EpisodeChunk's would refuse it, or it needs orjson). A new reference. */
-static int parse_scalar(Parser *parser, PyObject **out)
+ * checks or EpisodeChunk's would refuse it, or it needs orjson). A new reference; a string
+ * equal to the previous chunk's value of the field is that object (a scene's episode id:
+ * pickled back once, not once per chunk). */
+static int parse_scalar(Parser *parser, PyObject *previous, PyObject **out)
 {
     int c = next(parser);
     if (c == '"') {
-        const char *start;
-        Py_ssize_t length;
+        const char *start, *before;
+        Py_ssize_t length, before_length;
         if (string_span(parser, &start, &length) < 0)
             return DECLINE;
+        if (previous != NULL && PyUnicode_CheckExact(previous) && (before = PyUnicode_AsUTF8AndSize(previous, &before_length)) != NULL
+            && before_length == length && memcmp(before, start, (size_t)length) == 0) {
+            *out = Py_NewRef(previous);
+            return 0;
+        }
         if ((*out = PyUnicode_DecodeUTF8(start, length, NULL)) == NULL) {
             PyErr_Clear(); /* not UTF-8: orjson words the error */
             return DECLINE;
@@ -406,6 +413,13 @@ static int parse_scalar(Parser *parser, PyObject **out)
     if (parse_number(&parser->p, parser->end, &number) < 0 || number.kind != INTEGER)
         return DECLINE;
     return (*out = PyLong_FromLongLong(number.integer)) == NULL ? FAILED : 0;
+}
+
+/* The value of scalar field `i` in the chunk before (borrowed), or NULL. */
+static PyObject *previous_value(Parser *parser, int i)
+{
+    Py_ssize_t count = PyList_GET_SIZE(parser->scalars[i]);
+    return count ? PyList_GET_ITEM(parser->scalars[i], count - 1) : NULL;
 }
 
 static int field_of(const char *name, Py_ssize_t length)
@@ -436,7 +450,7 @@ static int parse_chunk(Parser *parser)
         if (field < NUM_ARRAYS)
             status = parse_column(parser, field);
         else
-            status = parse_scalar(parser, &values[field - NUM_ARRAYS]);
+            status = parse_scalar(parser, previous_value(parser, field - NUM_ARRAYS), &values[field - NUM_ARRAYS]);
         if (status < 0)
             goto done;
         int c = next(parser);

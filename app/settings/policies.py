@@ -146,6 +146,7 @@ class PolicySet:
                 )
         self.default_module_id = modules[0].module_id
         self._mapped: dict[str, Module | None] = {}  # agent_id -> its module: globs matched once per agent
+        self._trainable: dict[tuple[str | None, str | None], Module] = {}  # module_for's answers (modules_for)
 
     @classmethod
     def single(
@@ -211,6 +212,18 @@ class PolicySet:
             )
         return module
 
+    def modules_for(self, keys: list[tuple[str | None, str | None]]) -> list[Module]:
+        """`module_for` of each (agent_id, module_id), remembered: a scene's agents are in
+        every message it sends (app.rllink.chunk_columns). Raises UnknownModule as it does."""
+        remembered = self._trainable
+        missing = set(keys).difference(remembered)
+        if len(remembered) + len(missing) > MAX_REMEMBERED_AGENTS:
+            remembered.clear()
+            missing = set(keys)
+        for key in missing:
+            remembered[key] = self.module_for(*key)
+        return list(map(remembered.__getitem__, keys))
+
     def module_to_play(self, agent_id: str | None, module_id: str | None = None) -> Module:
         """The module that acts for `agent_id` (or `module_id`), frozen opponents included.
         Raises UnknownModule when there is none."""
@@ -244,7 +257,8 @@ class PolicySet:
         if module.module_id not in self.modules:
             raise ValueError(f"no module {module.module_id!r} to replace")
         self.modules[module.module_id] = module
-        self._mapped.clear()  # it remembered the module it replaces
+        self._mapped.clear()  # they remembered the module it replaces
+        self._trainable.clear()
 
     def _match(self, agent_id: str) -> Module | None:
         for glob, module_id in self.mapping.items():
