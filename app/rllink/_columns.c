@@ -83,6 +83,22 @@ static int eisel_lemire(uint64_t w, int64_t q, double *out)
     return 0;
 }
 
+/* Whether the 8 bytes (little-endian) are all ASCII digits. */
+static inline int eight_digits(uint64_t bytes)
+{
+    return !(((bytes + UINT64_C(0x4646464646464646)) | (bytes - UINT64_C(0x3030303030303030))) & UINT64_C(0x8080808080808080));
+}
+
+/* The value of 8 ASCII digits (little-endian bytes), in three multiplications: pairs of
+ * digits, then pairs of pairs, then the two halves. */
+static inline uint64_t eight_digits_value(uint64_t bytes)
+{
+    bytes -= UINT64_C(0x3030303030303030);
+    bytes = bytes * 10 + (bytes >> 8); /* each even byte: two digits' value */
+    uint64_t low = bytes & UINT64_C(0x000000FF000000FF), high = (bytes >> 16) & UINT64_C(0x000000FF000000FF);
+    return (low * (100 + (UINT64_C(1000000) << 32)) + high * (1 + (UINT64_C(10000) << 32))) >> 32;
+}
+
 /* A JSON number at *p (strict grammar), as orjson reads it; *p moves past it. DECLINE:
  * not a number, an integer of more than 18 digits, or a real CPython cannot convert. */
 static int parse_number(const char **p, const char *end, Number *out)
@@ -118,10 +134,20 @@ static int parse_number(const char **p, const char *end, Number *out)
         c++;
         if (c >= end || *c < '0' || *c > '9')
             return DECLINE;
+        if (w == 0) /* leading zeros of a fraction are not significant */
+            for (; c < end && *c == '0'; c++)
+                q--;
+        uint64_t bytes;
+        while (digits <= 11 && end - c >= 8 && (memcpy(&bytes, c, 8), eight_digits(bytes))) {
+            w = w * 100000000 + eight_digits_value(bytes);
+            digits += 8;
+            q -= 8;
+            c += 8;
+        }
         for (; c < end && *c >= '0' && *c <= '9'; c++) {
             if (digits < 19) {
                 w = w * 10 + (uint64_t)(*c - '0');
-                digits += w != 0; /* leading zeros of a fraction are not significant */
+                digits++;
                 q--;
             } else {
                 truncated = 1;

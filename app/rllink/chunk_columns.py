@@ -110,7 +110,9 @@ def _parsed(body: bytes) -> dict[str, Any] | None:
         except orjson.JSONDecodeError:
             return None
     count = len(lengths["actions"])
-    decoded["episodes"] = ChunkColumns(count, [_Columns(list(range(count)), arrays, lengths, scalars)])
+    if not (group := _Columns(list(range(count)), arrays, lengths, scalars)).valid():
+        return None
+    decoded["episodes"] = ChunkColumns(count, [group])
     return decoded
 
 
@@ -143,7 +145,11 @@ class ChunkColumns:
 class _Columns:
     """Chunks of one shape as columns: `arrays[name]` holds field `name` of every chunk, one
     after the other, `lengths[name]` each chunk's share; `scalars[name]` one value per chunk
-    (None where absent); `positions` where the chunks are in the message."""
+    (None where absent); `positions` where the chunks are in the message.
+
+    What can be checked without the gateway's modules is checked where the columns are
+    made (`valid`: in a decode worker, for a large body); the event loop then maps the
+    chunks to modules and checks them against the modules' spaces (`blocks`)."""
 
     positions: list[int]
     arrays: dict[str, np.ndarray]
@@ -153,7 +159,7 @@ class _Columns:
     def blocks(self, policies: PolicySet) -> list[tuple[ChunkBlock, list[int]]] | None:
         """A block per module, with its chunks' positions in the message; None as `ChunkColumns.blocks`."""
         modules = self._modules(policies)
-        if modules is None or not self._scalars_valid() or not self._lengths_valid():
+        if modules is None:
             return None
         by_module = indices_by_module(modules)
         for chunks in by_module:
@@ -189,6 +195,15 @@ class _Columns:
             action_dist_inputs=arrays.get("action_dist_inputs"),
         )
 
+    def valid(self) -> bool:
+        """The ids short strings or None, the flags, versions and outcomes as EpisodeChunk
+        takes them, the lengths consistent: all that does not depend on the modules."""
+        scalars = self.scalars
+        return (
+            _short_ids(scalars["agent_id"], "agent_id") and _short_ids(scalars["module_id"], "module_id")
+            and self._scalars_valid() and self._lengths_valid()
+        )
+
     def _lengths_valid(self) -> bool:
         """As EpisodeChunk's model validator: one observation more than actions, one entry per
         action in the other per-step fields, an outcome only on a chunk that ends its episode."""
@@ -201,12 +216,9 @@ class _Columns:
         return all(outcome is None or terminated or truncated for outcome, (terminated, truncated) in zip(self.scalars["outcome"], done))
 
     def _modules(self, policies: PolicySet) -> list[Module] | None:
-        """Each chunk's module, as EpisodeChunk's module_id validator decides it."""
-        agent_ids, module_ids = self.scalars["agent_id"], self.scalars["module_id"]
-        if not (_short_ids(agent_ids, "agent_id") and _short_ids(module_ids, "module_id")):
-            return None
+        """Each chunk's module, as EpisodeChunk's module_id validator decides it (the ids are `valid`)."""
         try:
-            return policies.modules_for(list(zip(agent_ids, module_ids)))
+            return policies.modules_for(list(zip(self.scalars["agent_id"], self.scalars["module_id"])))
         except UnknownModule:
             return None
 
@@ -262,7 +274,7 @@ def pack(episodes: Any) -> ChunkColumns | None:
     given = frozenset().union(*key_sets)
     groups = []
     for positions in by_shape.values():
-        if (group := _pack_group([episodes[i] for i in positions], positions, given)) is None:
+        if (group := _pack_group([episodes[i] for i in positions], positions, given)) is None or not group.valid():
             return None
         groups.append(group)
     return ChunkColumns(len(episodes), groups)

@@ -19,6 +19,8 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import or_
 from typing import Any
 
 from app.experience import ChunkBlock
@@ -165,17 +167,18 @@ class TrainingMetrics:
             counts.num_env_steps_evaluated_lifetime += evaluated
         if sampled:
             self._arrivals.append((time.monotonic(), sampled))
-        returns, lengths, evaluation, agent_ids = block.chunk_returns(), block.lengths, block.evaluation, block.agent_id
-        for index, episode_id in enumerate(block.episode_id):
-            key = (client_id, episode_id, agent_ids[index], evaluation[index])
-            episode = self._open.pop(key, None) or _OpenEpisode()
-            episode.episode_return += returns[index]
-            episode.length += lengths[index]
-            if not (block.is_terminated[index] or block.is_truncated[index]):
-                self._open[key] = episode  # re-inserted last: dicts keep insertion order
-                if len(self._open) > MAX_OPEN_EPISODES:
-                    del self._open[next(iter(self._open))]
-            elif evaluation[index]:
+        open_episodes = self._open
+        keys = zip(repeat(client_id), block.episode_id, block.agent_id, block.evaluation)
+        ends = map(or_, block.is_terminated, block.is_truncated)
+        for index, (key, chunk_return, length, ended) in enumerate(zip(keys, block.chunk_returns(), block.lengths, ends)):
+            episode = open_episodes.pop(key, None) or _OpenEpisode()
+            episode.episode_return += chunk_return
+            episode.length += length
+            if not ended:
+                open_episodes[key] = episode  # re-inserted last: dicts keep insertion order
+                if len(open_episodes) > MAX_OPEN_EPISODES:
+                    del open_episodes[next(iter(open_episodes))]
+            elif key[3]:  # an evaluation episode
                 for counts in (self, module):
                     counts.num_evaluation_episodes_lifetime += 1
                     counts.evaluation_returns.append(episode.episode_return)
