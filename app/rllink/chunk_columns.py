@@ -23,6 +23,7 @@ import struct
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from operator import itemgetter, methodcaller
 from types import NoneType
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -130,14 +131,19 @@ class ChunkColumns:
         check each (ChunkBlocks reads as the chunks, in the message's order); None if one
         may be invalid or is of a shape this path does not take."""
         blocks: list[ChunkBlock] = []
-        order: list[tuple[int, int]] = [(0, 0)] * self.count
+        placed: list[list[int]] = []  # each block's chunks' positions in the message
         for group in self.groups:
             if (checked := group.blocks(policies)) is None:
                 return None
             for block, positions in checked:
-                for index, position in enumerate(positions):
-                    order[position] = (len(blocks), index)
                 blocks.append(block)
+                placed.append(positions)
+        if list(chain.from_iterable(placed)) == list(range(self.count)):
+            return ChunkBlocks(blocks)  # block after block is the message's order (one kind of agent, say)
+        order: list[tuple[int, int]] = [(0, 0)] * self.count
+        for index_of_block, positions in enumerate(placed):
+            for index, position in enumerate(positions):
+                order[position] = (index_of_block, index)
         return ChunkBlocks(blocks, order)
 
 

@@ -35,7 +35,7 @@ RATE_WINDOW_S = 10.0  # env_steps_per_s averages over this many recent seconds
 EpisodeListener = Callable[[str, float, int], None]  # (module_id, return, length) of a training episode that ended
 
 
-@dataclass
+@dataclass(slots=True)
 class _OpenEpisode:
     episode_return: float = 0.0
     length: int = 0

@@ -314,7 +314,8 @@ class LocalTrainingService:
         # Received, so sampled (or evaluated): from here on trained, dropped or pending.
         for block in blocks_of(episodes, self.policies.default_module_id):
             self.metrics.record_chunks(client.id, block)
-            training = block.select([not evaluation for evaluation in block.evaluation]).with_versions(client.last_weights_seq_no_sent)
+            sampled = block.select([not evaluation for evaluation in block.evaluation]) if any(block.evaluation) else block
+            training = sampled.with_versions(client.last_weights_seq_no_sent)
             if not training.num_chunks:
                 continue
             blocks.append(training)
