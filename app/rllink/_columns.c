@@ -232,6 +232,15 @@ static int reserve(Buffer *buffer, Py_ssize_t more)
     return 0;
 }
 
+static int append(Buffer *buffer, const void *data, Py_ssize_t size)
+{
+    if (reserve(buffer, size) < 0)
+        return FAILED;
+    memcpy(buffer->data + buffer->used, data, (size_t)size);
+    buffer->used += size;
+    return 0;
+}
+
 /* One number field of all the chunks: its numbers one after the other, each chunk's steps. */
 typedef struct {
     Buffer numbers; /* float32, or int64 for Discrete actions */
@@ -316,17 +325,24 @@ static int skip_value(Parser *parser)
     return 0;
 }
 
+/* After an item of a list or an object: 0 if a comma follows (more items), 1 if `closing`
+ * does (it is past it), DECLINE otherwise. */
+static int after_item(Parser *parser, char closing)
+{
+    int c = next(parser);
+    if (c != ',' && c != closing)
+        return DECLINE;
+    parser->p++;
+    return c == closing;
+}
+
 static int append_float(Buffer *buffer, const Number *number)
 {
     double value = number->kind == INTEGER ? (double)number->integer : number->real;
     float single = (float)value; /* as struct.pack_into("f"): the double rounded to nearest */
     if (!isfinite(value) || !isfinite(single))
         return DECLINE;
-    if (reserve(buffer, sizeof single) < 0)
-        return FAILED;
-    memcpy(buffer->data + buffer->used, &single, sizeof single);
-    buffer->used += sizeof single;
-    return 0;
+    return append(buffer, &single, sizeof single);
 }
 
 /* A chunk's number field: a non-empty list of numbers (Discrete actions: integers), or of
@@ -362,12 +378,11 @@ static int parse_column(Parser *parser, int field)
                 if ((status = append_float(&column->numbers, &number)) < 0)
                     return status;
                 width++;
-                int c = next(parser);
-                parser->p++;
-                if (c == ']')
+                if ((status = after_item(parser, ']')) != 0) {
+                    if (status < 0)
+                        return DECLINE;
                     break;
-                if (c != ',')
-                    return DECLINE;
+                }
             }
             if (first_chunk && steps == 0)
                 column->width = width;
@@ -380,27 +395,20 @@ static int parse_column(Parser *parser, int field)
             if (column->integers) {
                 if (number.kind != INTEGER)
                     return DECLINE;
-                if (reserve(&column->numbers, sizeof number.integer) < 0)
+                if (append(&column->numbers, &number.integer, sizeof number.integer) < 0)
                     return FAILED;
-                memcpy(column->numbers.data + column->numbers.used, &number.integer, sizeof number.integer);
-                column->numbers.used += sizeof number.integer;
             } else if ((status = append_float(&column->numbers, &number)) < 0) {
                 return status;
             }
         }
         steps++;
-        int c = next(parser);
-        parser->p++;
-        if (c == ']')
+        if ((status = after_item(parser, ']')) != 0) {
+            if (status < 0)
+                return DECLINE;
             break;
-        if (c != ',')
-            return DECLINE;
+        }
     }
-    if (reserve(&column->steps, sizeof steps) < 0)
-        return FAILED;
-    memcpy(column->steps.data + column->steps.used, &steps, sizeof steps);
-    column->steps.used += sizeof steps;
-    return 0;
+    return append(&column->steps, &steps, sizeof steps);
 }
 
 /* A chunk's scalar field: a string, an integer, true, false or null (anything else: pack's
@@ -479,12 +487,11 @@ static int parse_chunk(Parser *parser)
             status = parse_scalar(parser, previous_value(parser, field - NUM_ARRAYS), &values[field - NUM_ARRAYS]);
         if (status < 0)
             goto done;
-        int c = next(parser);
-        parser->p++;
-        if (c == '}')
+        if ((status = after_item(parser, '}')) != 0) {
+            if (status < 0)
+                goto decline;
             break;
-        if (c != ',')
-            goto decline;
+        }
     }
     if ((fields & REQUIRED) != REQUIRED || (parser->chunks > 0 && (fields & ARRAY_BITS) != parser->array_fields))
         goto decline;
@@ -548,23 +555,21 @@ static int parse_message(Parser *parser, PyObject *spans)
             for (;;) {
                 if ((status = parse_chunk(parser)) < 0)
                     return status;
-                int c = next(parser);
-                parser->p++;
-                if (c == ']')
+                if ((status = after_item(parser, ']')) != 0) {
+                    if (status < 0)
+                        return DECLINE;
                     break;
-                if (c != ',')
-                    return DECLINE;
+                }
             }
         } else {
             if ((status = add_span(parser, spans, name, length)) < 0)
                 return status;
         }
-        int c = next(parser);
-        parser->p++;
-        if (c == '}')
+        if ((status = after_item(parser, '}')) != 0) {
+            if (status < 0)
+                return DECLINE;
             break;
-        if (c != ',')
-            return DECLINE;
+        }
     }
     skip_space(parser);
     return parser->p == parser->end && episodes ? 0 : DECLINE;
