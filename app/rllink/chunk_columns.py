@@ -204,11 +204,8 @@ class _Columns:
     def valid(self) -> bool:
         """The ids short strings or None, the flags, versions and outcomes as EpisodeChunk
         takes them, the lengths consistent: all that does not depend on the modules."""
-        scalars = self.scalars
-        return (
-            _short_ids(scalars["agent_id"], "agent_id") and _short_ids(scalars["module_id"], "module_id")
-            and self._scalars_valid() and self._lengths_valid()
-        )
+        ids_valid = all(_short_ids(self.scalars[name], name) for name in _MAX_ID_LENGTH)
+        return ids_valid and self._scalars_valid() and self._lengths_valid()
 
     def _lengths_valid(self) -> bool:
         """As EpisodeChunk's model validator: one observation more than actions, one entry per
@@ -229,13 +226,11 @@ class _Columns:
             return None
 
     def _scalars_valid(self) -> bool:
-        """The flags (evaluation too: False when absent) strict booleans, the ids short strings,
-        versions ints in EpisodeChunk's range, outcomes known. (Over whole columns at C
+        """The flags (evaluation too: False when absent) strict booleans, versions ints in
+        EpisodeChunk's range, outcomes known. (Over whole columns at C
         speed, set(map(type, ...)): a scene's 64 chunks, one at a time, cost 30 us.)"""
         flags = (self.scalars["is_terminated"], self.scalars["is_truncated"], self.scalars["evaluation"])
         if any(set(map(type, column)) != {bool} for column in flags):
-            return False
-        if not _short_ids(self.scalars["episode_id"], "episode_id"):
             return False
         versions, outcomes = self.scalars["weights_seq_no"], self.scalars["outcome"]
         kinds = set(map(type, versions))
