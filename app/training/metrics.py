@@ -16,7 +16,7 @@ sampled for training, their returns go to `evaluation_return_mean` only.
 from __future__ import annotations
 
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
@@ -26,7 +26,7 @@ from typing import Any
 from app.experience import ChunkBlock
 from app.settings.hyperparameters import DEFAULT_MODULE_ID
 
-MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; the oldest are forgotten beyond
+MAX_OPEN_EPISODES = 10_000  # unfinished episodes remembered; beyond, the least recently seen are forgotten (down to 90%)
 MAX_AGENTS = 1_000  # agent ids whose returns are kept; the least recently seen are forgotten beyond
 MAX_GAMES = 10_000  # games whose first reported outcome is remembered per module, to spot a module playing itself
 OUTCOMES = ("win", "loss", "draw")
@@ -39,6 +39,7 @@ EpisodeListener = Callable[[str, float, int], None]  # (module_id, return, lengt
 class _OpenEpisode:
     episode_return: float = 0.0
     length: int = 0
+    seen: int = 0  # the number of the last block that continued it (TrainingMetrics._blocks_seen)
 
 
 def _window_stats(returns: deque[float], lengths: deque[int] | None = None) -> dict[str, Any]:
@@ -148,7 +149,8 @@ class TrainingMetrics:
         self.num_evaluation_episodes_lifetime = 0
         self.evaluation_returns: deque[float] = deque(maxlen=window)
         self.episode_listeners: list[EpisodeListener] = []
-        self._open: dict[tuple[object, ...], _OpenEpisode] = {}
+        self._open: defaultdict[tuple[object, ...], _OpenEpisode] = defaultdict(_OpenEpisode)
+        self._blocks_seen = 0
         self._created = time.monotonic()
         self._arrivals: deque[tuple[float, int]] = deque()  # (monotonic time, env steps) in the rate window
 
@@ -167,23 +169,34 @@ class TrainingMetrics:
             counts.num_env_steps_evaluated_lifetime += evaluated
         if sampled:
             self._arrivals.append((time.monotonic(), sampled))
+        self._blocks_seen += 1
+        seen = self._blocks_seen
         open_episodes = self._open
         keys = zip(repeat(client_id), block.episode_id, block.agent_id, block.evaluation)
         ends = map(or_, block.is_terminated, block.is_truncated)
         for index, (key, chunk_return, length, ended) in enumerate(zip(keys, block.chunk_returns(), block.lengths, ends)):
-            episode = open_episodes.pop(key, None) or _OpenEpisode()
+            episode = open_episodes[key]  # a new one if none is open
             episode.episode_return += chunk_return
             episode.length += length
+            episode.seen = seen
             if not ended:
-                open_episodes[key] = episode  # re-inserted last: dicts keep insertion order
-                if len(open_episodes) > MAX_OPEN_EPISODES:
-                    del open_episodes[next(iter(open_episodes))]
-            elif key[3]:  # an evaluation episode
+                continue
+            del open_episodes[key]
+            if key[3]:  # an evaluation episode
                 for counts in (self, module):
                     counts.num_evaluation_episodes_lifetime += 1
                     counts.evaluation_returns.append(episode.episode_return)
             else:
                 self._end_episode(client_id, block, index, episode, module)
+        if len(open_episodes) > MAX_OPEN_EPISODES:
+            self._forget_open_episodes()
+
+    def _forget_open_episodes(self) -> None:
+        """Forget the least recently continued unfinished episodes, down to 90% of the
+        limit: a sort per thousand new episodes, not a move per chunk to keep them in order."""
+        by_seen = sorted(self._open.items(), key=lambda item: item[1].seen)
+        for key, _ in by_seen[: len(by_seen) - MAX_OPEN_EPISODES * 9 // 10]:
+            del self._open[key]
 
     def _end_episode(self, client_id: int, block: ChunkBlock, index: int, episode: _OpenEpisode, module: ModuleMetrics) -> None:
         """A training episode ended with the block's chunk `index`."""
