@@ -104,7 +104,7 @@ class ChunkBlock:
         """Each chunk's summed rewards."""
         if len(self.lengths) == 1:  # a client's one chunk of many steps: half the time of reduceat
             return [float(self.rewards.sum(dtype=np.float64))]
-        return np.add.reduceat(self.rewards, self.starts, dtype=np.float64).tolist()
+        return np.add.reduceat(self.rewards.astype(np.float64), self.starts).tolist()  # half the time of reduceat's own cast
 
     # -- Cutting and joining ------------------------------------------------------------
 

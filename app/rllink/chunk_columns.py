@@ -74,11 +74,10 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     validates quicker than lists; bodies with action masks, which the columns never take,
     go there directly.
     """
-    chunks = body.count(b'"obs"')
-    several = chunks >= MIN_CHUNKS and b'"action_mask"' not in body
-    if several and compiled is not None and (decoded := _parsed(body)) is not None:
+    several = _has_chunks(body, MIN_CHUNKS)
+    if several and compiled is not None and (decoded := _parsed(body)) is not None:  # it declines action masks
         return decoded
-    if several and len(body) <= chunks * LISTS_MAX_BYTES_PER_CHUNK:
+    if several and b'"action_mask"' not in body and len(body) <= body.count(b'"obs"') * LISTS_MAX_BYTES_PER_CHUNK:
         try:
             decoded = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -87,9 +86,18 @@ def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
             decoded["episodes"] = columns
             return decoded
     data = loads_with_arrays(body, keys)
-    if data is not None and chunks >= MIN_CHUNKS and (columns := pack(data.get("episodes"))) is not None:
+    if data is not None and several and (columns := pack(data.get("episodes"))) is not None:
         data["episodes"] = columns
     return data
+
+
+def _has_chunks(body: bytes, count: int) -> bool:
+    """At least `count` chunks (their "obs" keys): found without reading all of a large body."""
+    at = -1
+    for _ in range(count):
+        if (at := body.find(b'"obs"', at + 1)) < 0:
+            return False
+    return True
 
 
 def _parsed(body: bytes) -> dict[str, Any] | None:
@@ -203,9 +211,14 @@ class _Columns:
 
     def valid(self) -> bool:
         """The ids short strings or None, the flags, versions and outcomes as EpisodeChunk
-        takes them, the lengths consistent: all that does not depend on the modules."""
+        takes them, the lengths consistent: all that does not depend on the modules.
+        (Where valid, the per-step fields' lengths become one list.)"""
         ids_valid = all(_short_ids(self.scalars[name], name) for name in _MAX_ID_LENGTH)
-        return ids_valid and self._scalars_valid() and self._lengths_valid()
+        if not (ids_valid and self._scalars_valid() and self._lengths_valid()):
+            return False
+        for name in self.arrays.keys() - {"obs"}:  # equal to the actions' lengths: one list, pickled back once
+            self.lengths[name] = self.lengths["actions"]
+        return True
 
     def _lengths_valid(self) -> bool:
         """As EpisodeChunk's model validator: one observation more than actions, one entry per
@@ -215,6 +228,9 @@ class _Columns:
             return False
         if any(self.lengths[name] != steps for name in self.arrays if name not in ("obs", "actions")):
             return False
+        outcomes = self.scalars["outcome"]
+        if outcomes.count(None) == len(outcomes):  # no game (or none ended): at C speed
+            return True
         done = zip(self.scalars["is_terminated"], self.scalars["is_truncated"])
         return all(outcome is None or terminated or truncated for outcome, (terminated, truncated) in zip(self.scalars["outcome"], done))
 

@@ -164,7 +164,7 @@ class ServingService:
         # group is checked before any acts, so a bad item costs no episode a step.
         explore = np.array(requests.explore) & ~np.array([episode.evaluation for episode in episodes])  # evaluation: the mode
         groups = []
-        for indices in indices_by_module(episode.module for episode in episodes):
+        for indices in indices_by_module([episode.module for episode in episodes]):
             module = episodes[indices[0]].module
             obs = group_obs(module, requests, indices, request.batch is not None)
             masks = group_masks(module, requests, indices, request.batch is not None)
