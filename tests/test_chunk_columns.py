@@ -325,10 +325,14 @@ def test_the_powers_of_five_are_the_generator_s():
 
 def test_the_modules_a_message_s_agents_play_are_remembered_until_a_module_is_replaced():
     policies = PolicySet([Module("cart", *CART, PPOConfig()), Module("pend", *PEND, PPOConfig())], {"cart_*": "cart", "pend_*": "pend"})
-    keys = [("cart_0", None), ("pend_1", None), ("cart_0", None), (None, "pend")]
-    assert [m.module_id for m in policies.modules_for(keys)] == ["cart", "pend", "cart", "pend"]
+    agents, named = ["cart_0", "pend_1", "cart_0", None], [None, None, None, "pend"]
+    for module_ids in (named, [None] * 3):  # a chunk names its module; none does
+        modules = policies.modules_for(agents[: len(module_ids)], module_ids)
+        assert [m.module_id for m in modules] == ["cart", "pend", "cart", "pend"][: len(module_ids)]
     with pytest.raises(UnknownModule, match="nobody"):
-        policies.modules_for([("cart_0", None), ("nobody", None)])
+        policies.modules_for(["cart_0", "nobody"], [None, None])
+    with pytest.raises(UnknownModule, match="'nothing' is not a module"):
+        policies.modules_for(["cart_0", None], [None, "nothing"])
     adopted = Module("cart", BoxSpace(shape=(5,)), DiscreteSpace(n=2), PPOConfig())  # a game declared other spaces
     policies.replace(adopted)
-    assert policies.modules_for(keys)[0] is adopted and policies.modules_for(keys)[2] is adopted
+    assert policies.modules_for(agents, named)[0] is adopted and policies.modules_for(agents[:3], [None] * 3)[2] is adopted

@@ -237,7 +237,7 @@ class _Columns:
     def _modules(self, policies: PolicySet) -> list[Module] | None:
         """Each chunk's module, as EpisodeChunk's module_id validator decides it (the ids are `valid`)."""
         try:
-            return policies.modules_for(list(zip(self.scalars["agent_id"], self.scalars["module_id"])))
+            return policies.modules_for(self.scalars["agent_id"], self.scalars["module_id"])
         except UnknownModule:
             return None
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.settings.hyperparameters import (
     DEFAULT_MODULE_ID,
@@ -146,7 +146,7 @@ class PolicySet:
                 )
         self.default_module_id = modules[0].module_id
         self._mapped: dict[str, Module | None] = {}  # agent_id -> its module: globs matched once per agent
-        self._trainable: dict[tuple[str | None, str | None], Module] = {}  # module_for's answers (modules_for)
+        self._trainable: dict[Any, Module] = {}  # module_for's answers, by agent_id or (agent_id, module_id) (modules_for)
 
     @classmethod
     def single(
@@ -212,16 +212,19 @@ class PolicySet:
             )
         return module
 
-    def modules_for(self, keys: list[tuple[str | None, str | None]]) -> list[Module]:
-        """`module_for` of each (agent_id, module_id), remembered: a scene's agents are in
-        every message it sends (app.rllink.chunk_columns). Raises UnknownModule as it does."""
+    def modules_for(self, agent_ids: list[str | None], module_ids: list[str | None]) -> list[Module]:
+        """`module_for` of each chunk's agent_id and module_id, remembered: a scene's agents are
+        in every message it sends (app.rllink.chunk_columns). Raises UnknownModule as it does.
+        Where no chunk names a module (a scene, mostly), the keys are the agent ids: a string
+        hashes once, a tuple at every lookup."""
+        keys: list[Any] = agent_ids if module_ids.count(None) == len(module_ids) else list(zip(agent_ids, module_ids))
         remembered = self._trainable
         missing = set(keys).difference(remembered)
         if len(remembered) + len(missing) > MAX_REMEMBERED_AGENTS:
             remembered.clear()
             missing = set(keys)
         for key in missing:
-            remembered[key] = self.module_for(*key)
+            remembered[key] = self.module_for(*key) if type(key) is tuple else self.module_for(key)
         return list(map(remembered.__getitem__, keys))
 
     def module_to_play(self, agent_id: str | None, module_id: str | None = None) -> Module:
