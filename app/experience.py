@@ -21,7 +21,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
-from operator import itemgetter, sub
+from operator import itemgetter
 from typing import Any, overload
 
 import numpy as np
@@ -82,7 +82,7 @@ class ChunkBlock:
     @property
     def starts(self) -> tuple[int, ...]:
         """Where each chunk's steps start, in the step arrays."""
-        return tuple(map(sub, self.ends, self.lengths))
+        return (0, *self.ends[:-1]) if self.ends else ()
 
     def terminal_steps(self) -> list[int]:
         """The index of the last step of each terminated chunk (no bootstrap past it)."""
