@@ -51,10 +51,11 @@ CLIENT_IDS_PER_LIFE = 10**6  # a front-end's lives number their clients in block
 # fetching its argument, the ordering), and its chunks a few us each (packed_chunks.py).
 # bench/scale_out.py, 500-step chunks, the learner's CPU per million env steps: 0.33-0.43 s
 # with a call per turn of the event loop (a message, mostly), 0.19 with a call per 20 ms,
-# 0.14 per 50 ms, against a front-end's 0.8-1.0. Nobody waits on the window: every request
+# 0.14 per 50 ms, against a front-end's 0.8-1.0; on a slower day, 0.17 / 0.17 per 50 ms and
+# 0.12 / 0.12 per 100 ms (front-ends 1.5-1.6). Nobody waits on the window: every request
 # that waits for the learner sends the queue first.
-FLUSH_AFTER_S = 0.05
-FLUSH_ENV_STEPS = 65536
+FLUSH_AFTER_S = 0.1
+FLUSH_ENV_STEPS = 131072
 
 
 class RemoteTrainingService:
