@@ -232,7 +232,7 @@ class _Columns:
         if outcomes.count(None) == len(outcomes):  # no game (or none ended): at C speed
             return True
         done = zip(self.scalars["is_terminated"], self.scalars["is_truncated"])
-        return all(outcome is None or terminated or truncated for outcome, (terminated, truncated) in zip(self.scalars["outcome"], done))
+        return all(outcome is None or terminated or truncated for outcome, (terminated, truncated) in zip(outcomes, done))
 
     def _modules(self, policies: PolicySet) -> list[Module] | None:
         """Each chunk's module, as EpisodeChunk's module_id validator decides it (the ids are `valid`)."""
