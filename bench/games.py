@@ -89,6 +89,12 @@ POLICY = {
         "self_play": {},
     }
 }
+# The board mirrored left to right (docs/training.md, "Symmetries"): image element (r, c, k)
+# is the observation's (r, 6 - c, k), image action c is column 6 - c.
+MIRROR = {
+    "observation": np.arange(ROWS * COLUMNS * 2).reshape(ROWS, COLUMNS, 2)[:, ::-1].ravel().tolist(),
+    "action": list(range(COLUMNS))[::-1],
+}
 SCRIPTED = "lookahead"  # the scripted reference's name in the league
 SCRIPTED_LEAGUE = {"play_against_random_ratio": 0.1, "play_against_latest_ratio": 0.0}  # and the lookahead player's share
 RATING_GAMES = 1_000  # games of the lookahead player against random that fix its rating
@@ -286,6 +292,7 @@ def main() -> None:
     parser.add_argument(
         "--no-scripted-reference", action="store_true", help="train with the plain league (`self_play: {}`): no scripted lookahead player"
     )
+    parser.add_argument("--mirror", action="store_true", help="train on each move's mirror image too (the module's symmetries)")
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
@@ -306,6 +313,8 @@ def main() -> None:
             f"against random in {RATING_GAMES} games: rated {elo})"
         )
         print(league_line, flush=True)
+    if args.mirror:
+        policy[MODULE]["symmetries"] = [MIRROR]
     policy[MODULE]["self_play"].update(args.self_play)
     policy[MODULE]["ppo"] = {**policy[MODULE].get("ppo", {}), **args.ppo}
     flags = (
@@ -331,7 +340,7 @@ def main() -> None:
     seats = ("player_0", "player_1")
     lines = [
         f"Connect Four by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
-        f"{' ' + args.gateway_args if args.gateway_args else ''}: {moves:,} moves, "
+        f"{' ' + args.gateway_args if args.gateway_args else ''}{', mirrored' if args.mirror else ''}: {moves:,} moves, "
         f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (player_0 moves first); the learner's W/D/L",
     ]
@@ -356,6 +365,7 @@ def main() -> None:
             "gateway_args": args.gateway_args,
             "league": policy[MODULE]["self_play"],
             "ppo": policy[MODULE]["ppo"],
+            "mirror": args.mirror,
             "transport": args.transport,
             "moves": moves,
             "games_played": games,

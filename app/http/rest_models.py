@@ -47,6 +47,9 @@ class LearnerStats(BaseModel):
     bc_weight: float | None = Field(
         None, description="PPO with demos and bc_strength: the BC loss's weight now (decays to 0 over bc_steps)."
     )
+    augmented_steps: float | None = Field(
+        None, description="PPO with symmetries: the steps trained on, the steps' images included (docs/training.md)."
+    )
 
 
 class EpisodeWindow(BaseModel):

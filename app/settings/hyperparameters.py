@@ -193,6 +193,25 @@ class SelfPlayConfig(BaseModel):
         return self
 
 
+class Symmetry(BaseModel):
+    """A transformation that leaves the game as it is (a board mirrored left to right): the
+    learner trains on each step and on its image (docs/training.md#symmetries). Both are gather
+    indices: the image's observation element i is the observation's element `observation[i]`
+    (of the flat observation), and the image's action j is the action `action[j]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    observation: list[int] = Field(description="A permutation of the flat observation's indices.")
+    action: list[int] = Field(description="A permutation of the discrete actions 0..n-1.")
+
+    @field_validator("observation", "action")
+    @classmethod
+    def _permutation(cls, indices: list[int], info: ValidationInfo) -> list[int]:
+        if sorted(indices) != list(range(len(indices))):
+            raise ValueError(f"{info.field_name} must hold each of 0..{len(indices) - 1} once (a permutation)")
+        return indices
+
+
 class PolicyConfig(BaseModel):
     """One module of `policies`: its spaces, PPO hyperparameters that differ, self-play."""
 
@@ -213,6 +232,11 @@ class PolicyConfig(BaseModel):
     )
     action_masking: bool | None = Field(
         None, description="Its actions may be masked (action_mask); unset: --action-masking, for a discrete action space."
+    )
+    symmetries: list[Symmetry] = Field(
+        default_factory=list,
+        description="Transformations the game is unchanged by (PPO, discrete actions): each trained step is also "
+        "trained on as each one's image (docs/training.md#symmetries).",
     )
 
     @field_validator("ppo", "sac")

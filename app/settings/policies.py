@@ -23,6 +23,7 @@ from app.settings.hyperparameters import (
     PPOConfig,
     SACConfig,
     SelfPlayConfig,
+    Symmetry,
 )
 from app.spaces.models import (
     ActionSpace,
@@ -79,6 +80,7 @@ class Module:
     sac: SACConfig | None = None  # with algorithm "sac"
     action_masking: bool = False  # chunks and GET_ACTION may carry action_mask; the ONNX takes one
     train_batch_size: int | None = None  # env steps per training batch; None: the gateway's
+    symmetries: tuple[Symmetry, ...] = ()  # the learner also trains on each step's images under these
 
     def __post_init__(self) -> None:
         if self.action_masking and not is_discrete(self.action_space):
@@ -95,6 +97,22 @@ class Module:
             raise ValueError(f"module {self.module_id!r}: action_masking trains with ppo only; set algorithm ppo or drop the masks")
         if self.algorithm == "sac" and has_images(self.observation_space):
             raise ValueError(f"module {self.module_id!r}: sac takes vector observations only; train image observations with ppo")
+        if self.symmetries:
+            self._check_symmetries()
+
+    def _check_symmetries(self) -> None:
+        """Each symmetry permutes this module's flat observation and its discrete actions (PPO only)."""
+        where = f"module {self.module_id!r}: symmetries"
+        if self.algorithm != "ppo":
+            raise ValueError(f"{where} train with ppo only; set algorithm ppo or drop them")
+        if not isinstance(self.action_space, DiscreteSpace):
+            raise ValueError(f"{where} need a discrete action space, got {self.action_space.model_dump_json()}")
+        flat_dim, n = self.observation_space.flat_dim, self.action_space.n
+        for i, symmetry in enumerate(self.symmetries):
+            if len(symmetry.observation) != flat_dim:
+                raise ValueError(f"{where}[{i}].observation has {len(symmetry.observation)} indices; the observation has {flat_dim} values")
+            if len(symmetry.action) != n:
+                raise ValueError(f"{where}[{i}].action has {len(symmetry.action)} indices; the action space has {n} actions")
 
     @property
     def trainable(self) -> bool:
@@ -178,6 +196,7 @@ class PolicySet:
                 Module(
                     module_id, policy.observation_space, policy.action_space, ppo, policy.self_play,
                     algorithm=algorithm, sac=sac, action_masking=masking, train_batch_size=policy.train_batch_size,
+                    symmetries=tuple(policy.symmetries),
                 )
             )
             if policy.self_play is not None:

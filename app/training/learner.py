@@ -18,7 +18,7 @@ import torch
 
 from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
-from app.settings.hyperparameters import PPOConfig
+from app.settings.hyperparameters import PPOConfig, Symmetry
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.batch import build_batch
 from app.training.behavior_cloning import BCSchedule, Demonstrations, bc_pretrain
@@ -26,6 +26,7 @@ from app.training.checkpoints import Checkpointed
 from app.training.onnx_export import PolicyState, policy_state
 from app.training.policy import ActorCritic, RewardScaler
 from app.training.ppo import ppo_update
+from app.training.symmetries import Symmetries
 
 
 class Learner(Checkpointed):
@@ -45,6 +46,7 @@ class Learner(Checkpointed):
         onnx_input_name: str,
         device: torch.device = torch.device("cpu"),
         action_masking: bool = False,
+        symmetries: tuple[Symmetry, ...] = (),
     ) -> None:
         self.cfg = cfg
         self.checkpoint_dir = checkpoint_dir
@@ -55,6 +57,7 @@ class Learner(Checkpointed):
         if normalize_obs is None:  # on for continuous control, not for images (scaled to 0..1 instead)
             normalize_obs = isinstance(action_space, BoxSpace) and not has_images(observation_space)
         self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs).to(device)
+        self.symmetries = Symmetries(symmetries, device)
         normalize_reward = cfg.normalize_reward if cfg.normalize_reward is not None else isinstance(action_space, BoxSpace)
         self.reward_scaler = RewardScaler(cfg.gamma) if normalize_reward else None
         # fused: one kernel for all parameters, 4x faster than the default for small nets on CPU.
@@ -110,14 +113,19 @@ class Learner(Checkpointed):
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate
         if self.policy.obs_norm is not None:  # statistics first: the batch's values use them
-            self.policy.obs_norm.update(torch.from_numpy(np.concatenate([b.obs.reshape(len(b.obs), -1) for b in blocks])))
+            observations = torch.from_numpy(np.concatenate([b.obs.reshape(len(b.obs), -1) for b in blocks]))
+            self.policy.obs_norm.update(self.symmetries.observations(observations))  # the images are trained on too
         reward_scale = 1.0 if self.reward_scaler is None else self.reward_scaler.update([r for b in blocks for r in b.chunk_rewards()])
         batch = build_batch(blocks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
+        env_steps = batch.num_steps
+        batch = self.symmetries.augment(batch)  # and the steps' images, if the game has symmetries
         bc = None if self.bc is None else self.bc.term(self.env_steps_trained)
         stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator, bc)
         if self.bc is not None and bc is None:  # decayed to 0: no BC term, its weight still reported
             stats["bc_weight"] = 0.0
-        self.env_steps_trained += batch.num_steps
+        if self.symmetries:
+            stats["augmented_steps"] = float(batch.num_steps)
+        self.env_steps_trained += env_steps
         self.weights_seq_no = weights_seq_no
         state = self.export()
         self.save()

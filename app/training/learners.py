@@ -53,7 +53,10 @@ class Learners:
         }
         if module.off_policy:
             return SACLearner(module.sac, module.observation_space, module.action_space, **common)
-        return Learner(module.ppo, module.observation_space, module.action_space, action_masking=module.action_masking, **common)
+        return Learner(
+            module.ppo, module.observation_space, module.action_space,
+            action_masking=module.action_masking, symmetries=module.symmetries, **common,
+        )
 
     def call(self, method: str, args: tuple) -> Any:
         """Run one of the calls below by name (what a learner host sends)."""
