@@ -1,7 +1,7 @@
 """Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
 
     python bench/games.py [--minutes 20] [--num-envs 8] [--clients 2] [--games 400] [--rating-every 30] [--seed 0] [--transport tcp|ws]
-                          [--lookahead-ratio 0.9 | --no-scripted-reference] [--self-play JSON] [--ppo JSON] [--out-dir DIR]
+                          [--lookahead-ratio 0.8 | --no-scripted-reference] [--no-mirror] [--self-play JSON] [--ppo JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
@@ -14,13 +14,15 @@ subprocess:
                         "action_space": {"type": "discrete", "n": 7},
                         "action_masking": true,
                         "ppo": {"entropy_floor": 0, "gamma": 0.9, "learning_rate": 0.001},
-                        "self_play": {"play_against_random_ratio": 0.1, "play_against_latest_ratio": 0.0,
-                                      "scripted_references": {"lookahead": {"elo": <that rating>, "play_ratio": 0.9}}}}}'
+                        "self_play": {"play_against_random_ratio": 0.2, "play_against_latest_ratio": 0.0,
+                                      "scripted_references": {"lookahead": {"elo": <that rating>, "play_ratio": 0.8}}},
+                        "symmetries": [<the board mirrored left to right>]}}'
     --policy-mapping '{"player_*": "c4"}'
 
-(the league: the lookahead player in 90% of the versions, the random reference in 10%; no
-entropy floor: the scripted player keeps the games varied; measured best of the leagues
-tried, docs/benchmarks.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
+(the league: the lookahead player in 80% of the versions, the random reference in 20%; no
+entropy floor: the scripted player keeps the games varied; each move is trained on as
+played and mirrored (`--no-mirror`: as played only); measured best of the leagues tried,
+docs/benchmarks.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
 the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
 client (`rllink_clients.pettingzoo`, what
 `python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 8
@@ -96,7 +98,7 @@ MIRROR = {
     "action": list(range(COLUMNS))[::-1],
 }
 SCRIPTED = "lookahead"  # the scripted reference's name in the league
-SCRIPTED_LEAGUE = {"play_against_random_ratio": 0.1, "play_against_latest_ratio": 0.0}  # and the lookahead player's share
+SCRIPTED_LEAGUE = {"play_against_random_ratio": 0.2, "play_against_latest_ratio": 0.0}  # and the lookahead player's share
 RATING_GAMES = 1_000  # games of the lookahead player against random that fix its rating
 TARGETS = {"random": 0.95, "lookahead": 0.70}
 
@@ -283,7 +285,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--transport", choices=["tcp", "ws"], default="tcp")
     parser.add_argument(
-        "--lookahead-ratio", type=float, default=0.9, help="share of versions the scripted lookahead player is the opponent"
+        "--lookahead-ratio", type=float, default=0.8, help="share of versions the scripted lookahead player is the opponent"
     )
     parser.add_argument(
         "--self-play", type=json.loads, default={}, help="more self_play settings of the module (a JSON object), e.g. the ratios"
@@ -292,7 +294,9 @@ def main() -> None:
     parser.add_argument(
         "--no-scripted-reference", action="store_true", help="train with the plain league (`self_play: {}`): no scripted lookahead player"
     )
-    parser.add_argument("--mirror", action="store_true", help="train on each move's mirror image too (the module's symmetries)")
+    parser.add_argument(
+        "--no-mirror", dest="mirror", action="store_false", help="train on the moves as played only (default: mirrored too)"
+    )
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
