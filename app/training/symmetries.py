@@ -38,7 +38,9 @@ class Symmetries:
         return bool(self._maps)
 
     def observations(self, obs: torch.Tensor) -> torch.Tensor:
-        """`obs` [N, ...] followed by its images under each symmetry, in order."""
+        """`obs` [N, ...] followed by its images under each symmetry, in order (`obs` itself without any)."""
+        if not self._maps:
+            return obs
         flat = obs.reshape(len(obs), -1)
         return torch.cat([obs, *(flat[:, observation.to(obs.device)].reshape(obs.shape) for observation, _, _ in self._maps)])
 
@@ -46,17 +48,16 @@ class Symmetries:
         """The batch's steps followed by their images under each symmetry, in order."""
         if not self._maps:
             return batch
-        actions, masks = [batch.actions], [batch.masks]
-        for _, action, image_of in self._maps:
-            actions.append(image_of[batch.actions])
-            masks.append(None if batch.masks is None else batch.masks[:, action])
-        copies = len(actions)
+        copies = 1 + len(self._maps)
+        masks = batch.masks
+        if masks is not None:
+            masks = torch.cat([masks, *(masks[:, action] for _, action, _ in self._maps)])
         return Batch(
             obs=self.observations(batch.obs),
-            actions=torch.cat(actions),
+            actions=torch.cat([batch.actions, *(image_of[batch.actions] for _, _, image_of in self._maps)]),
             logp=batch.logp.repeat(copies),
             values=batch.values.repeat(copies),
             advantages=batch.advantages.repeat(copies),
             returns=batch.returns.repeat(copies),
-            masks=None if batch.masks is None else torch.cat(masks),
+            masks=masks,
         )
