@@ -19,7 +19,6 @@ from app.serving.service import ServingService
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
 from app.settings.runs import RunExists, prepare_run
-from app.tcp_bridge import TcpBridge
 from app.telemetry.history import MetricsHistory
 from app.telemetry.tensorboard import TensorBoardLog
 from app.telemetry.traffic import TrafficStats
@@ -28,6 +27,7 @@ from app.training.interface import TrainingService
 from app.training.service import LocalTrainingService
 from app.transport.connection import ConnectionContext
 from app.transport.decode_workers import DecodeWorkers
+from app.transport.tcp import TcpBridge
 
 log = logging.getLogger("app.gateway")
 

@@ -12,14 +12,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocket
 from fastapi.middleware.cors import CORSMiddleware
 
-from app import ws_rllink
 from app.gateway import Gateway
 from app.http import api, web
 from app.settings.config import Settings
 from app.training.interface import TrainingService
+from app.transport.websocket import serve_websocket
 
 log = logging.getLogger("app.main")
 
@@ -70,7 +70,12 @@ def create_app(settings: Settings | None = None, service: TrainingService | None
             expose_headers=["ETag", "X-Weights-Seq-No"],
         )
     app.add_exception_handler(405, api.method_not_allowed)
-    app.include_router(ws_rllink.router)
+
+    @app.websocket("/rllink")
+    async def rllink_websocket(websocket: WebSocket) -> None:
+        """RLlink over WebSocket: the same frames as on TCP, in text or binary messages."""
+        await serve_websocket(websocket, gateway.connections, gateway.settings)
+
     app.include_router(api.health_router)
     app.include_router(api.router)
     app.include_router(api.metrics_router)

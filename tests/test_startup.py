@@ -96,7 +96,7 @@ def test_one_port_for_both_http_and_tcp_is_refused_as_such(tmp_path):
 # bind gives the same one line, and the workers stop without a word.
 TAKEN_WHILE_STARTING = """
 import socket
-from app.tcp_bridge import TcpBridge
+from app.transport.tcp import TcpBridge
 from app.__main__ import main
 
 bind = TcpBridge.start

@@ -19,6 +19,13 @@ def token_matches(settings: Settings, presented: str | None) -> bool:
     return hmac.compare_digest(presented.encode(), settings.auth_token.get_secret_value().encode())
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, if that is what it is."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
 
 def admission_error(settings: Settings, clients: Collection[ClientInfo], transport: str) -> ProtocolError | None:
     """Why a new connection on `transport` is refused, or None if there is room (the

@@ -28,14 +28,6 @@ query_scheme = APIKeyQuery(
 )
 
 
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, if that is what it is."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-
-
 def require_token(
     settings: Settings = Depends(get_settings),
     bearer: HTTPAuthorizationCredentials | None = Security(bearer_scheme),

@@ -1,8 +1,9 @@
 """The WebSocket transport: the same RLlink frames inside WebSocket messages.
 
 For clients that cannot open a raw TCP socket (browsers, Unity WebGL). Message
-payloads are treated as one byte stream, exactly like the TCP bridge's, and each
-reply goes out in the opcode of the message that completed its request.
+payloads are treated as one byte stream, exactly like the TCP transport's, and each
+reply goes out in the opcode of the message that completed its request. The route that
+hands accepted sockets here is the app's (`app.main`).
 """
 
 from __future__ import annotations
@@ -10,31 +11,24 @@ from __future__ import annotations
 import logging
 from typing import Literal
 
-from fastapi import APIRouter, WebSocket
-from starlette.websockets import WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from app.application.admission import token_matches
-from app.http.auth import bearer_token
-from app.http.dependencies import get_gateway
-from app.transport.connection import refuse, serve
+from app.application.admission import bearer_token, token_matches
+from app.settings.config import Settings
+from app.transport.connection import ConnectionContext, refuse, serve
 from rllink.errors import ErrorCode, ProtocolError
 
-log = logging.getLogger("app.ws_rllink")
-
-router = APIRouter()
+log = logging.getLogger("app.transport.websocket")
 
 Opcode = Literal["text", "binary"]
 
 
-@router.websocket("/rllink")
-async def rllink_websocket(websocket: WebSocket) -> None:
+async def serve_websocket(websocket: WebSocket, connections: ConnectionContext, settings: Settings) -> None:
     """RLlink over WebSocket: text or binary messages carrying length-prefixed frames.
 
     With auth on, the token comes as `Authorization: Bearer <token>`, as a `token` query
     parameter (browsers cannot set headers), or in the first PING as on TCP.
     """
-    gateway = get_gateway(websocket)
-    settings = gateway.settings
     await websocket.accept()
     client = websocket.client
     peer = f"{client.host}:{client.port}" if client else "unknown"
@@ -71,10 +65,10 @@ async def rllink_websocket(websocket: WebSocket) -> None:
         # A wrong token is refused at once; no token at all may still come in a PING.
         log.warning("ws:%s refused: wrong token", peer)
         error = ProtocolError(ErrorCode.UNAUTHORIZED, "the token presented is not the gateway's", fatal=True)
-        await refuse(gateway.traffic, error, lambda frame: send(frame, "text"), close)
+        await refuse(connections.traffic, error, lambda frame: send(frame, "text"), close)
         return
     await serve(
-        gateway.connections,
+        connections,
         transport="ws",
         peer=peer,
         receive=receive,

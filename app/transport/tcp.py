@@ -14,7 +14,7 @@ import ssl
 from app.settings.config import Settings
 from app.transport.connection import ConnectionContext, serve
 
-log = logging.getLogger("app.tcp_bridge")
+log = logging.getLogger("app.transport.tcp")
 
 READ_SIZE = 256 * 1024
 
@@ -31,7 +31,7 @@ class TcpBridge:
     @property
     def port(self) -> int:
         """The port actually bound (useful when configured as 0)."""
-        assert self._server is not None, "the bridge is not started"
+        assert self._server is not None, "the TCP transport is not started"
         return self._server.sockets[0].getsockname()[1]
 
     def check_address(self) -> None:
