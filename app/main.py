@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, service: TrainingService | None
         summary="Train policies (PPO, SAC; one or several) from many external simulators over RLlink (TCP and WebSocket).",
         version="0.1.0",
         lifespan=lifespan,
-        docs_url=None,  # served by app/web.py from local files, not a CDN
+        docs_url=None,  # served by app/http/web.py from local files, not a CDN
         redoc_url=None,
     )
     app.state.gateway = gateway

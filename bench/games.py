@@ -22,7 +22,7 @@ subprocess:
 (the league: the lookahead player in 80% of the versions, the random reference in 20%; no
 entropy floor: the scripted player keeps the games varied; each move is trained on as
 played and mirrored (`--no-mirror`: as played only); measured best of the leagues tried,
-docs/benchmarks.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
+bench/RESULTS.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
 the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
 client (`rllink_clients.pettingzoo`, what
 `python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 8

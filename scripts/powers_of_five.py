@@ -1,6 +1,6 @@
 """Writes app/rllink/_powers_of_five.h: the table app/rllink/_columns.c parses decimal numbers with.
 
-    python scripts/powers_of_five.py        (tests/test_number_parsing.py checks the file is its output)
+    python scripts/powers_of_five.py        (tests/test_chunk_columns.py checks the file is its output)
 
 For each decimal exponent q from -342 to 308, the high 64 bits of 5**q scaled to 128
 significant bits: truncated for q >= 0; for q < 0, 2**b // 5**-q + 1 with b giving 128

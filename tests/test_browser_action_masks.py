@@ -7,7 +7,7 @@ demo does, and samples with onnxruntime-web:
   forbidden action, over thousands of samples;
 - under a few fixed masks, every allowed action does occur (so no constant answer passes);
 - its action_dist_inputs equal onnxruntime's in Python on the same obs and mask, and its
-  log-probs app/action_dists.py's;
+  log-probs rllink.action_dists's;
 - without a mask (a masked model fed all ones, or an unmasked one), multi_categorical
   actions are lists of len(nvec) ints, each in range.
 
@@ -76,7 +76,7 @@ def _sample_in_page(browser, tmp_path, action_space: dict, masking: bool, obs: n
 def _assert_like_onnxruntime(
     steps: list[dict], distribution: str, expected: np.ndarray, actions: np.ndarray, sizes: list[int]
 ) -> None:
-    """The page's action_dist_inputs are onnxruntime's, its log-probs app/action_dists.py's."""
+    """The page's action_dist_inputs are onnxruntime's, its log-probs rllink.action_dists's."""
     np.testing.assert_allclose(np.array([s["distInputs"] for s in steps], np.float64), expected, rtol=1e-5, atol=1e-5)
     reference_actions = actions if distribution == "multi_categorical" else actions[:, 0]
     expected_logp = actions_logp(distribution, expected, reference_actions, nvec=tuple(sizes))

@@ -4,7 +4,7 @@ Requests wait at most `max_wait_s` (0: only those read in the same turn of the e
 loop share a pass) or until `max_batch` observations are pending. Each module's
 current ONNX model runs with onnxruntime on the event loop: an MLP on a few thousand
 observations takes well under a millisecond, less than a hop to a thread would cost.
-The actions of a whole pass are sampled at once too (app/action_dists.py), and so are
+The actions of a whole pass are sampled at once too (clients/python/rllink/action_dists.py), and so are
 the log-probs of actions clients chose themselves (LOG_ACTION). The session of a
 published version is built once, when a request first needs it.
 """

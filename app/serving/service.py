@@ -3,7 +3,7 @@
 A thin client opens an episode (START_EPISODE), asks for each action with the current
 observation (GET_ACTION), reports rewards (LOG_RETURNS), may act on its own
 (LOG_ACTION), and ends the episode (END_EPISODE). The gateway records each step as the
-multi-agent client does (app/trajectory.py; here a module's open episodes are the
+multi-agent client does (clients/python/rllink_clients/trajectory.py; here a module's open episodes are the
 slots of one StepTable, app/serving/step_table.py): the observation, the action sampled (or
 logged) with its log-prob under the version that chose it, the rewards, the final
 observation and flags. Complete steps go to the training service as episode chunks, so

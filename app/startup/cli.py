@@ -37,7 +37,7 @@ _CLI_DEFAULTS = {
     "max_seconds": "none: no limit",
 }
 
-# Flags of no settings field of their own: a nested model at once as JSON, and the fields of the spaces (app/spaces.py).
+# Flags of no settings field of their own: a nested model at once as JSON, and the fields of the spaces (app/spaces/models.py).
 _FLAG_HELP = {
     "observation_space": "The whole observation space as one JSON object.",
     "action_space": 'The whole action space as one JSON object, e.g. {"type": "box", "shape": [1], "low": -2, "high": 2}.',

@@ -1,7 +1,7 @@
 """Observation encoders: camera images through a CNN, the rest as they are.
 
 An observation arrives flat (a dict observation's keys one after the other, see
-app/spaces.py). `ObservationEncoder` cuts it into its parts, runs each uint8 image
+app/spaces/models.py). `ObservationEncoder` cuts it into its parts, runs each uint8 image
 [C, H, W] through its own CNN (values scaled from 0..255 to 0..1 first) and
 concatenates the image features with the other parts' values: the actor's and the
 critic's MLPs take that. The CNN is the Nature DQN's (Mnih et al. 2015), as CleanRL's
