@@ -3,11 +3,18 @@
 # front-end packages in node_modules/ from package-lock.json. Safe to run again: what is
 # already installed from the same lock files is not installed again.
 #   bash scripts/setup.sh          the gateway (and the reference client): requirements/gateway.txt
-#   bash scripts/setup.sh test     plus what the tests need: requirements/test.txt
+#   bash scripts/setup.sh games    plus the games' packages (PettingZoo, pygame-ce): requirements/games.txt
+#   bash scripts/setup.sh test     plus what the tests need (the games' packages too): requirements/test.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
-lock="requirements/gateway.txt"
-[ "${1:-}" = "test" ] && lock="requirements/test.txt"
+# Each profile: the requirement files pip installs, then any other file they read (games.txt
+# takes its versions from the test lock: `-c test.txt`), which the stamp below covers too.
+case "${1:-}" in
+  "") profile="gateway"; files=(requirements/gateway.txt); installed=1 ;;
+  games) profile="games"; files=(requirements/gateway.txt requirements/games.txt requirements/test.txt); installed=2 ;;
+  test) profile="test"; files=(requirements/test.txt); installed=1 ;;
+  *) echo "setup: unknown profile '$1': use none (the gateway), games or test" >&2; exit 2 ;;
+esac
 
 if [ ! -x .venv/bin/python ]; then
   if ! python3 -m venv .venv; then
@@ -29,11 +36,13 @@ fi
 # (after npm: the project maps the vendor files the pages load into its package), which
 # compiles app/rllink/_columns.c where a C compiler is at hand (setup.py; else it goes on
 # without it).
-stamp=".venv/.installed-$(basename "$lock" .txt)"
-wanted="$(cat "$lock" pyproject.toml setup.py app/rllink/_columns.c app/rllink/_powers_of_five.h | sha256sum | cut -d' ' -f1)"
+stamp=".venv/.installed-$profile"
+wanted="$(cat "${files[@]}" pyproject.toml setup.py app/rllink/_columns.c app/rllink/_powers_of_five.h | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
-  echo "setup: installing $lock into .venv" >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r "$lock"
+  args=()
+  for file in "${files[@]:0:$installed}"; do args+=(-r "$file"); done
+  echo "setup: installing ${files[*]:0:$installed} into .venv" >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check "${args[@]}"
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
   echo "$wanted" > "$stamp"
 fi

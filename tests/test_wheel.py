@@ -20,6 +20,10 @@ from that environment trains CartPole to a target.
 
 Slow (a build, a venv, a gateway and a training run: about 30 s here); skipped when
 node_modules is missing (`npm ci`), as the wheel would lack the vendor files.
+
+A clone without node_modules (`pip install git+URL`) builds too (setup.py): a wheel without
+the vendor files, whose gateway says what is missing on /vendor/ and /docs (a few seconds:
+the wheel alone, straight from the tree, as pip builds it).
 """
 
 from __future__ import annotations
@@ -87,9 +91,10 @@ def _run(cmd: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProce
     return result
 
 
-def _clean_copy(dest: Path) -> None:
+def _clean_copy(dest: Path, node_modules: bool = True) -> None:
     """The checkout's files as git sees them (tracked, and untracked but not ignored), with
-    npm's node_modules linked in: what a fresh clone after `npm ci` holds. A build in the
+    npm's node_modules linked in (unless `node_modules` is False: a plain clone): what a
+    fresh clone after `npm ci` holds. A build in the
     checkout itself would see what earlier builds left there (setuptools reuses the file
     list of a stale *.egg-info/SOURCES.txt), so a file could reach the wheel that
     pyproject.toml no longer asks for."""
@@ -99,15 +104,20 @@ def _clean_copy(dest: Path) -> None:
         if (ROOT / name).is_file():  # not a tracked file deleted in the working tree
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
-    (dest / "node_modules").symlink_to(ROOT / "node_modules")
+    if node_modules:
+        (dest / "node_modules").symlink_to(ROOT / "node_modules")
+
+
+def _skip_unless_checkout() -> None:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("the wheel is built from the checkout's files as git lists them: no git, or not a checkout")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if missing := web.missing_vendor_dirs():
         pytest.skip(f"{web.MISSING_VENDOR_HINT} (missing {', '.join(missing)})")
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("the wheel is built from the checkout's files as git lists them: no git, or not a checkout")
+    _skip_unless_checkout()
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("dist")
     _clean_copy(source)
     _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(source)], cwd=out, timeout=240)
@@ -251,3 +261,41 @@ def test_the_installed_wheel_serves_the_pages_offline_and_trains_cartpole(venv: 
     summary = json.loads(client.stdout.strip().splitlines()[-1])
     assert summary["reached_target"] and client.returncode == 0, summary
     assert summary["mean_return_last_20"] >= TARGET_RETURN
+
+
+# In the wheel's code (PYTHONPATH: the unpacked wheel, ahead of the checkout's editable
+# install): the pages' routes, in process, answer for the missing vendor files.
+WITHOUT_VENDOR_FILES = """
+import json, app, fastapi, fastapi.testclient, app.http.web as web
+server = fastapi.FastAPI(docs_url=None, redoc_url=None)  # as the gateway makes its app: /docs is web.py's
+web.mount_web(server)
+http = fastapi.testclient.TestClient(server)
+vendor, docs, page = (http.get(path) for path in ("/vendor/ort/ort.wasm.min.mjs", "/docs", "/"))
+print(json.dumps({"app": app.__file__, "vendor": [vendor.status_code, vendor.text], "docs": [docs.status_code, docs.text],
+                  "page": page.status_code}))
+"""
+
+
+def test_a_clone_without_node_modules_builds_a_wheel_whose_pages_say_what_is_missing(tmp_path: Path) -> None:
+    _skip_unless_checkout()
+    source, out, unpacked = tmp_path / "source", tmp_path / "dist", tmp_path / "unpacked"
+    _clean_copy(source, node_modules=False)
+    built = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(source)], cwd=tmp_path,
+                 timeout=240)  # fmt: skip
+    assert "run `npm ci` first" in built.stdout + built.stderr  # the build says what it leaves out
+    (wheel,) = out.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        archive.extractall(unpacked)
+    assert f"{WEB_FILES}/static/index.html" in names and "app/http/web.py" in names
+    assert not any(n.startswith(f"{WEB_FILES}/{folder}/") for n in names for folder in WHEEL_VENDOR_FILES)
+
+    env = {**_clean_env(), "PYTHONPATH": str(unpacked)}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_VENDOR_FILES], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(answers["app"]).is_relative_to(unpacked), answers["app"]  # the wheel's code, not the checkout's
+    assert answers["vendor"][0] == 404 and "npm ci" in answers["vendor"][1]
+    assert answers["docs"][0] == 200 and "npm ci" in answers["docs"][1] and "swagger-ui-bundle.js" not in answers["docs"][1]
+    assert answers["page"] == 200

@@ -116,6 +116,14 @@ def mount_web(app: FastAPI) -> None:
 
     @app.api_route("/docs", methods=["GET", "HEAD"], include_in_schema=False)
     async def docs() -> HTMLResponse:
+        # One stat, as _Files does. Without Swagger UI's files the page would stay blank: say why instead.
+        if not os.path.isdir(VENDOR_DIRS["swagger-ui"]):  # noqa: ASYNC240
+            return HTMLResponse(
+                f"<!doctype html><title>API docs unavailable</title><p>The API docs page needs Swagger UI, which is "
+                f"missing: {MISSING_VENDOR_HINT}. The API's description is at <a href=\"{app.openapi_url}\">"
+                f"{app.openapi_url}</a>.</p>",
+                headers={"Cache-Control": STATIC_CACHE},
+            )
         return get_swagger_ui_html(
             openapi_url=app.openapi_url,
             title=f"{app.title} - API docs",

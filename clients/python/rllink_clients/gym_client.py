@@ -4,12 +4,17 @@ It does over the wire what RLlib's reference client does: GET_CONFIG, GET_STATE,
 collect `env_steps_per_sample` steps with the downloaded policy, send them with
 EPISODES_AND_GET_STATE, load the new policy from SET_STATE, repeat. It adds the
 gateway's optional `episode_id`/`weights_seq_no` fields unless `plain` is set.
+
+`python -m rllink_clients.gym_client --env Acrobot-v1` runs it from the command line (the
+reference client's, cartpole.py: `--help`); a run stops at the env's target unless given
+one (`default_target_return`).
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import importlib
 import logging
 import threading
 import time
@@ -31,6 +36,45 @@ log = logging.getLogger("rllink_clients")
 NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"  # a gSDE exploring model's output without its noise (docs/protocol.md)
 RLLIB_REFERENCE_INPUT_NAME = "onnx::Gemm_0"  # what RLlib's client feeds when the config names nothing
 _DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_categorical", "box": "gaussian"}
+
+# The mean return (last 20 episodes) a run stops at by default: the reference client's own
+# target where it has one (CartPole-v1: 450; gymnasium registers 475), else the env's
+# registered `reward_threshold` (Acrobot-v1 -100, MountainCar-v0 -110, LunarLander-v3 200),
+# else none: the run goes on until its limits. `target_return=ENV_TARGET` asks for it.
+TARGET_RETURNS = {"CartPole-v1": 450.0}
+ENV_TARGET = "env"
+
+
+class UnknownEnv(ValueError):
+    """No gymnasium env is registered under the id given (its message is one line)."""
+
+
+def env_spec(env_id: str | gym.envs.registration.EnvSpec) -> gym.envs.registration.EnvSpec:
+    """The registered spec of `env_id` (`module:EnvId-vN` imports the module first, as
+    `gym.make` does; a spec is itself); UnknownEnv, one line, when there is none."""
+    if isinstance(env_id, gym.envs.registration.EnvSpec):
+        return env_id
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        return gym.spec(name)
+    except (ImportError, gym.error.Error) as exc:
+        raise UnknownEnv(" ".join(f"unknown gymnasium env {env_id!r}: {exc}".split())) from None
+
+
+def default_target_return(env_id: str | gym.envs.registration.EnvSpec) -> float | None:
+    """The target a run on `env_id` stops at unless given one (TARGET_RETURNS, else the env's
+    registered reward_threshold, else None: no target); UnknownEnv for an unregistered id."""
+    spec = env_spec(env_id)
+    if spec.id in TARGET_RETURNS:
+        return TARGET_RETURNS[spec.id]
+    return None if spec.reward_threshold is None else float(spec.reward_threshold)
+
+
+def resolve_target(target_return: float | str | None, env_id: str | gym.envs.registration.EnvSpec) -> float | None:
+    """`target_return` as given, or ENV_TARGET: `default_target_return(env_id)`."""
+    return default_target_return(env_id) if target_return == ENV_TARGET else target_return
 
 
 @dataclass
@@ -214,7 +258,7 @@ def run(
     client: RLlinkClient,
     env_id: str = "CartPole-v1",
     *,
-    target_return: float | None = 450.0,
+    target_return: float | str | None = ENV_TARGET,
     max_env_steps: int | None = None,
     max_seconds: float | None = None,
     seed: int = 0,
@@ -224,11 +268,13 @@ def run(
     eval_every: int = 0,
     eval_episodes: int = 5,
 ) -> RunResult:
-    """Train through the gateway until the target mean return (last 20 episodes), a
-    limit, or `stop` is set (checked after each SET_STATE); `record_demos`: every chunk
+    """Train through the gateway until the target mean return (last 20 episodes; by
+    default the env's, `default_target_return`; None: no target), a limit, or `stop` is
+    set (checked after each SET_STATE); `record_demos`: every chunk
     sent is also written there as a demonstration; `eval_every` N > 0: every N policy
     versions, `eval_episodes` greedy evaluation episodes (`evaluate`)."""
     result, started = RunResult(), time.monotonic()
+    target_return = resolve_target(target_return, env_id)
     rng = np.random.default_rng(seed)
     env = gym.make(env_id)
     config = get_config(client, env, plain)
@@ -332,3 +378,10 @@ def _finish(chunk: dict[str, Any], episode_id: str, policy: OnnxPolicy, plain: b
     if not plain:
         chunk.update(episode_id=episode_id, weights_seq_no=policy.weights_seq_no)
     return chunk
+
+
+if __name__ == "__main__":  # `python -m rllink_clients.gym_client`: the reference client's command line
+    import sys
+
+    # Imported here, by name: the command line (cartpole.py) imports this module.
+    sys.exit(importlib.import_module("rllink_clients.cartpole").main(prog="python -m rllink_clients.gym_client"))

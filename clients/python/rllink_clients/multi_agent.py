@@ -36,7 +36,7 @@ import numpy as np
 from rllink_clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
 from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
-from rllink_clients.rllink_client import RLlinkClient
+from rllink_clients.rllink_client import GatewayUnreachable, RLlinkClient
 from rllink_clients.trajectory import AgentTrajectory, PlayedAction
 
 log = logging.getLogger("rllink_clients")
@@ -725,8 +725,12 @@ def main(argv: list[str] | None = None) -> int:
             else functools.partial(random_opponent, rng=np.random.default_rng(args.seed + 1))
         )
         opponents = {"player_1": play}
-    port = args.port or DEFAULT_PORTS[args.transport]
-    with RLlinkClient(args.transport, args.host, port) as client:
+    try:
+        client = RLlinkClient.open(args.transport, args.host, args.port or DEFAULT_PORTS[args.transport])
+    except GatewayUnreachable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with client:
         result = run_scene(
             client,
             make_scene(args.scene),

@@ -28,7 +28,7 @@ import numpy as np
 
 from rllink_clients.gym_client import GetConfigRefused, RunResult, run
 from rllink_clients.launch_args import parse_launch_args
-from rllink_clients.rllink_client import RLlinkClient
+from rllink_clients.rllink_client import GatewayUnreachable, RLlinkClient
 from rllink_clients.thin_client import run_thin, run_thin_envs
 
 NAVIGATION_ENV_ID = "rllink/Navigation-v0"
@@ -196,8 +196,12 @@ def play(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    port = args.port or {"tcp": 5555, "ws": 8000}[args.transport]
-    with RLlinkClient(args.transport, args.host, port) as client:
+    try:
+        client = RLlinkClient.open(args.transport, args.host, args.port)
+    except GatewayUnreachable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with client:
         if args.token is not None and (reply := client.request({"type": "PING", "token": args.token}))["type"] != "PONG":
             print(f"the gateway refused the token: {reply.get('message', reply)}", file=sys.stderr)
             return 2

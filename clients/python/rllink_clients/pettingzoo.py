@@ -61,16 +61,26 @@ from rllink_clients.multi_agent import (
     swapped_seatings,
 )
 from rllink_clients.multi_agent_env import ALL, StepResult
-from rllink_clients.rllink_client import RLlinkClient
+from rllink_clients.rllink_client import GatewayUnreachable, RLlinkClient
 
 log = logging.getLogger("rllink_clients")
 
 OUTCOMES = ("win", "draw", "loss")
 
 
+GAMES_PACKAGES = {"pettingzoo", "pygame"}  # what PettingZoo's classic games import (docs/pettingzoo.md: how to install them)
+
+
 class EnvError(ValueError):
     """`--env` names no AEC env this client can play, or `--scripted` no player it can load
     (one line, for the command line)."""
+
+
+def _games_hint(exc: ImportError) -> str:
+    """How to install the games' packages, when `exc` is one of them missing."""
+    if (exc.name or "").split(".")[0] not in GAMES_PACKAGES:
+        return ""
+    return "; install the games' packages: `bash scripts/setup.sh games` in the gateway's checkout, else `pip install pettingzoo pygame-ce`"
 
 
 def load_env(spec: str, kwargs: dict[str, Any] | None = None) -> Any:
@@ -80,7 +90,7 @@ def load_env(spec: str, kwargs: dict[str, Any] | None = None) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise EnvError(f"--env {spec}: cannot import {module_name!r} ({exc})") from None
+        raise EnvError(f"--env {spec}: cannot import {module_name!r} ({exc}){_games_hint(exc)}") from None
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise EnvError(f"--env {spec}: module {module_name!r} has no {factory_name}() factory")
@@ -88,7 +98,10 @@ def load_env(spec: str, kwargs: dict[str, Any] | None = None) -> Any:
         env = factory(**(kwargs or {}))
     except TypeError as exc:
         raise EnvError(f"--env {spec}: {factory_name}(**{kwargs or {}}) failed: {exc}") from None
-    from pettingzoo import AECEnv, ParallelEnv
+    try:
+        from pettingzoo import AECEnv, ParallelEnv
+    except ImportError as exc:
+        raise EnvError(f"--env {spec}: this client needs pettingzoo ({exc}){_games_hint(exc)}") from None
 
     if isinstance(env, ParallelEnv):
         raise EnvError(
@@ -306,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         scripted = dict(load_scripted(spec, args.seed) for spec in args.scripted)
         target = parse_target(args.target_return)
         port = args.port or DEFAULT_PORTS[args.transport]
-        with RLlinkClient(args.transport, args.host, port) as client:
+        with RLlinkClient.open(args.transport, args.host, port) as client:
             result = run_scene(
                 client,
                 scenes,
@@ -317,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 seatings=seatings_for(rival, scene.possible_agents),
                 scripted=scripted,
             )
-    except (EnvError, ValueError) as exc:  # a problem a person can fix: the env, the gateway's settings
+    except (EnvError, ValueError, GatewayUnreachable) as exc:  # a problem a person can fix: the env, the gateway's settings, its address
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result.summary()))

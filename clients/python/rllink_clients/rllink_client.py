@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import msgpack
 import orjson
+from websockets.exceptions import WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from rllink.framing import Encoding, FrameDecoder, encode_frame, loads_body
@@ -25,6 +26,11 @@ from rllink.framing import Encoding, FrameDecoder, encode_frame, loads_body
 JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 Transport = Literal["tcp", "ws"]
+DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
+
+
+class GatewayUnreachable(ConnectionError):
+    """No gateway answered at the address given (one line naming it, for a command line)."""
 
 
 class RLlinkClient:
@@ -73,6 +79,16 @@ class RLlinkClient:
         if parts.scheme == "ws":
             return cls("ws", parts.hostname or "127.0.0.1", parts.port, path=parts.path or "/rllink", **kwargs)
         raise ValueError(f"URL must start with tcp:// or ws://, got {url!r}")
+
+    @classmethod
+    def open(cls, transport: Transport, host: str = "127.0.0.1", port: int | None = None, **kwargs: Any) -> RLlinkClient:
+        """A connection as the constructor makes it (port None: the transport's default port);
+        GatewayUnreachable, one line naming the address, where none can be made."""
+        port = port or DEFAULT_PORTS.get(transport)
+        try:
+            return cls(transport, host, port, **kwargs)
+        except (OSError, WebSocketException) as exc:
+            raise GatewayUnreachable(f"cannot reach a gateway at {transport}://{host}:{port}: {str(exc) or type(exc).__name__}") from exc
 
     def encode(self, message: dict[str, Any]) -> bytes:
         if self.encoding is Encoding.MSGPACK:

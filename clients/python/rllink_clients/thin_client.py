@@ -7,6 +7,9 @@ flags. The gateway builds the episodes and trains on them like any other client'
 A thin client gets no SET_STATE unasked: when the gateway sets environment parameters,
 `run_thin` asks for one (GET_STATE) between episodes after the policy version changed, so
 `client.get_env_param` follows the curriculum's lessons.
+
+`python -m rllink_clients.thin_client --env Acrobot-v1` runs it from the command line (the
+reference client's, cartpole.py, with --inference server by default: `--help`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rllink_clients.gym_client import RunResult, env_action, flat_observation, get_config
+from rllink_clients.gym_client import ENV_TARGET, RunResult, env_action, flat_observation, get_config, resolve_target
 from rllink_clients.rllink_client import RLlinkClient
 
 log = logging.getLogger("rllink_clients")
@@ -39,7 +42,7 @@ def run_thin(
     client: RLlinkClient,
     env_id: str = "CartPole-v1",
     *,
-    target_return: float | None = 450.0,
+    target_return: float | str | None = ENV_TARGET,
     max_env_steps: int | None = None,
     max_seconds: float | None = None,
     seed: int = 0,
@@ -50,10 +53,12 @@ def run_thin(
     eval_episodes: int = 5,
 ) -> RunResult:
     """Play episodes with the gateway's actions until the target mean return (last 20
-    episodes), a limit, or `stop` (checked after each episode); `eval_every` N > 0: every N
-    policy versions, `eval_episodes` evaluation episodes (the gateway plays their mode,
-    reports their returns apart and trains on none) in a second env, between episodes."""
+    episodes; by default the env's, `default_target_return`; None: no target), a limit, or
+    `stop` (checked after each episode); `eval_every` N > 0: every N policy versions,
+    `eval_episodes` evaluation episodes (the gateway plays their mode, reports their returns
+    apart and trains on none) in a second env, between episodes."""
     result, started = RunResult(), time.monotonic()
+    target_return = resolve_target(target_return, env_id)
     env = gym.make(env_id)
     eval_env = gym.make(env_id) if eval_every > 0 else None
     config = get_config(client, env)
@@ -117,7 +122,7 @@ def run_thin_envs(
     env_id: str = "CartPole-v1",
     num_envs: int = 8,
     *,
-    target_return: float | None = 450.0,
+    target_return: float | str | None = ENV_TARGET,
     max_env_steps: int | None = None,
     max_seconds: float | None = None,
     seed: int = 0,
@@ -129,6 +134,7 @@ def run_thin_envs(
     environment parameters, a GET_STATE after the version changed, before the envs whose
     episodes ended reset, gives them the new values."""
     result, started = RunResult(), time.monotonic()
+    target_return = resolve_target(target_return, env_id)
     envs = [gym.make(env_id) for _ in range(num_envs)]
     config = get_config(client, envs[0])
     if config.get("onnx_action_mask_input_name") is not None:
@@ -189,3 +195,12 @@ def _start_episodes(client: RLlinkClient, before: list[dict[str, Any]], count: i
     starts = [{"type": "START_EPISODE"}] * count
     client.send_raw(b"".join(client.encode(message) for message in before + starts))
     return [_reply(client, "EPISODE_STARTED")["episode_id"] for _ in range(count)]
+
+
+if __name__ == "__main__":  # `python -m rllink_clients.thin_client`: the reference client's command line, the gateway acting
+    import importlib
+    import sys
+
+    # Imported here, by name: the command line (cartpole.py) imports this module.
+    cli = importlib.import_module("rllink_clients.cartpole")
+    sys.exit(cli.main(prog="python -m rllink_clients.thin_client", inference="server"))
