@@ -2,6 +2,8 @@
 
 Start-up problems a person can fix (a port in use, a checkpoint of other spaces, TLS
 files that cannot be read) end the process with one line saying what to do, exit 2.
+`--help` and bad settings answer before the gateway's modules (torch among them) are
+imported: in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -12,12 +14,9 @@ import sys
 
 from pydantic import ValidationError
 
-from app.gateway import StartupError
 from app.settings.config import Settings
 from app.settings.logs import configure_logging
-from app.startup import export
 from app.startup.cli import ConfigFileError, cli_prog_name, parse_command_line
-from app.startup.server import event_loop_factory, serve
 
 log = logging.getLogger("app")
 
@@ -26,6 +25,8 @@ EXIT_STARTUP_ERROR = 2
 
 def main() -> None:
     if sys.argv[1:2] == ["export"]:  # a run's model as a file, no server (app/startup/export.py)
+        from app.startup import export
+
         sys.exit(export.main(sys.argv[2:], cli_prog_name()))
     try:
         settings = parse_command_line()
@@ -40,6 +41,9 @@ def main() -> None:
     if settings.ray_address is not None:
         run_on_ray(settings)
         return
+    from app.gateway import StartupError
+    from app.startup.server import event_loop_factory, serve
+
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
             runner.run(serve(settings))
@@ -52,6 +56,8 @@ def main() -> None:
 
 def run_on_ray(settings: Settings) -> None:
     """The learner and --frontends front-ends as Ray actors (the optional extra `[ray]`)."""
+    from app.gateway import StartupError
+
     try:
         from app.cluster import launch
     except ImportError:
