@@ -32,7 +32,8 @@ from app.rllink.protocol import decode_body, encode_message  # noqa: E402
 from app.schemas import SetState  # noqa: E402
 from app.settings.config import Settings  # noqa: E402
 from app.training.learner import Learner  # noqa: E402
-from app.training.onnx_export import GZIP_LEVEL, export_onnx, load_payload, policy_state  # noqa: E402
+from app.training.onnx_export import export_onnx, load_payload, policy_state  # noqa: E402
+from app.training.policy_state import GZIP_LEVEL  # noqa: E402
 from rllink.framing import Encoding
 
 

@@ -29,11 +29,11 @@ from hypothesis import strategies as st
 
 from app.main import create_app
 from app.rllink.protocol import decode_body
-from app.schemas import REQUEST_TYPES, RESPONSE_TYPES, num_dist_inputs
+from app.schemas import REQUEST_TYPES, RESPONSE_TYPES
 from app.serving.service import ServingService
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
-from app.spaces.models import BoxSpace, DiscreteSpace
+from app.spaces.models import BoxSpace, DiscreteSpace, num_dist_inputs
 from app.startup.server import uvicorn_options
 from app.telemetry.traffic import TrafficStats
 from app.training.service import LocalTrainingService
@@ -106,7 +106,7 @@ class RunningGateway:
 
 def waiting_transports(gateway: RunningGateway) -> list[str]:
     """The transport of each client waiting for SET_STATE (as GET /api/clients shows them)."""
-    return [client.transport for client in gateway.service.clients if client.waiting]
+    return [client.transport for client in gateway.service.status().clients if client.waiting]
 
 
 @contextmanager

@@ -230,7 +230,7 @@ def test_model_downloaded_from_the_rest_api_runs_in_the_browser_like_the_torch_p
         trained = start_training(gateway, max_env_steps=2 * settings.env_steps_per_sample).join(timeout_s=60)
         with module_page(browser, gateway) as page:
             result = page.page.evaluate(DOWNLOADED_MODEL_IN_JS, OBSERVATIONS.tolist())
-        output_names = gateway.service.onnx_output_names
+        output_names = gateway.service.status().onnx_output_names
 
     # The gateway's torch policy at that version, as it checkpointed it after training.
     learner = Learner(

@@ -53,7 +53,7 @@ def test_calls_of_a_past_numbering_run_at_once_and_a_new_hello_orders_afresh(tmp
     async def scenario() -> tuple[bool, bool, bool]:
         actor = LearnerActor(gateway_settings(tmp_path))
         await asyncio.wait_for(actor.connect(Call(0, 1, 57), client(1)), 5)  # never said hello to this learner
-        unordered = [c.id for c in actor.service.clients] == [1]
+        unordered = [c.id for c in actor.service.status().clients] == [1]
         await actor.hello(0, epoch=2)
         late = asyncio.ensure_future(actor.connect(Call(0, 1, 90), client(2)))  # the old numbering: at once
         early = asyncio.ensure_future(actor.connect(Call(0, 2, 1), client(3)))  # waits for call 0 of numbering 2
@@ -90,9 +90,9 @@ def test_a_client_the_front_end_no_longer_has_is_forgotten_by_the_learner(tmp_pa
         await actor.connect(Call(0, 1, 0), client(1))
         await actor.connect(Call(0, 1, 1), client(2))
         await actor.connect(Call(1, 1, 0), client(10**9 + 1, frontend=1))
-        before = sorted(c.id for c in actor.service.clients)
+        before = sorted(c.id for c in actor.service.status().clients)
         await actor.keep_only(Call(0, 1, 2), [2])  # front-end 0 has only client 2 now; front-end 1's are not its business
-        after = sorted(c.id for c in actor.service.clients)
+        after = sorted(c.id for c in actor.service.status().clients)
         await actor.stop()
         return before, after
 

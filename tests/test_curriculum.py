@@ -19,8 +19,8 @@ from app.settings.config import Settings
 from app.settings.env_params import CurriculumSetting
 from app.settings.policies import PolicySet
 from app.telemetry.tensorboard import read_scalars
-from app.training.checkpoints import CURRICULUM_FILE
 from app.training.curriculum import Curriculum
+from app.training.curriculum_files import CURRICULUM_FILE
 from rllink_clients.navigation import FullDifficultyTarget, NavigationEnv, play
 from rllink_clients.rllink_client import RLlinkClient
 from tests.browser import NEEDS_BROWSER, open_page

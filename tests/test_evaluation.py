@@ -21,10 +21,10 @@ def metrics(gateway) -> dict:
 def steps_accounted(gateway) -> int:
     """Env steps trained, dropped, pending or in the step under way, once no step is under way."""
     service = gateway.service
-    wait_until(lambda: not service.training_in_progress, 60, "the training step to end")
+    wait_until(lambda: not service.status().training_in_progress, 60, "the training step to end")
     counts = service.metrics
     return (counts.num_env_steps_trained_lifetime + sum(counts.dropped_env_steps.values())
-            + service.pending_env_steps + service.training_env_steps)
+            + service.status().pending_env_steps + service.status().training_env_steps)
 
 
 def test_evaluation_chunks_are_reported_apart_and_never_trained_on(tmp_path):

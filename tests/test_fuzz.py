@@ -29,10 +29,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.numeric_checks import fast_floats, fast_indices
 from app.rllink.protocol import FrameRejected, RequestReceived, Session, decode_body, error_reply
-from app.schemas import Episodes, _fast_indices, fast_floats, num_dist_inputs
+from app.schemas import Episodes
 from app.settings.policies import PolicySet
-from app.spaces.models import DiscreteSpace
+from app.spaces.models import DiscreteSpace, num_dist_inputs
 from rllink.errors import ErrorCode
 from rllink.framing import Encoding, encode_frame
 
@@ -229,7 +230,7 @@ def test_fast_float_parser_agrees_with_numpy_whenever_it_answers(value, dtype):
 @FUZZ
 @given(value=st.lists(numbers | st.integers(min_value=-(2**70), max_value=2**70), min_size=1, max_size=8), n=st.integers(1, 5))
 def test_fast_index_parser_agrees_with_numpy_whenever_it_answers(value, n):
-    fast = _fast_indices(value, n)
+    fast = fast_indices(value, n)
     if fast is None:
         return
     reference = np.asarray(value)

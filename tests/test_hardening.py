@@ -89,7 +89,7 @@ def test_connections_over_the_limit_get_an_error_and_others_keep_working(tmp_pat
             assert client.request({"type": "PING"}) == {"type": "PONG"}
             client.close()
         # Room again once clients leave.
-        wait_until(lambda: not gateway.service.clients, what="the clients to be gone")
+        wait_until(lambda: not gateway.service.status().clients, what="the clients to be gone")
         with gateway.client("tcp") as again:
             assert again.request({"type": "PING"}) == {"type": "PONG"}
 

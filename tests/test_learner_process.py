@@ -80,7 +80,7 @@ def test_a_learner_process_that_dies_is_replaced_from_the_checkpoint(tmp_path: P
 
             big = [chunk(500, seed=i) for i in range(40)]
             client.send({"type": "EPISODES_AND_GET_STATE", "episodes": big})
-            wait_until(lambda: gateway.service.training_in_progress, 60, "the big step to start")
+            wait_until(lambda: gateway.service.status().training_in_progress, 60, "the big step to start")
             os.kill(second, signal.SIGKILL)
             reply = client.receive()
             assert reply["type"] == "SET_STATE" and reply["weights_seq_no"] == 2  # no new version from the lost step

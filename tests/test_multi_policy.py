@@ -59,8 +59,8 @@ def unaccounted(gateway) -> int:
         metrics.num_env_steps_sampled_lifetime
         - metrics.num_env_steps_trained_lifetime
         - sum(metrics.dropped_env_steps.values())
-        - gateway.service.pending_env_steps
-        - gateway.service.training_env_steps
+        - gateway.service.status().pending_env_steps
+        - gateway.service.status().training_env_steps
     )
 
 
@@ -135,7 +135,7 @@ def test_bad_multi_agent_input_is_refused_clearly_and_nothing_is_lost(tmp_path, 
         assert problem in error["message"] and "episodes.1" in error["message"], error["message"]
         bad_client.send(frame({"type": "PING"}))
         assert bad_client.receive()["type"] == "PONG"  # still usable
-        wait_until(lambda: gateway.service.pending_env_steps == 5, 10, "the good client's steps")
+        wait_until(lambda: gateway.service.status().pending_env_steps == 5, 10, "the good client's steps")
         assert gateway.service.metrics.num_env_steps_sampled_lifetime == 5  # nothing of the refused message
         assert unaccounted(gateway) == 0
 

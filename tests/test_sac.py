@@ -258,7 +258,7 @@ def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(
         for _ in range(600):  # wait until nothing is owed (bounded: 60 s)
             await asyncio.sleep(0.1)
             learner = learner_of(service)
-            if not learner.owes_updates and not service.training_in_progress:
+            if not learner.owes_updates and not service.status().training_in_progress:
                 break
         version = service.current_state().weights_seq_no
         await service.stop()
@@ -290,7 +290,7 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
             client.send({"type": "EPISODES", "episodes": [chunk]})
             policy = policy_of(client.request({"type": "GET_STATE"}))  # the latest version, never waited for
         learner = learner_of(gateway.service)
-        wait_until(lambda: not learner.owes_updates and not gateway.service.training_in_progress, 300, "the owed gradient steps")
+        wait_until(lambda: not learner.owes_updates and not gateway.service.status().training_in_progress, 300, "the owed gradient steps")
         final = policy_of(client.request({"type": "GET_STATE"}))
         trained = gateway.service.metrics.num_env_steps_trained_lifetime
 

@@ -8,8 +8,9 @@ import pytest
 
 from app.settings.hyperparameters import SelfPlayConfig
 from app.spaces.models import BoxSpace, DiscreteSpace
-from app.training.onnx_export import PolicyState, export_onnx, set_state_payload
+from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
+from app.training.policy_state import PolicyState, set_state_payload
 from app.training.self_play import RANDOM, SNAPSHOT, Game, League, Opponent, expected_score
 
 ONNX = export_onnx(ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=3), (8,)), 0, "obs", action_masking=True)

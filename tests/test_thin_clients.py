@@ -27,12 +27,12 @@ def start(peer, **fields) -> str:
 def accounting(gateway) -> dict:
     """The training counters once idle: every env step sampled is trained, dropped or pending."""
     service = gateway.service
-    wait_until(lambda: not service.training_in_progress, 60, "the training step to end")
+    wait_until(lambda: not service.status().training_in_progress, 60, "the training step to end")
     metrics = service.metrics
     return {
         "sampled": metrics.num_env_steps_sampled_lifetime,
         "accounted": metrics.num_env_steps_trained_lifetime + sum(metrics.dropped_env_steps.values())
-        + service.pending_env_steps + service.training_env_steps,
+        + service.status().pending_env_steps + service.status().training_env_steps,
     }
 
 
@@ -104,7 +104,7 @@ def test_clients_killed_mid_episode_leave_their_steps_trained_and_counted(tmp_pa
         serving = gateway.serving.metrics
         wait_until(lambda: serving.open_episodes == 0, 10, "the episodes to end")
         assert serving.episodes_ended["disconnect"] == 2
-        assert gateway.service.pending_env_steps == 12  # two episodes of 6 complete steps, truncated
+        assert gateway.service.status().pending_env_steps == 12  # two episodes of 6 complete steps, truncated
         counts = accounting(gateway)
         assert counts["sampled"] == counts["accounted"] == 12
 
@@ -117,7 +117,7 @@ def test_an_idle_episode_ends_as_truncated_and_its_steps_train(tmp_path):
             peer.send(frame({"type": "GET_ACTION", "episode_id": episode_id, "obs": OBS}))
             assert peer.receive()["type"] == "ACTION"
         wait_until(lambda: gateway.serving.metrics.episodes_ended["timeout"] == 1, 10, "the episode to time out")
-        assert gateway.service.pending_env_steps == 2
+        assert gateway.service.status().pending_env_steps == 2
         peer.send(frame({"type": "GET_ACTION", "episode_id": episode_id, "obs": OBS}))
         assert peer.receive()["code"] == "unknown_episode"
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from app.spaces.models import BoxSpace, DiscreteSpace
-from app.training.onnx_export import OUTPUT_NAME, export_onnx, load_payload, policy_state, set_state_payload
+from app.training.onnx_export import OUTPUT_NAME, export_onnx, load_payload, policy_state
 from app.training.policy import ActorCritic
+from app.training.policy_state import set_state_payload
 
 SPACES = {
     "discrete": (BoxSpace(shape=(4,)), DiscreteSpace(n=2)),

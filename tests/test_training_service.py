@@ -107,8 +107,8 @@ async def test_barrier_trains_once_every_client_sending_experience_waits(tmp_pat
         service.ingest(b, [chunk(7)])  # b sends a first piece with EPISODES and collects on
         a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
         await settle()
-        assert a.waiting and not a_waits.done() and not service.training_in_progress
-        assert service.pending_env_steps == 17
+        assert a.waiting and not a_waits.done() and not service.status().training_in_progress
+        assert service.status().pending_env_steps == 17
         b_state = await send_and_wait(service, b, [chunk(3)])
         a_state = await a_waits
         assert a_state.weights_seq_no == b_state.weights_seq_no == 1  # one step, on both clients' data
@@ -119,7 +119,7 @@ async def test_watchers_do_not_hold_the_barrier(tmp_path):
     async with running(make_settings(tmp_path)) as service:
         a, watcher = service.connect("tcp", "a"), service.connect("ws", "dashboard")
         assert (await send_and_wait(service, a, [chunk()])).weights_seq_no == 1
-        assert watcher.env_steps_sent == 0 and [c.id for c in service.clients] == [a.id, watcher.id]
+        assert watcher.env_steps_sent == 0 and [c.id for c in service.status().clients] == [a.id, watcher.id]
 
 
 async def test_a_client_that_asked_for_its_config_holds_the_barrier(tmp_path):
@@ -128,7 +128,7 @@ async def test_a_client_that_asked_for_its_config_holds_the_barrier(tmp_path):
         service.start_sampling(starting)  # GET_CONFIG: it will send experience soon
         a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
         await settle()
-        assert a.waiting and not service.training_in_progress
+        assert a.waiting and not service.status().training_in_progress
         starting_state = await send_and_wait(service, starting, [chunk(5)])
         assert (await a_waits).weights_seq_no == starting_state.weights_seq_no == 1
         assert service.metrics.num_env_steps_trained_lifetime == 15
@@ -141,7 +141,7 @@ async def test_a_client_leaving_while_waiting_harms_nobody(tmp_path):
         a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(10)]))
         b_waits = asyncio.create_task(send_and_wait(service, b, [chunk(5)]))
         await settle()
-        assert a.waiting and b.waiting and not service.training_in_progress  # `busy` holds the barrier
+        assert a.waiting and b.waiting and not service.status().training_in_progress  # `busy` holds the barrier
 
         b_waits.cancel()  # b's connection drops: its task is cancelled, then it disconnects
         await asyncio.gather(b_waits, return_exceptions=True)
@@ -152,7 +152,7 @@ async def test_a_client_leaving_while_waiting_harms_nobody(tmp_path):
         state = await a_waits
         assert state.weights_seq_no == 1
         assert service.metrics.num_env_steps_trained_lifetime == 17  # b's and busy's data were still used
-        assert [c.id for c in service.clients] == [a.id]
+        assert [c.id for c in service.status().clients] == [a.id]
         assert (await send_and_wait(service, a, [chunk(3)])).weights_seq_no == 2  # and a goes on alone
 
 
@@ -161,7 +161,7 @@ async def test_a_client_leaving_during_training_harms_nobody(tmp_path):
         a, b = service.connect("tcp", "a"), service.connect("tcp", "b")
         a_waits = asyncio.create_task(send_and_wait(service, a, [chunk(50)]))
         b_waits = asyncio.create_task(send_and_wait(service, b, [chunk(50)]))
-        await until(lambda: service.training_in_progress)
+        await until(lambda: service.status().training_in_progress)
         b_waits.cancel()
         service.disconnect(b)
         assert (await a_waits).weights_seq_no == 1
@@ -172,14 +172,14 @@ async def test_a_full_batch_trains_and_data_during_training_goes_into_the_next(t
     async with running(make_settings(tmp_path, train_batch_size=20)) as service:
         a, b = service.connect("tcp", "a"), service.connect("tcp", "b")  # b never waits
         service.ingest(a, [chunk(25)])
-        assert service.training_in_progress and service.training_env_steps == 20  # never more than a batch
-        assert service.pending_env_steps == 5  # the chunk's tail waits for the next
+        assert service.status().training_in_progress and service.status().training_env_steps == 20  # never more than a batch
+        assert service.status().pending_env_steps == 5  # the chunk's tail waits for the next
         service.ingest(a, [chunk(5)])  # arrives while the first step trains ...
         service.ingest(b, [chunk(20)])  # ... and fills the next batch
-        assert service.pending_env_steps == 30
+        assert service.status().pending_env_steps == 30
         state = await asyncio.wait_for(service.wait_for_training(a), WAIT_S)
         assert state.weights_seq_no == 2  # a waited for the second batch, which holds its latest data
-        assert service.metrics.num_env_steps_trained_lifetime == 40 and service.pending_env_steps == 10
+        assert service.metrics.num_env_steps_trained_lifetime == 40 and service.status().pending_env_steps == 10
         assert b.env_steps_sent == 20 and not b.waiting
 
 
@@ -292,7 +292,7 @@ async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):
 async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
     async with running(make_settings(tmp_path)) as service:
         service.change_config([(DEFAULT_MODULE_ID, "ppo", {"learning_rate": 0.0123, "ent_coef": 0.02})])
-        assert service.ppo_config.learning_rate == 0.0123
+        assert service.status().ppo_config.learning_rate == 0.0123
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
         assert helpers.learner_of(service).optimizer.param_groups[0]["lr"] == 0.0123
         for bad, why in (({"learning_rate": -1}, "greater than 0"), ({"hidden_sizes": [8]}, "hidden_sizes cannot change"),
@@ -301,7 +301,7 @@ async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
                 service.change_config([(DEFAULT_MODULE_ID, "ppo", {"ent_coef": 0.03}), (DEFAULT_MODULE_ID, "ppo", bad)])
         with pytest.raises(ValueError, match="trains with ppo, not sac"):
             service.change_config([(DEFAULT_MODULE_ID, "sac", {"tau": 0.01})])
-        assert service.ppo_config.learning_rate == 0.0123 and service.ppo_config.ent_coef == 0.02  # all or none
+        assert service.status().ppo_config.learning_rate == 0.0123 and service.status().ppo_config.ent_coef == 0.02  # all or none
 
 
 async def test_stop_releases_waiters_and_saves(tmp_path):
@@ -326,7 +326,7 @@ def unaccounted(service: LocalTrainingService) -> int:
     """Env steps sampled but neither trained, dropped, pending nor in training (must be 0)."""
     m = service.metrics
     accounted = m.num_env_steps_trained_lifetime + sum(m.dropped_env_steps.values())
-    return m.num_env_steps_sampled_lifetime - accounted - service.pending_env_steps - service.training_env_steps
+    return m.num_env_steps_sampled_lifetime - accounted - service.status().pending_env_steps - service.status().training_env_steps
 
 
 async def test_every_env_step_is_accounted_for_at_every_moment(tmp_path):
@@ -335,19 +335,19 @@ async def test_every_env_step_is_accounted_for_at_every_moment(tmp_path):
         a, b = service.connect("tcp", "a"), service.connect("tcp", "b")
         service.note_state_sent(b, service.current_state())  # b collects with version 0
         service.ingest(a, [chunk(25)])  # fills a batch: training starts, 5 steps wait
-        assert service.training_in_progress and service.training_env_steps == 20 and unaccounted(service) == 0
+        assert service.status().training_in_progress and service.status().training_env_steps == 20 and unaccounted(service) == 0
         service.ingest(b, [chunk(7)])  # pending while a's batch trains; stale once it is done
-        assert service.pending_env_steps == 12 and unaccounted(service) == 0
+        assert service.status().pending_env_steps == 12 and unaccounted(service) == 0
         topped_up = False
-        while service.training_in_progress or service.pending_env_steps:
+        while service.status().training_in_progress or service.status().pending_env_steps:
             assert unaccounted(service) == 0
-            if not service.training_in_progress and not topped_up:
+            if not service.status().training_in_progress and not topped_up:
                 service.ingest(a, [chunk(8)])  # 5 + 7 + 8: a batch, which takes b's stale chunk along
                 topped_up = True
             await asyncio.sleep(0.001)
         m = service.metrics
         assert m.dropped_env_steps["stale"] == 7 and m.num_env_steps_trained_lifetime == 20 + 13
-        assert service.training_env_steps == 0 and unaccounted(service) == 0
+        assert service.status().training_env_steps == 0 and unaccounted(service) == 0
 
 
 async def test_a_checkpoint_restores_the_observation_and_reward_statistics(tmp_path):

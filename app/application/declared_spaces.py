@@ -36,7 +36,7 @@ def declared_mismatch(request: GetConfig, policies: PolicySet) -> ProtocolError 
 
 def spaces_to_adopt(request: GetConfig, policies: PolicySet, adoptable: frozenset[str]) -> dict[str, DeclaredSpaces]:
     """The declared spaces of the modules in `adoptable` that differ from theirs: what those
-    modules take instead (app/training/service.py, `adopt_spaces`)."""
+    modules take instead (app/training/space_adoption.py)."""
     return {
         module_id: spaces
         for module_id, spaces in declared_spaces(request, policies).items()

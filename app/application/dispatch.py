@@ -137,10 +137,12 @@ class Application:
     async def _take_declared_spaces(self, request: GetConfig) -> None:
         """The spaces the game declares: adopted by a module that was given none and has seen no
         experience yet (the first game's win), else checked (a mismatch raises its refusal)."""
-        adoptable = self._training.adoptable_modules - self._serving.modules_played
+        adoption = self._training.adoption  # None on Ray
+        adoptable = frozenset() if adoption is None else adoption.adoptable_modules - self._serving.modules_played
         for module_id, spaces in spaces_to_adopt(request, self._policies, adoptable).items():
+            assert adoption is not None  # a module to adopt spaces is one of its adoptable_modules
             try:
-                await self._training.adopt_spaces(module_id, spaces.observation_space, spaces.action_space)
+                await adoption.adopt(module_id, spaces.observation_space, spaces.action_space)
             except ValueError as exc:
                 raise ProtocolError(
                     ErrorCode.INVALID_MESSAGE, f"module {module_id!r} cannot adopt the spaces the game declares: {exc}"
@@ -150,13 +152,13 @@ class Application:
 
     def set_config(self) -> SetConfig:
         """Every module's spaces and ONNX names, the mapping, the sampling settings, the environment parameters."""
-        settings, policies = self.settings, self._policies
+        settings, policies, status = self.settings, self._policies, self._training.status()
         described = {
             module.module_id: PolicyDescription(
                 observation_space=module.observation_space,
                 action_space=module.action_space,
                 onnx_input_name=settings.onnx_input_name,
-                onnx_output_names=self._training.onnx_output_names,
+                onnx_output_names=status.onnx_output_names,
                 onnx_action_mask_input_name=ACTION_MASK_INPUT if module.action_masking else None,
                 action_distribution=module.action_distribution,
                 trainable=module.trainable,
@@ -166,7 +168,7 @@ class Application:
         default = described[policies.default_module_id]
         return SetConfig(
             env_steps_per_sample=settings.env_steps_per_sample,
-            force_on_policy=self._training.force_on_policy,
+            force_on_policy=status.force_on_policy,
             **default.model_dump(exclude={"trainable"}),
             policies=described,
             policy_mapping=policies.mapping,

@@ -22,33 +22,25 @@ import ray
 from app.cluster.calls import Call
 from app.cluster.packed_chunks import PackedChunks
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig
 from app.settings.logs import configure_logging
 from app.training.module_configs import ConfigRefused
 from app.training.registry import ClientInfo
 from app.training.service import LocalTrainingService
+from app.training.status import TrainingStatus
 
 log = logging.getLogger("app.cluster")
 
 TURN_TIMEOUT_S = 10.0  # how long a call waits for an earlier one that may never come
 
 
-@dataclasses.dataclass
-class LearnerStatus:
-    """What a front-end's REST API shows of the whole gateway, refreshed often."""
+@dataclasses.dataclass(frozen=True)
+class LearnerStatus(TrainingStatus):
+    """What a front-end's REST API shows of the whole gateway (the service's TrainingStatus
+    and its metrics), and when it holds its clients; refreshed often."""
 
     metrics: Any  # TrainingMetrics
-    leagues: dict[str, Any]
-    clients: list[ClientInfo]
-    pending_env_steps: int
-    training_env_steps: int
-    training_in_progress: bool
     must_wait: bool
     room_env_steps: float  # what the fullest module may still take before its clients are held
-    ppo_configs: dict[str, PPOConfig]
-    sac_configs: dict[str, Any]
-    force_on_policy: bool
-    device: str
     incarnation: str  # the learner actor's life: a new one means it restarted
 
 
@@ -248,14 +240,8 @@ class LearnerActor:
             self.service.change_config(changes)
         except ConfigRefused as exc:
             return exc
-        return self._configs()
-
-    def _configs(self) -> tuple[dict[str, PPOConfig], dict[str, Any]]:
-        modules = self.service.policies.trainable
-        return (
-            {m.module_id: self.service.module_ppo_config(m.module_id) for m in modules},
-            {m.module_id: self.service.module_sac_config(m.module_id) for m in modules},
-        )
+        status = self.service.status()
+        return status.ppo_configs, status.sac_configs
 
     def pid(self) -> int:
         """The actor's process id (benchmarks read its CPU time from /proc)."""
@@ -264,19 +250,11 @@ class LearnerActor:
     async def status(self) -> LearnerStatus:
         await self._ready()
         service = self.service
-        ppo_configs, sac_configs = self._configs()
+        status = service.status()
         return LearnerStatus(
+            **{field.name: getattr(status, field.name) for field in dataclasses.fields(status)},
             metrics=service.metrics,
-            leagues=service.leagues,
-            clients=service.clients,
-            pending_env_steps=service.pending_env_steps,
-            training_env_steps=service.training_env_steps,
-            training_in_progress=service.training_in_progress,
             must_wait=service.must_wait(),
             room_env_steps=service.room_env_steps,
-            ppo_configs=ppo_configs,
-            sac_configs=sac_configs,
-            force_on_policy=service.force_on_policy,
-            device=str(service.device),
             incarnation=self.incarnation,
         )

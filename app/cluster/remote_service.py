@@ -10,9 +10,10 @@ for training, the current version, metrics) so that a front-end is an ordinary g
   learner runs them in that order, so a wait for training comes after the experience it
   waits for;
 - versions are followed with `next_state` (one Ray object per version, fetched once here);
-- metrics, clients and the batch's state are a status the learner sends every
-  STATUS_INTERVAL_S and after every version: REST shows the whole gateway, slightly late;
-  each time, the front-end tells the learner which clients it has (`keep_only`).
+- metrics, clients, the batch's state and the hyperparameters are a status the learner
+  sends every STATUS_INTERVAL_S and after every version, held as it came (`status()`):
+  REST shows the whole gateway, slightly late; each time, the front-end tells the learner
+  which clients it has (`keep_only`).
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ from app.cluster.packed_chunks import Sent, pack
 from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import PolicySet
-from app.spaces.onnx_names import OUTPUT_NAME
+from app.training.interface import LearnerUnreachable
 from app.training.metrics import TrainingMetrics
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
 from app.training.registry import ClientInfo
-from app.training.service import LearnerUnreachable
+from app.training.status import TrainingStatus
 
 log = logging.getLogger("app.cluster")
 
@@ -78,10 +78,10 @@ class RemoteTrainingService:
         self._version_arrived = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._step_listeners: list[Callable[[], None]] = []
-        self._status: Any = None  # LearnerStatus
+        self._status: Any = None  # LearnerStatus (app/cluster/learner_actor.py)
         self._sent_since_status = 0  # env steps ingested here since the status was asked for
         self.metrics = TrainingMetrics(list(self.policies.modules))
-        self.leagues: dict[str, Any] = {}
+        self.adoption = None  # on Ray, the spaces a game declares are checked only (docs/ray.md)
 
     # -- Lifecycle ---------------------------------------------------------------------
 
@@ -152,7 +152,6 @@ class RemoteTrainingService:
             self._sent_since_status += sent
             raise
         self.metrics = self._status.metrics
-        self.leagues = self._status.leagues
         if self._status.incarnation != self._incarnation:  # the learner restarted: which calls ran is unknown
             log.warning("front-end %d: the learner restarted; numbering calls afresh", self.frontend)
             await self._say_hello()
@@ -196,16 +195,6 @@ class RemoteTrainingService:
             self._send_outbox()
         elif self._flush is None:
             self._flush = asyncio.get_running_loop().call_later(FLUSH_AFTER_S, self._send_outbox)
-
-    def curriculum_status(self) -> dict[str, dict[str, Any]]:
-        return {}  # Settings refuse curriculum lessons with ray_address
-
-    @property
-    def adoptable_modules(self) -> frozenset[str]:
-        return frozenset()  # on Ray, the spaces a game declares are checked only (docs/ray.md)
-
-    async def adopt_spaces(self, module_id: str, observation_space: Any, action_space: Any) -> bool:
-        return False
 
     def stop_training(self, module_id: str, reason: str) -> None:
         self._send_outbox()  # the experience before it still trains
@@ -269,53 +258,16 @@ class RemoteTrainingService:
         return list(self._states)
 
     @property
-    def clients(self) -> list[ClientInfo]:
-        """Every front-end's clients, as of the last status."""
-        return list(self._status.clients) if self._status is not None else []
-
-    @property
     def clients_here(self) -> list[ClientInfo]:
         """This front-end's clients, now (its connection limits count them)."""
         return list(self._here.values())
 
-    @property
-    def onnx_output_names(self) -> list[str]:
-        return [OUTPUT_NAME]
-
-    @property
-    def pending_env_steps(self) -> int:
-        return self._status.pending_env_steps
-
-    @property
-    def training_env_steps(self) -> int:
-        return self._status.training_env_steps
-
-    @property
-    def training_in_progress(self) -> bool:
-        return self._status.training_in_progress
-
-    @property
-    def force_on_policy(self) -> bool:
-        return self._status.force_on_policy
-
-    @property
-    def device(self) -> str:
-        return self._status.device
+    def status(self) -> TrainingStatus:
+        """The learner's, as of its last status (every STATUS_INTERVAL_S and after every
+        version): every front-end's clients, the whole gateway's progress."""
+        return self._status
 
     # -- Hyperparameters -------------------------------------------------------------------
-
-    @property
-    def ppo_config(self) -> PPOConfig:
-        return self.module_ppo_config(self.policies.default_module_id)
-
-    def module_ppo_config(self, module_id: str) -> PPOConfig:
-        return self._status.ppo_configs.get(module_id) or self.policies.modules[module_id].ppo
-
-    def module_sac_config(self, module_id: str) -> SACConfig | None:
-        return self._status.sac_configs.get(module_id)
-
-    def algorithm_of(self, module_id: str) -> str:
-        return "sac" if self._status.sac_configs.get(module_id) is not None else "ppo"
 
     def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> None:
         """Made by the learner, which checks them as a single gateway does (ConfigRefused);

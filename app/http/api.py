@@ -29,10 +29,10 @@ from app.http.rest_models import (
 )
 from app.settings.hyperparameters import DEFAULT_MODULE_ID
 from app.settings.policies import Module
-from app.training.interface import TrainingService
+from app.training.interface import LearnerUnreachable
 from app.training.module_configs import ConfigRefused
-from app.training.onnx_export import PolicyState
-from app.training.service import LearnerUnreachable
+from app.training.policy_state import PolicyState
+from app.training.status import TrainingStatus
 
 # Health stays open for liveness probes; everything else needs the token when auth is on.
 health_router = APIRouter(prefix="/api", tags=["gateway"])
@@ -47,21 +47,22 @@ def collect_metrics(gateway: Gateway) -> Metrics:
     loop (from `async def` routes), where the service changes: read from a worker thread,
     the counters could change halfway through and not add up."""
     service, traffic = gateway.service, gateway.traffic
+    status = service.status()
     snapshot = service.metrics.snapshot()
-    for module_id, league in service.leagues.items():
+    for module_id, league in status.leagues.items():
         snapshot["policies"][module_id]["elo"] = league.elo
         snapshot["policies"][module_id]["league_records"] = league.records.rows()
     clients: dict[str, int] = {"tcp": 0, "ws": 0}
-    for client in service.clients:
+    for client in status.clients:
         clients[client.transport] = clients.get(client.transport, 0) + 1
     serving = gateway.serving
     return Metrics(
         **snapshot,
         serving={**serving.metrics.snapshot(), "open_episode_steps": serving.open_episode_steps},
         env_steps_per_s=service.metrics.env_steps_per_s(),
-        pending_env_steps=service.pending_env_steps,
-        training_env_steps=service.training_env_steps,
-        training_in_progress=service.training_in_progress,
+        pending_env_steps=status.pending_env_steps,
+        training_env_steps=status.training_env_steps,
+        training_in_progress=status.training_in_progress,
         clients=clients,
         connections_total=dict(traffic.connections_total),
         frames_received=dict(traffic.frames_received),
@@ -70,7 +71,7 @@ def collect_metrics(gateway: Gateway) -> Metrics:
         bytes_sent=traffic.bytes_sent,
         uptime_s=time.monotonic() - traffic.started_at,
         env_params=service.current_state().env_params,
-        curriculum=service.curriculum_status(),
+        curriculum=status.curriculum,
     )
 
 
@@ -123,10 +124,10 @@ async def prometheus_metrics(gateway: Gateway = Depends(get_gateway)) -> Respons
 
 @router.get("/clients", response_model=list[Client], summary="Connected simulators")
 def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
-    return [Client.model_validate(client, from_attributes=True) for client in gateway.service.clients]
+    return [Client.model_validate(client, from_attributes=True) for client in gateway.service.status().clients]
 
 
-def module_training(service: TrainingService, module: Module) -> dict[str, Any]:
+def module_training(status: TrainingStatus, module: Module) -> dict[str, Any]:
     """What /api/config and /api/policies both say of a module: its spaces and how it trains."""
     return {
         "observation_space": module.observation_space,
@@ -135,13 +136,13 @@ def module_training(service: TrainingService, module: Module) -> dict[str, Any]:
         "opponent_of": module.opponent_of,
         "algorithm": module.algorithm,
         "action_masking": module.action_masking,
-        "ppo": service.module_ppo_config(module.module_id) if module.trainable else None,
-        "sac": service.module_sac_config(module.module_id) if module.trainable else None,
+        "ppo": status.module_ppo_config(module.module_id) if module.trainable else None,
+        "sac": status.module_sac_config(module.module_id) if module.trainable else None,
     }
 
 
 def current_config(gateway: Gateway) -> GatewayConfig:
-    settings, service, policies = gateway.settings, gateway.service, gateway.policies
+    settings, status, policies = gateway.settings, gateway.service.status(), gateway.policies
     derived = {
         "onnx_output_names", "ppo", "policies", "policy_mapping", "limits", "auth_enabled", "tls_enabled",
         "force_on_policy", "device", "observation_space", "action_space",
@@ -150,12 +151,12 @@ def current_config(gateway: Gateway) -> GatewayConfig:
         observation_space=policies.default.observation_space,  # adopted from a game, if it declared them
         action_space=policies.default.action_space,
         **settings.model_dump(include=set(GatewayConfig.model_fields) - derived),
-        force_on_policy=service.force_on_policy,
-        device=str(service.device),
-        onnx_output_names=service.onnx_output_names,
-        ppo=service.ppo_config,
+        force_on_policy=status.force_on_policy,
+        device=status.device,
+        onnx_output_names=status.onnx_output_names,
+        ppo=status.ppo_config,
         policies={
-            module.module_id: PolicyConfigView(**module_training(service, module), self_play=module.self_play)
+            module.module_id: PolicyConfigView(**module_training(status, module), self_play=module.self_play)
             for module in policies.modules.values()
         },
         policy_mapping=policies.mapping,
@@ -193,13 +194,14 @@ def get_config(gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
 )
 def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) -> GatewayConfig:
     service = gateway.service
+    status = service.status()
     if unknown := [module_id for module_id in patch.policies if module_id not in gateway.policies.modules]:
         modules = ", ".join(gateway.policies.modules)
         raise HTTPException(status_code=404, detail=f"no module {', '.join(map(repr, unknown))}; modules: {modules}")
     changes = []  # (where in the body, module, algorithm, its changes)
     for algorithm in ("ppo", "sac"):
         if (everyone := getattr(patch, algorithm)) is not None:
-            modules = [m.module_id for m in gateway.policies.trainable if service.algorithm_of(m.module_id) == algorithm]
+            modules = [m.module_id for m in gateway.policies.trainable if status.algorithm_of(m.module_id) == algorithm]
             if not modules:
                 raise HTTPException(status_code=409, detail=f"no module trains with {algorithm}: there is nothing to change")
             changes += [(["body", algorithm], module_id, algorithm, everyone.changes()) for module_id in modules]
@@ -281,15 +283,15 @@ def onnx_response(gateway: Gateway, module_id: str, version: int | None, if_none
 async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]:
     service = gateway.service
     metrics = collect_metrics(gateway).policies
-    published = service.current_state()
+    published, status = service.current_state(), service.status()
     listed = []
     for module in gateway.policies.modules.values():
-        league = service.leagues.get(module.module_id)
+        league = status.leagues.get(module.module_id)
         listed.append(
             Policy(
                 module_id=module.module_id,
                 action_distribution=module.action_distribution,
-                **module_training(service, module),
+                **module_training(status, module),
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
                 **{
                     **metrics[module.module_id].model_dump(),

@@ -32,10 +32,11 @@ import numpy as np
 import orjson
 
 from app.experience import ChunkBlock, ChunkBlocks
+from app.numeric_checks import EXACT_LIMIT_SQUARED, as_array, fast_floats
 from app.rllink.json_arrays import loads_with_arrays
-from app.schemas import EXACT_LIMIT_SQUARED, MAX_WEIGHTS_SEQ_NO, EpisodeChunk, as_array, fast_floats, num_dist_inputs
+from app.schemas import MAX_WEIGHTS_SEQ_NO, EpisodeChunk
 from app.settings.policies import UnknownModule, indices_by_module
-from app.spaces.models import BoxSpace, DiscreteSpace
+from app.spaces.models import BoxSpace, DiscreteSpace, num_dist_inputs
 
 try:  # compiled at set-up (setup.py); without a C compiler, pack's own path does the same work slower
     from app.rllink import _columns as compiled

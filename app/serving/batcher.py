@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from app.settings.policies import Module
 from app.spaces.models import ActionSpace, BoxSpace, MultiDiscreteSpace
-from app.training.onnx_export import PolicyState
+from app.training.policy_state import PolicyState
 from app.training.policy_store import PolicySetState
 from rllink.action_dists import actions_logp, sample_actions
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.schemas import ActionRequests, check_action_mask, check_image_values
+from app.numeric_checks import check_action_mask, check_image_values
+from app.schemas import ActionRequests
 from app.settings.policies import Module
 from app.spaces.models import DiscreteSpace, MultiDiscreteSpace, num_logits
 from rllink.errors import ErrorCode, ProtocolError

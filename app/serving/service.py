@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.numeric_checks import FLOAT32_MAX, mask_allows
 from app.schemas import (
-    FLOAT32_MAX,
     Action,
     EndEpisode,
     EpisodeChunk,
@@ -37,7 +37,6 @@ from app.schemas import (
     LogAction,
     LogReturns,
     StartEpisode,
-    mask_allows,
 )
 from app.serving.batcher import ActionBatcher
 from app.serving.checks import check_mask, check_obs, env_actions, group_masks, group_obs, logged_action, refusal, stack_masks

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from app.schemas import FLOAT32_MAX
+from app.numeric_checks import FLOAT32_MAX
 
 INITIAL_SLOTS = 8
 INITIAL_STEPS = 16  # actions a slot has room for before the table grows (doubling)

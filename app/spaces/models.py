@@ -162,5 +162,23 @@ def is_discrete(space: ActionSpace) -> bool:
     """Chosen from logits (Discrete, MultiDiscrete), not from a Gaussian."""
     return isinstance(space, (DiscreteSpace, MultiDiscreteSpace))
 
+
+def num_dist_inputs(action_space: ActionSpace) -> int:
+    """Width of one step's `action_dist_inputs`: n logits for Discrete(n), sum(nvec) for a
+    MultiDiscrete, a mean and a log_std per dimension for a Box (as
+    app.training.policy.ActorCritic outputs them)."""
+    if is_discrete(action_space):
+        return num_logits(action_space)
+    return 2 * action_space.flat_dim
+
+
+def dist_inputs_layout(action_space: ActionSpace) -> str:
+    """What one step's `action_dist_inputs` hold, in words (for error messages)."""
+    if isinstance(action_space, DiscreteSpace):
+        return f"{action_space.n} logits for Discrete({action_space.n})"
+    if isinstance(action_space, MultiDiscreteSpace):
+        return f"{num_logits(action_space)} logits, each sub-action's in turn, for MultiDiscrete({list(action_space.nvec)})"
+    return f"a mean and a log_std for each of the Box's {action_space.flat_dim} dimensions"
+
 CARTPOLE_OBSERVATION_SPACE = BoxSpace(shape=(4,))
 CARTPOLE_ACTION_SPACE = DiscreteSpace(n=2)

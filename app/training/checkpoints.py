@@ -25,7 +25,6 @@ from app.settings.config import Settings
 
 CHECKPOINT_FILE = "policy.pt"
 ADOPTED_SPACES_FILE = "adopted_spaces.json"  # the spaces a game gave the default module
-CURRICULUM_FILE = "curriculum.json"  # the env_params lessons, in checkpoint_dir beside the modules' folders
 TEMPORARY_FILES = "*.tmp"  # write_atomically's, until each replaces its file
 ORPHAN_AGE_S = 60.0  # a save takes milliseconds: a temporary file this old was left by a crash
 
@@ -119,21 +118,10 @@ def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
     return int(data["weights_seq_no"])
 
 
-def save_curriculum(directory: Path, state: dict[str, Any]) -> None:
-    """The curriculum's lessons (Curriculum.state), atomically, in `directory` (the checkpoint_dir)."""
-    _save_json(directory / CURRICULUM_FILE, state)
-
-
-def load_curriculum(directory: Path) -> dict[str, Any] | None:
-    """The lessons save_curriculum wrote, or None if none were saved. Raises ValueError
-    if the file is damaged."""
-    return _load_json(directory / CURRICULUM_FILE)
-
-
 def save_adopted_spaces(directory: Path, spaces: dict[str, Any]) -> None:
     """The spaces the default module adopted from a game ({observation_space, action_space}
     as JSON), in `directory` (the checkpoint_dir): a restart builds the module with them."""
-    _save_json(directory / ADOPTED_SPACES_FILE, spaces)
+    save_json(directory / ADOPTED_SPACES_FILE, spaces)
 
 
 def with_adopted_spaces(settings: Settings) -> Settings:
@@ -149,7 +137,7 @@ def with_adopted_spaces(settings: Settings) -> Settings:
 def adopted_spaces(directory: Path) -> dict[str, Any] | None:
     """The spaces save_adopted_spaces wrote in `directory`, as the settings' values, or None.
     Raises ValueError (damaged file, spaces the settings refuse) naming the file."""
-    spaces = _load_json(directory / ADOPTED_SPACES_FILE)
+    spaces = load_json(directory / ADOPTED_SPACES_FILE)
     if spaces is None:
         return None
     adopted = {}
@@ -161,7 +149,8 @@ def adopted_spaces(directory: Path) -> dict[str, Any] | None:
     return adopted
 
 
-def _save_json(path: Path, state: dict[str, Any]) -> None:
+def save_json(path: Path, state: dict[str, Any]) -> None:
+    """A JSON object, atomically (the curriculum's lessons, a game's adopted spaces)."""
     data = orjson.dumps(state)
 
     def write(f: IO[bytes]) -> None:
@@ -170,8 +159,8 @@ def _save_json(path: Path, state: dict[str, Any]) -> None:
     write_atomically(path, write)
 
 
-def _load_json(path: Path) -> dict[str, Any] | None:
-    """A JSON object a `_save_json` wrote, or None if there is none; ValueError if damaged."""
+def load_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object a `save_json` wrote, or None if there is none; ValueError if damaged."""
     if not path.exists():
         return None
     try:

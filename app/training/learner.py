@@ -23,8 +23,9 @@ from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_jso
 from app.training.batch import build_batch
 from app.training.behavior_cloning import BCSchedule, Demonstrations, bc_pretrain
 from app.training.checkpoints import Checkpointed
-from app.training.onnx_export import PolicyState, policy_state
+from app.training.onnx_export import policy_state
 from app.training.policy import ActorCritic, RewardScaler
+from app.training.policy_state import PolicyState
 from app.training.ppo import ppo_update
 from app.training.symmetries import Symmetries
 

@@ -21,7 +21,7 @@ from app.settings.policies import Module, PolicySet
 from app.training.demos import load_demos
 from app.training.device import resolve_device
 from app.training.learner import Learner
-from app.training.onnx_export import PolicyState
+from app.training.policy_state import PolicyState
 from app.training.sac_learner import SACLearner
 
 log = logging.getLogger("app.training")

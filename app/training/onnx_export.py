@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -25,6 +24,7 @@ from app.spaces.models import IMAGE_MAX, MultiDiscreteSpace
 from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, NOISE_FREE_OUTPUT, OUTPUT_NAME
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy import ActorCritic
+from app.training.policy_state import PolicyState, set_state_payload
 from app.training.sac import GSDE_VARIANCE_EPS, LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
 from app.training.sac_discrete import CategoricalActor
 from rllink.action_dists import MASK_PENALTY
@@ -32,7 +32,6 @@ from rllink.action_dists import MASK_PENALTY
 OPSET = 13
 IR_VERSION = 7
 BATCH_AXIS = "batch"
-GZIP_LEVEL = 1  # float weights barely compress: level 9 saves <0.5 % and is slower
 GSDE_EXPLORING_NOTE = (
     "gsde: this version's exploration noise features(s) @ theta is in the mean and the log std is small; "
     f"output {NOISE_FREE_OUTPUT} is the same without the noise (evaluation episodes play its mode); "
@@ -309,15 +308,6 @@ def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> 
     return result.SerializeToString()
 
 
-@dataclass(frozen=True)
-class PolicyState:
-    """One published policy version, exported once and served to every client as is."""
-
-    weights_seq_no: int
-    onnx_bytes: bytes  # the policy: REST, model files, thin clients, snapshots
-    onnx_gzip_b64: str  # SET_STATE's `onnx_file`: the same model, or a gSDE actor's exploring one
-
-
 def policy_state(
     policy: Actor,
     weights_seq_no: int,
@@ -334,11 +324,6 @@ def policy_state(
     return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(played))
 
 
-def set_state_payload(onnx_bytes: bytes) -> str:
-    """SET_STATE's `onnx_file`: base64 of the gzip-compressed ONNX bytes."""
-    return base64.b64encode(gzip.compress(onnx_bytes, compresslevel=GZIP_LEVEL)).decode("ascii")
-
-
 def load_payload(onnx_file: str) -> onnx.ModelProto:
-    """Inverse of `set_state_payload`, for tests and clients written in Python."""
+    """Inverse of `set_state_payload` (app/training/policy_state.py), for tests and clients written in Python."""
     return onnx.load_from_string(gzip.decompress(base64.b64decode(onnx_file)))

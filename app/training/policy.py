@@ -15,8 +15,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from app.schemas import num_dist_inputs
-from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_logits
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_dist_inputs, num_logits
 from app.training.encoders import ObservationEncoder
 from rllink.action_dists import MASK_PENALTY
 

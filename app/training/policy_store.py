@@ -9,7 +9,7 @@ from functools import cached_property
 
 from app.schemas import SetState
 from app.settings.env_params import EnvParamValue
-from app.training.onnx_export import PolicyState
+from app.training.policy_state import PolicyState
 
 KEPT_VERSIONS = 10  # recent versions kept for download (GET /api/model.onnx?version=)
 

@@ -22,7 +22,8 @@ from app.experience import ChunkBlock
 from app.settings.hyperparameters import SACConfig
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
 from app.training.checkpoints import Checkpointed
-from app.training.onnx_export import PolicyState, policy_state
+from app.training.onnx_export import policy_state
+from app.training.policy_state import PolicyState
 from app.training.replay import ReplayBuffer
 from app.training.sac import SAC, SquashedGaussianActor
 from app.training.sac_discrete import DiscreteSAC

@@ -54,7 +54,8 @@ from typing import Any
 import numpy as np
 
 from app.settings.hyperparameters import SelfPlayConfig
-from app.training.onnx_export import PolicyState, set_state_payload, uniform_policy
+from app.training.onnx_export import uniform_policy
+from app.training.policy_state import PolicyState, set_state_payload
 
 SCORES = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 OUTCOMES = ("win", "draw", "loss")
