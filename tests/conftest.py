@@ -1,4 +1,5 @@
-"""Fixtures only; what they are built on (and what tests import) is in tests/helpers.py."""
+"""Fixtures, and the order the files run in; what fixtures are built on (and what tests
+import) is in tests/helpers.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from .helpers import RunningGateway, gateway_settings, in_process, running_gateway
+
+SLOW_MARKS = ("slow", "e2e", "browser")  # a test that starts processes, trains or drives a browser
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files with the most slow tests first, each file's tests in their order: pytest-xdist
+    hands out whole files in this order (`--dist loadfile`), so the long ones start at once and
+    the short ones fill in at the end, instead of one worker finishing a long file alone."""
+    slow_tests: dict[Path, int] = {}
+    for item in items:
+        slow = any(item.get_closest_marker(mark) for mark in SLOW_MARKS)
+        slow_tests[item.path] = slow_tests.get(item.path, 0) + slow
+    files = {path: place for place, path in enumerate(sorted(slow_tests, key=lambda path: -slow_tests[path]))}
+    items.sort(key=lambda item: files[item.path])  # stable: a file's own order is kept
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.behavior_cloning import demo_nll
-from app.training.demos import load_demos
+from app.training.demos import DemoFileError, load_demos
 from app.training.learner import Learner
 from rllink_clients.gym_client import RunResult, run
 from rllink_clients.rllink_client import RLlinkClient
@@ -117,20 +117,9 @@ def a_chunk(demos: Path, **changes: object) -> str:
     return json.dumps({**json.loads(demos.read_text().splitlines()[1]), **changes})
 
 
-@pytest.mark.parametrize(
-    ("line_3", "problem"),
-    [
-        ('{"obs": [[0.1, 0.2], [0.3', "not JSON"),
-        ("three observations", "obs: each observation must have shape [2], got [3]"),
-        ("an unknown module", "no_such_module"),
-    ],
-)
-def test_a_bad_demo_file_refuses_the_start_in_one_line(tmp_path: Path, mountain_car_demos: Path, line_3: str, problem: str) -> None:
-    if line_3 == "three observations":
-        line_3 = a_chunk(mountain_car_demos, obs=[[0.0, 0.0, 0.0]] * (len(json.loads(a_chunk(mountain_car_demos))["obs"])))
-    elif line_3 == "an unknown module":
-        line_3 = a_chunk(mountain_car_demos, module_id="no_such_module")
-    bad = bad_line(mountain_car_demos, tmp_path, line_3)
+def test_a_bad_demo_file_refuses_the_start_in_one_line(tmp_path: Path, mountain_car_demos: Path) -> None:
+    """Through the command line: one line, exit 2, nothing saved (the next start pre-trains on the fixed file)."""
+    bad = bad_line(mountain_car_demos, tmp_path, '{"obs": [[0.1, 0.2], [0.3')
     done = subprocess.run(
         [sys.executable, "-m", "app", "--http-port", "0", "--tcp-port", "0", "--checkpoint-dir", str(tmp_path / "ck"),
          *MOUNTAIN_CAR, "--demos", str(bad)],
@@ -139,8 +128,29 @@ def test_a_bad_demo_file_refuses_the_start_in_one_line(tmp_path: Path, mountain_
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if "cannot start" in line]
     assert len(errors) == 1, done.stderr
-    assert f"demos file {bad}, line 3: " in errors[0] and problem in errors[0], errors[0]
-    assert not (tmp_path / "ck").exists()  # nothing saved: the next start pre-trains on the fixed file
+    assert f"demos file {bad}, line 3: not JSON" in errors[0], errors[0]
+    assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize(
+    ("line_3", "problem"),
+    [
+        ("three observations", "obs: each observation must have shape [2], got [3]"),
+        ("an unknown module", "no_such_module"),
+    ],
+)
+def test_a_bad_demo_chunk_is_named_by_line_and_problem(tmp_path: Path, mountain_car_demos: Path, line_3: str, problem: str) -> None:
+    """What the start-up above says for a chunk that does not fit the modules (load_demos, which it calls)."""
+    if line_3 == "three observations":
+        line_3 = a_chunk(mountain_car_demos, obs=[[0.0, 0.0, 0.0]] * (len(json.loads(a_chunk(mountain_car_demos))["obs"])))
+    else:
+        line_3 = a_chunk(mountain_car_demos, module_id="no_such_module")
+    bad = bad_line(mountain_car_demos, tmp_path, line_3)
+    policies = PolicySet.from_settings(Settings(observation_space={"type": "box", "shape": [2]}, action_space={"type": "discrete", "n": 3}))
+    with pytest.raises(DemoFileError) as refused:
+        load_demos(bad, policies)
+    assert str(refused.value).startswith(f"demos file {bad}, line 3: ") and problem in str(refused.value), refused.value
+    assert "\n" not in str(refused.value)
 
 
 def test_demos_settings_name_trained_ppo_modules(tmp_path: Path) -> None:
