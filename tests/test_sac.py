@@ -269,6 +269,9 @@ def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(
     assert version == 4  # 1,000 owed gradient steps in versions of 250
 
 
+EPISODES_SENT = 40  # 8,000 env steps: random play about -1,200, the policy below -800 after them
+
+
 @pytest.mark.e2e
 def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
     """A client faster than the learner sends EPISODES (no reply) and never waits: its data
@@ -280,7 +283,7 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
         config = client.request({"type": "GET_CONFIG"})
         policy_of = lambda state: OnnxPolicy(state, "obs", config["action_space"], rng, config["action_distribution"])  # noqa: E731
         policy = policy_of(client.request({"type": "GET_STATE"}))
-        for episode in range(75):  # 15,000 env steps
+        for episode in range(EPISODES_SENT):
             obs, _ = env.reset(seed=episode)
             chunk = {"obs": [obs.tolist()], "actions": [], "rewards": [], "is_terminated": False, "is_truncated": True}
             for _ in range(200):
@@ -304,7 +307,8 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
         returns.append(total)
     # How far the client ran ahead of the learner depends on the machine (under load in CI it
     # barely did); what must hold is that every step was trained and the policy learned.
-    assert trained == 15_000
+    print(f"greedy returns after {trained} env steps: {np.round(returns)}")
+    assert trained == 200 * EPISODES_SENT
     assert np.mean(returns) > -800, returns  # random play: about -1,200
 
 
