@@ -158,9 +158,9 @@ def run_ingest(gateway, config: dict, frames: list[bytes], seconds: float) -> di
 
 def core_policies():
     """The gateway's module set for the in-process core: `cart`, agents `cart_*`."""
-    from app.settings.hyperparameters import PPOConfig
     from app.settings.policies import Module, PolicySet
     from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
+    from app.training.algorithms.ppo.config import PPOConfig
 
     return PolicySet([Module(MODULE_ID, CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE, PPOConfig())], {"cart_*": MODULE_ID})
 

@@ -2,7 +2,7 @@
 
     python bench/sac_step.py [cpu:1:300 cpu:2:300 cuda:1:2000 ...]   (device:threads:steps)
 
-The gateway's SAC learner (app/training/sac_learner.py) with 17 observations, 6 bounded
+The gateway's SAC learner (app/training/algorithms/sac/learner.py) with 17 observations, 6 bounded
 actions, 256x256 networks and batches of 256 (bench/learn_suite.py's HalfCheetah-v5
 settings), its replay buffer holding 1,000 random transitions: after 20 warm-up steps,
 the wall time of `steps` calls of its update (sampling the batch included), synchronised
@@ -22,9 +22,9 @@ import torch
 
 from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
-from app.settings.hyperparameters import SACConfig
 from app.spaces.models import BoxSpace
-from app.training.sac_learner import SACLearner
+from app.training.algorithms.sac.config import SACConfig
+from app.training.algorithms.sac.learner import SACLearner
 
 TRANSITIONS = 1000
 WARM_UP = 20

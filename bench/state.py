@@ -31,8 +31,9 @@ from _common import emit, percentile, rounded  # noqa: E402
 from app.rllink.protocol import decode_body, encode_message  # noqa: E402
 from app.schemas import SetState  # noqa: E402
 from app.settings.config import Settings  # noqa: E402
-from app.training.learner import Learner  # noqa: E402
-from app.training.onnx_export import export_onnx, load_payload, policy_state  # noqa: E402
+from app.training.algorithms.ppo.learner import PPOLearner  # noqa: E402
+from app.training.algorithms.ppo.onnx_head import export_onnx, policy_state  # noqa: E402
+from app.training.onnx_export import load_payload  # noqa: E402
 from app.training.policy_state import GZIP_LEVEL  # noqa: E402
 from rllink.framing import Encoding
 
@@ -45,7 +46,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="rllink-bench-") as tmp:
         settings = Settings(checkpoint_dir=Path(tmp) / "checkpoints", _cli_parse_args=False)
-        learner = Learner(
+        learner = PPOLearner(
             settings.ppo, settings.observation_space, settings.action_space,
             seed=settings.seed, checkpoint_dir=settings.checkpoint_dir, onnx_input_name=settings.onnx_input_name,
         )

@@ -15,11 +15,11 @@ import torch
 from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
-from app.training.learner import Learner
-from app.training.onnx_export import export_onnx
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.learner import PPOLearner
+from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.policy import ActorCritic
 from rllink.action_dists import sample_actions
 from rllink_clients.choice_envs import MASKED_PICK_ENV_ID, TWO_TARGETS_ENV_ID
@@ -254,7 +254,7 @@ def test_ppo_trains_on_the_masked_distribution_the_actions_were_sampled_from(tmp
     # is exactly 1 (approx_kl 0) only if it, too, applies the chunk's masks; its entropy is
     # the masked policy's, at most log(3) with 3 of 6 actions allowed.
     cfg = PPOConfig(learning_rate=1e-12, update_epochs=1, minibatch_size=64, normalize_obs=False, normalize_reward=False)
-    learner = Learner(cfg, BoxSpace(shape=(12,)), DiscreteSpace(n=6), seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs",
+    learner = PPOLearner(cfg, BoxSpace(shape=(12,)), DiscreteSpace(n=6), seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs",
                       action_masking=True)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(65, 12)).astype(np.float32) * 3

@@ -92,7 +92,7 @@ def test_patch_config_changes_hyperparameters_live(gateway, http):
     assert response.json()["ppo"]["learning_rate"] == 0.0123
     assert http.get("/api/config").json()["ppo"]["ent_coef"] == 0.02
     train_once(gateway)  # the next training step uses them
-    assert gateway.service.status().ppo_config.learning_rate == 0.0123
+    assert gateway.service.status().default_config.learning_rate == 0.0123
 
 
 @pytest.mark.parametrize(

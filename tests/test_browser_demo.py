@@ -25,8 +25,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.settings.hyperparameters import DEFAULT_MODULE_ID, PPOConfig
-from app.training.learner import Learner
+from app.settings.hyperparameters import DEFAULT_MODULE_ID
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.learner import PPOLearner
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page, open_page, start_training
 from .helpers import gateway_settings, running_gateway
@@ -233,7 +234,7 @@ def test_model_downloaded_from_the_rest_api_runs_in_the_browser_like_the_torch_p
         output_names = gateway.service.status().onnx_output_names
 
     # The gateway's torch policy at that version, as it checkpointed it after training.
-    learner = Learner(
+    learner = PPOLearner(
         settings.ppo, settings.observation_space, settings.action_space, seed=1,
         checkpoint_dir=settings.checkpoint_dir / DEFAULT_MODULE_ID, onnx_input_name=settings.onnx_input_name,
     )

@@ -25,9 +25,9 @@ from app.rllink.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, lo
 from app.rllink.json_arrays import loads_with_arrays
 from app.rllink.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, EpisodeChunk, checked_chunk
-from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import Module, PolicySet, UnknownModule
 from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
 
 from .helpers import FUZZ
 

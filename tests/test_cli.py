@@ -16,9 +16,9 @@ from pydantic_settings import SettingsError
 from websockets.sync.client import connect
 
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig
 from app.settings.logs import redact
 from app.startup.cli import parse_command_line
+from app.training.algorithms.ppo.config import PPOConfig
 
 from .gateway_process import PING, PONG, ROOT, gateway_process
 from .helpers import frame, wait_until

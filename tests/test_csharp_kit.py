@@ -63,11 +63,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.demos import DemoFileError, load_demos
-from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
 from .gateway_process import gateway_process

@@ -23,12 +23,12 @@ from pydantic import ValidationError
 from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.learner import PPOLearner
 from app.training.behavior_cloning import demo_nll
 from app.training.demos import DemoFileError, load_demos
-from app.training.learner import Learner
 from rllink_clients.gym_client import RunResult, run
 from rllink_clients.rllink_client import RLlinkClient
 from tests.gateway_process import ROOT, GatewayProcess, gateway_process
@@ -236,7 +236,7 @@ def test_the_bc_loss_pulls_a_ppo_update_towards_the_demonstrated_actions(tmp_pat
     policies = PolicySet.from_settings(Settings(observation_space=BoxSpace(shape=(2,)), action_space=DiscreteSpace(n=3)))
     batch = [random_play_chunk(policies, 200)]
     learners = [
-        Learner(PPOConfig(), BoxSpace(shape=(2,)), DiscreteSpace(n=3), seed=0, checkpoint_dir=tmp_path / name, onnx_input_name="obs")
+        PPOLearner(PPOConfig(), BoxSpace(shape=(2,)), DiscreteSpace(n=3), seed=0, checkpoint_dir=tmp_path / name, onnx_input_name="obs")
         for name in ("with_bc", "without")
     ]
     demos = learners[0].demonstrations(load_demos(mountain_car_demos, policies))

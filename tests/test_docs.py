@@ -105,7 +105,7 @@ def test_the_site_builds_strictly(tmp_path):
 
 
 # Every file of the repository that the docs, the READMEs and the Python files' docstrings and
-# comments name (`app/training/ppo.py`, `tests/helpers.py`, `static/`) exists, and so does every
+# comments name (`app/training/algorithms/ppo/loss.py`, `tests/helpers.py`, `static/`) exists, and so does every
 # module named by its dotted name (`app.transport.tcp`, `rllink.action_dists`).
 PROSE = [*PAGES, *sorted(ROOT.glob("clients/*/README.md"))]
 PYTHON_FOLDERS = ("app", "bench", "clients/python", "docs", "scripts", "tests")

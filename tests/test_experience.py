@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from app.experience import ChunkBlock, ChunkBlocks, blocks_of, merged
 from app.schemas import ARRAY_FIELDS, EpisodeChunk
-from app.training.replay import ReplayBuffer
+from app.training.algorithms.sac.replay import ReplayBuffer
 
 MODULE = "default_policy"
 

@@ -309,7 +309,7 @@ def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes_in_godot4(p
     import torch
 
     from app.spaces.models import BoxSpace, DiscreteSpace
-    from app.training.onnx_export import export_onnx
+    from app.training.algorithms.ppo.onnx_head import export_onnx
     from app.training.policy import ActorCritic
 
     torch.manual_seed(0)
@@ -332,9 +332,9 @@ def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes_in_godot4(p
 
 @needs_godot4
 def test_heuristic_masked_pick_play_is_recorded_without_a_gateway_and_loads_in_godot4(project, tmp_path):
-    from app.settings.hyperparameters import PPOConfig
     from app.settings.policies import Module, PolicySet
     from app.spaces.models import BoxSpace, DiscreteSpace
+    from app.training.algorithms.ppo.config import PPOConfig
     from app.training.demos import load_demos
 
     demos = tmp_path / "masked_pick.jsonl"

@@ -48,11 +48,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.demos import load_demos
-from app.training.onnx_export import export_onnx
 from app.training.policy import ActorCritic
 
 from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, running_gateway, wait_until
@@ -318,7 +318,8 @@ def _models() -> dict[str, tuple[bytes, list[int]]]:
     with a drawn noise, and a second output without it)."""
     import torch
 
-    from app.training.sac import SquashedGaussianActor
+    from app.training.algorithms.sac.networks import SquashedGaussianActor
+    from app.training.algorithms.sac.onnx_head import export_onnx as export_sac_onnx
 
     torch.manual_seed(0)
     cartpole_policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=2), (64, 64))
@@ -332,8 +333,8 @@ def _models() -> dict[str, tuple[bytes, list[int]]]:
     return {
         "cartpole": (export_onnx(cartpole_policy, 3), [4]),
         "box": (export_onnx(box_policy, 4, input_name="onnx::Gemm_0"), [2, 3]),
-        "sac": (export_onnx(sac_actor, 5), [3]),
-        "gsde_exploring": (export_onnx(gsde_actor, 5, exploration_noise=theta), [3]),
+        "sac": (export_sac_onnx(sac_actor, 5), [3]),
+        "gsde_exploring": (export_sac_onnx(gsde_actor, 5, exploration_noise=theta), [3]),
     }
 
 

@@ -14,7 +14,7 @@ import torch
 from app.settings.config import Settings
 from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.startup.cli import parse_command_line
-from app.training.onnx_export import export_onnx
+from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.policy import ActorCritic
 from rllink_clients.gym_client import run
 from rllink_clients.pixel_envs import PIXEL_GRID_DICT_ENV_ID, PIXEL_GRID_ENV_ID

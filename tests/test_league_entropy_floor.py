@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig
-from app.settings.policies import SELF_PLAY_ENTROPY_FLOOR, PolicySet
+from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.algorithms.ppo.config import SELF_PLAY_ENTROPY_FLOOR, PPOConfig
+from app.training.algorithms.ppo.loss import ppo_update
 from app.training.batch import Batch
 from app.training.policy import ActorCritic
-from app.training.ppo import ppo_update
 
 STEPS = 256
 MOVES = 9
@@ -66,5 +66,5 @@ def test_a_self_play_learner_gets_the_floor_unless_it_sets_one(tmp_path):
     }
     settings = Settings(policies=policies, checkpoint_dir=tmp_path)
     modules = PolicySet.from_settings(settings).modules
-    assert modules["learner"].ppo.entropy_floor == SELF_PLAY_ENTROPY_FLOOR
-    assert modules["tuned"].ppo.entropy_floor == 0.0 and modules["plain"].ppo.entropy_floor is None
+    assert modules["learner"].config.entropy_floor == SELF_PLAY_ENTROPY_FLOOR
+    assert modules["tuned"].config.entropy_floor == 0.0 and modules["plain"].config.entropy_floor is None

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.settings.hyperparameters import PPOConfig
+from app.training.algorithms.ppo.config import PPOConfig
 from app.training.learner_host import LEARNER_NICENESS
 from rllink_clients.gym_client import run
 

@@ -17,12 +17,13 @@ import torch
 from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import SACConfig
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from app.training.algorithms.sac.config import SACConfig
+from app.training.algorithms.sac.learner import SACLearner
+from app.training.algorithms.sac.networks import LOG_STD_MIN, SquashedGaussianActor
+from app.training.algorithms.sac.onnx_head import GSDE_EXPLORING_NOTE, export_onnx
 from app.training.checkpoints import CheckpointMismatch
-from app.training.onnx_export import GSDE_EXPLORING_NOTE, export_onnx, load_payload
-from app.training.sac import LOG_STD_MIN, SquashedGaussianActor
-from app.training.sac_learner import SACLearner
+from app.training.onnx_export import load_payload
 from app.training.service import LocalTrainingService
 from rllink.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
 from rllink_clients.gym_client import OnnxPolicy, run

@@ -11,10 +11,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from app.settings.hyperparameters import SACConfig
 from app.spaces.models import BoxSpace, DiscreteSpace
-from app.training.onnx_export import export_onnx
-from app.training.sac_discrete import CategoricalActor
+from app.training.algorithms.sac.config import SACConfig
+from app.training.algorithms.sac.discrete.networks import CategoricalActor
+from app.training.algorithms.sac.discrete.onnx_head import export_onnx
 from rllink_clients.gym_client import run
 
 from .helpers import gateway_settings, running_gateway, wait_until

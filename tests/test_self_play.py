@@ -8,7 +8,7 @@ import pytest
 
 from app.settings.hyperparameters import SelfPlayConfig
 from app.spaces.models import BoxSpace, DiscreteSpace
-from app.training.onnx_export import export_onnx
+from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.policy import ActorCritic
 from app.training.policy_state import PolicyState, set_state_payload
 from app.training.self_play import RANDOM, SNAPSHOT, Game, League, Opponent, expected_score

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from app.schemas import EpisodeChunk
 from app.serving.step_table import INITIAL_SLOTS, INITIAL_STEPS, StepTable
-from app.settings.hyperparameters import PPOConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
 from rllink_clients.trajectory import AgentTrajectory, PlayedAction
 
 OBS = BoxSpace(shape=(3,))

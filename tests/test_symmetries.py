@@ -16,8 +16,8 @@ import torch
 
 from app.settings.config import Settings
 from app.settings.hyperparameters import Symmetry
+from app.training.algorithms.ppo.symmetries import Symmetries
 from app.training.batch import Batch
-from app.training.symmetries import Symmetries
 from rllink_clients.gym_client import OnnxPolicy
 
 from .helpers import gateway_settings, running_gateway

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from app.spaces.models import BoxSpace, DiscreteSpace
-from app.training.onnx_export import OUTPUT_NAME, export_onnx, load_payload, policy_state
+from app.training.algorithms.ppo.onnx_head import export_onnx, policy_state
+from app.training.onnx_export import OUTPUT_NAME, load_payload
 from app.training.policy import ActorCritic
 from app.training.policy_state import set_state_payload
 

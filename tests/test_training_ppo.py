@@ -6,11 +6,11 @@ import math
 
 import torch
 
-from app.settings.hyperparameters import PPOConfig
 from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.loss import ppo_update
 from app.training.batch import Batch
 from app.training.policy import ActorCritic
-from app.training.ppo import ppo_update
 
 STATS = {"policy_loss", "vf_loss", "entropy", "approx_kl", "clip_frac", "explained_var"}
 

@@ -16,8 +16,9 @@ import torch
 
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import DEFAULT_MODULE_ID, PPOConfig
+from app.settings.hyperparameters import DEFAULT_MODULE_ID
 from app.settings.policies import PolicySet
+from app.training.algorithms.ppo.config import PPOConfig
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.onnx_export import load_payload
 from app.training.service import LocalTrainingService
@@ -292,7 +293,7 @@ async def test_checkpoint_of_another_architecture_is_refused_clearly(tmp_path):
 async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
     async with running(make_settings(tmp_path)) as service:
         service.change_config([(DEFAULT_MODULE_ID, "ppo", {"learning_rate": 0.0123, "ent_coef": 0.02})])
-        assert service.status().ppo_config.learning_rate == 0.0123
+        assert service.status().default_config.learning_rate == 0.0123
         await send_and_wait(service, service.connect("tcp", "a"), [chunk()])
         assert helpers.learner_of(service).optimizer.param_groups[0]["lr"] == 0.0123
         for bad, why in (({"learning_rate": -1}, "greater than 0"), ({"hidden_sizes": [8]}, "hidden_sizes cannot change"),
@@ -301,7 +302,7 @@ async def test_ppo_hyperparameters_change_from_the_next_step(tmp_path):
                 service.change_config([(DEFAULT_MODULE_ID, "ppo", {"ent_coef": 0.03}), (DEFAULT_MODULE_ID, "ppo", bad)])
         with pytest.raises(ValueError, match="trains with ppo, not sac"):
             service.change_config([(DEFAULT_MODULE_ID, "sac", {"tau": 0.01})])
-        assert service.status().ppo_config.learning_rate == 0.0123 and service.status().ppo_config.ent_coef == 0.02  # all or none
+        assert service.status().default_config.learning_rate == 0.0123 and service.status().default_config.ent_coef == 0.02  # all or none
 
 
 async def test_stop_releases_waiters_and_saves(tmp_path):

@@ -232,16 +232,16 @@ class LearnerActor:
                 del self._state_refs[old]
         return state.weights_seq_no, [ref]
 
-    async def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> tuple[dict, dict] | Exception:
+    async def change_config(self, changes: list[tuple[str, str, dict[str, Any]]]) -> dict | Exception:
         """PATCH /api/config on a front-end: the changes made as a single gateway makes them;
-        the modules' hyperparameters now (PPO's, SAC's), or the ConfigRefused to raise."""
+        the modules' algorithms and hyperparameters now (TrainingStatus.configs), or the ConfigRefused to raise."""
         await self._ready()
         try:
             self.service.change_config(changes)
         except ConfigRefused as exc:
             return exc
         status = self.service.status()
-        return status.ppo_configs, status.sac_configs
+        return status.configs
 
     def pid(self) -> int:
         """The actor's process id (benchmarks read its CPU time from /proc)."""

@@ -279,6 +279,5 @@ class RemoteTrainingService:
             raise LearnerUnreachable(f"the learner did not answer ({type(exc).__name__}); try again") from None
         if isinstance(result, Exception):
             raise result
-        ppo_configs, sac_configs = result
-        self._status = dataclasses.replace(self._status, ppo_configs=ppo_configs, sac_configs=sac_configs)
+        self._status = dataclasses.replace(self._status, configs=result)
 

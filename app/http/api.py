@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.routing import compile_path
 
 from app.gateway import Gateway
@@ -27,8 +28,10 @@ from app.http.rest_models import (
     PolicyConfigView,
     SelfPlayStatus,
 )
+from app.settings.config import Settings
 from app.settings.hyperparameters import DEFAULT_MODULE_ID
-from app.settings.policies import Module
+from app.settings.policies import Module, hyperparameters
+from app.training.algorithms import ALGORITHMS
 from app.training.interface import LearnerUnreachable
 from app.training.module_configs import ConfigRefused
 from app.training.policy_state import PolicyState
@@ -127,7 +130,21 @@ def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
     return [Client.model_validate(client, from_attributes=True) for client in gateway.service.status().clients]
 
 
-def module_training(status: TrainingStatus, module: Module) -> dict[str, Any]:
+SHOWN_FOR_EVERY_MODULE = "ppo"  # its section is in every trainable module's REST view, as before there were others
+
+
+def hyperparameter_sections(settings: Settings, status: TrainingStatus, module: Module) -> dict[str, BaseModel | None]:
+    """A module's hyperparameters as REST shows them, a section per algorithm: the ones it trains
+    with now, under its algorithm's name; PPO's too for a module of another algorithm (the
+    settings' ones); None for the others and for a frozen opponent."""
+    sections: dict[str, BaseModel | None] = dict.fromkeys(ALGORITHMS)
+    if module.trainable:
+        sections[SHOWN_FOR_EVERY_MODULE] = hyperparameters(settings, SHOWN_FOR_EVERY_MODULE, module.module_id)
+        sections[status.algorithm_of(module.module_id)] = status.module_config(module.module_id)
+    return sections
+
+
+def module_training(settings: Settings, status: TrainingStatus, module: Module) -> dict[str, Any]:
     """What /api/config and /api/policies both say of a module: its spaces and how it trains."""
     return {
         "observation_space": module.observation_space,
@@ -136,8 +153,7 @@ def module_training(status: TrainingStatus, module: Module) -> dict[str, Any]:
         "opponent_of": module.opponent_of,
         "algorithm": module.algorithm,
         "action_masking": module.action_masking,
-        "ppo": status.module_ppo_config(module.module_id) if module.trainable else None,
-        "sac": status.module_sac_config(module.module_id) if module.trainable else None,
+        **hyperparameter_sections(settings, status, module),
     }
 
 
@@ -154,9 +170,9 @@ def current_config(gateway: Gateway) -> GatewayConfig:
         force_on_policy=status.force_on_policy,
         device=status.device,
         onnx_output_names=status.onnx_output_names,
-        ppo=status.ppo_config,
+        ppo=hyperparameter_sections(settings, status, policies.default)[SHOWN_FOR_EVERY_MODULE],
         policies={
-            module.module_id: PolicyConfigView(**module_training(status, module), self_play=module.self_play)
+            module.module_id: PolicyConfigView(**module_training(settings, status, module), self_play=module.self_play)
             for module in policies.modules.values()
         },
         policy_mapping=policies.mapping,
@@ -199,7 +215,7 @@ def patch_config(patch: ConfigPatch, gateway: Gateway = Depends(get_gateway)) ->
         modules = ", ".join(gateway.policies.modules)
         raise HTTPException(status_code=404, detail=f"no module {', '.join(map(repr, unknown))}; modules: {modules}")
     changes = []  # (where in the body, module, algorithm, its changes)
-    for algorithm in ("ppo", "sac"):
+    for algorithm in ALGORITHMS:
         if (everyone := getattr(patch, algorithm)) is not None:
             modules = [m.module_id for m in gateway.policies.trainable if status.algorithm_of(m.module_id) == algorithm]
             if not modules:
@@ -291,7 +307,7 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
             Policy(
                 module_id=module.module_id,
                 action_distribution=module.action_distribution,
-                **module_training(status, module),
+                **module_training(gateway.settings, status, module),
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
                 **{
                     **metrics[module.module_id].model_dump(),

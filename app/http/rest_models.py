@@ -8,8 +8,11 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.settings.env_params import EnvParam, EnvParamValue, Measure
-from app.settings.hyperparameters import PPOConfig, SACConfig, SelfPlayConfig
+from app.settings.hyperparameters import SelfPlayConfig
 from app.spaces.models import ObservationSpace, Space
+from app.training.algorithms import Algorithm
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.sac.config import SACConfig
 
 
 class Health(BaseModel):
@@ -277,8 +280,9 @@ class Policy(PolicyMetrics):
     action_distribution: str
     trainable: bool = Field(description="False for a frozen self-play opponent.")
     opponent_of: str | None = Field(description="For a self-play opponent: the module whose snapshots it plays.")
-    algorithm: Literal["ppo", "sac"] = Field(description="How it trains (an opponent: as its learner).")
+    algorithm: Algorithm = Field(description="How it trains (an opponent: as its learner).")
     action_masking: bool = Field(description="Its ONNX takes an action_mask input; chunks and GET_ACTION may carry one.")
+    # A section per algorithm of app/training/algorithms/ (api.py's hyperparameter_sections fills them).
     ppo: PPOConfig | None = Field(description="Its PPO hyperparameters (None for a frozen opponent).")
     sac: SACConfig | None = Field(None, description="Its SAC hyperparameters (a SAC module only).")
     self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
@@ -291,8 +295,9 @@ class PolicyConfigView(BaseModel):
     action_space: Space
     trainable: bool
     opponent_of: str | None
-    algorithm: Literal["ppo", "sac"]
+    algorithm: Algorithm
     action_masking: bool
+    # A section per algorithm of app/training/algorithms/ (api.py's hyperparameter_sections fills them).
     ppo: PPOConfig | None
     sac: SACConfig | None = None
     self_play: SelfPlayConfig | None
@@ -309,7 +314,7 @@ class GatewayConfig(BaseModel):
     )
     env_steps_per_sample: int
     force_on_policy: bool = Field(description="Whether clients wait for each version: the setting, off when every module is off-policy.")
-    algorithm: Literal["ppo", "sac"] = Field(description="The default algorithm of the modules.")
+    algorithm: Algorithm = Field(description="The default algorithm of the modules.")
     device: str = Field(description="Where the learners train (auto resolved).")
     learner_process: bool = Field(description="Whether the learners train in a process of their own (else a thread of the gateway's).")
     onnx_input_name: str
@@ -395,6 +400,7 @@ class PolicyPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # A section per algorithm of app/training/algorithms/: its <Name>ConfigPatch.
     ppo: PPOConfigPatch | None = None
     sac: SACConfigPatch | None = None
 
@@ -405,6 +411,7 @@ class ConfigPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # A section per algorithm of app/training/algorithms/: its <Name>ConfigPatch.
     ppo: PPOConfigPatch | None = None
     sac: SACConfigPatch | None = None
     policies: dict[str, PolicyPatch] = Field(default_factory=dict)

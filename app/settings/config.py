@@ -11,20 +11,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.settings.env_params import EnvParam, curricula
-from app.settings.hyperparameters import (
-    MODULE_ID_PATTERN,
-    Algorithm,
-    PolicyConfig,
-    PPOConfig,
-    SACConfig,
-)
+from app.settings.hyperparameters import MODULE_ID_PATTERN, PolicyConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, ObservationSpace, Space
 from app.spaces.onnx_names import input_name_problem
+from app.training.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.sac.config import SACConfig
 
 MiB = 1024 * 1024
 
@@ -109,10 +106,9 @@ class Settings(BaseSettings):
     )
     seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
     algorithm: Algorithm = Field(
-        "ppo",
-        description="ppo (on-policy; clients wait for each version) or sac (off-policy, Box actions with bounds or Discrete ones; "
-        "clients never wait, every step received goes to a replay buffer).",
+        DEFAULT_ALGORITHM, description=" or ".join(f"{name} ({spec.summary})" for name, spec in ALGORITHMS.items()) + "."
     )
+    # A section per algorithm of app/training/algorithms/ (its flags --<name>.*, RLLINK_<NAME>__*, the config file's <name>:).
     ppo: PPOConfig = Field(
         default_factory=PPOConfig,
         description="PPO hyperparameters, named as in CleanRL's ppo.py; each is a flag --ppo.<name-in-kebab-case>.",
@@ -321,6 +317,11 @@ class Settings(BaseSettings):
             self.models_dir = self.checkpoint_dir.parent / "models"
         return self
 
+    def hyperparameters(self, algorithm: str) -> BaseModel:
+        """The gateway's hyperparameters of `algorithm`: its section (`ppo`, `--ppo.*`)."""
+        section: BaseModel = getattr(self, algorithm)
+        return section
+
     @property
     def run_dir(self) -> Path | None:
         return None if self.run_id is None else self.runs_dir / self.run_id
@@ -341,13 +342,13 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _policies(self) -> Settings:
         """Module ids that can name a directory, a mapping onto declared modules, valid
-        per-module PPO hyperparameters."""
+        per-module hyperparameters (of every algorithm)."""
         if self.policies is not None:
             if not self.policies:
                 raise ValueError("policies must declare at least one module (or be unset)")
             for module_id, policy in self.policies.items():
-                PPOConfig.model_validate({**self.ppo.model_dump(), **policy.ppo})
-                SACConfig.model_validate({**self.sac.model_dump(), **policy.sac})
+                for name, spec in ALGORITHMS.items():
+                    spec.config.model_validate({**self.hyperparameters(name).model_dump(), **getattr(policy, name)})
                 opponent = policy.self_play and policy.self_play.opponent_module_id
                 for name in (module_id, opponent) if opponent else (module_id,):
                     if not MODULE_ID_PATTERN.match(name):
@@ -380,7 +381,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _demos(self) -> Settings:
-        """Demonstrations name trained PPO modules (SAC has no behavioural cloning here)."""
+        """Demonstrations name trained modules of algorithms with `demos` (PPO; SAC has no behavioural cloning here)."""
         if self.demos is None:
             return self
         trainable = {module.module_id: module for module in PolicySet.from_settings(self).trainable}
@@ -392,10 +393,12 @@ class Settings(BaseSettings):
             targets = list(self.demos)
         else:
             targets = list(trainable)
-        if off_policy := [module_id for module_id in targets if trainable[module_id].off_policy]:
+        if refused := [module_id for module_id in targets if not ALGORITHMS[trainable[module_id].algorithm].demos]:
+            algorithms = " or ".join(sorted({trainable[module_id].algorithm.upper() for module_id in refused}))
+            cloned = " or ".join(name.upper() for name, spec in ALGORITHMS.items() if spec.demos)
             raise ValueError(
-                f"demos: {', '.join(off_policy)} learn with SAC, which has no behavioural-cloning pre-training; "
-                "give demos to PPO modules only (as {module_id: path})"
+                f"demos: {', '.join(refused)} learn with {algorithms}, which has no behavioural-cloning pre-training; "
+                f"give demos to {cloned} modules only (as {{module_id: path}})"
             )
         return self
 

@@ -1,4 +1,5 @@
-"""Hyperparameters (PPO, SAC, self-play) and one module's declaration in `policies`.
+"""Self-play, symmetries and one module's declaration in `policies` (each algorithm's
+hyperparameters are its config model: app/training/algorithms/*/config.py).
 
 Below the settings and the modules built from them, so both can use these models
 without importing each other.
@@ -12,98 +13,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.spaces.models import ObservationSpace, Space
-
-
-class PPOConfig(BaseModel):
-    """PPO hyperparameters, named as in the PPO paper and CleanRL's ppo.py."""
-
-    learning_rate: float = Field(3e-3, gt=0, le=1, description="Adam step size (tuned on CartPole-v1).")
-    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
-    ent_coef: float = Field(0.0, ge=0, le=1, description="Entropy bonus coefficient.")
-    entropy_floor: float | None = Field(
-        None,
-        ge=0,
-        lt=1,
-        description="Discrete actions: keep the policy's entropy above this share of the largest entropy of the "
-        "legal actions (log of their number), by an extra entropy bonus that rises while the entropy is below it and "
-        "falls back to 0 above it (a Lagrange multiplier, as SAC tunes alpha); 0: off; unset: 0.1 for a self-play "
-        "learner, off for others.",
-    )
-    entropy_floor_lr: float = Field(
-        0.01, gt=0, le=1, description="Step of the entropy floor's bonus per minibatch, per unit of entropy share missing."
-    )
-    vf_coef: float = Field(0.5, ge=0, le=10, description="Value loss coefficient.")
-    clip_vloss: bool = Field(False, description="Clip the value loss around the old values by clip_coef.")
-    max_grad_norm: float = Field(0.5, gt=0, description="Global gradient clipping norm.")
-    update_epochs: int = Field(10, ge=1, le=100, description="Passes over each batch.")
-    minibatch_size: int = Field(256, ge=1, description="Steps per gradient step.")
-    norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
-    target_kl: float | None = Field(None, gt=0, description="Stop the epochs early above this KL.")
-    hidden_sizes: tuple[int, ...] = Field((64, 64), min_length=1, description="MLP layer widths.")
-    normalize_obs: bool | None = Field(
-        None,
-        description="Normalise observations by running statistics (baked into the exported ONNX, so clients send raw "
-        "observations); unset: on for Box action spaces (continuous control), off for Discrete.",
-    )
-    normalize_reward: bool | None = Field(
-        None,
-        description="Divide rewards by the running std of the discounted return; unset: on for Box action spaces, off for Discrete.",
-    )
-
-
-class SACConfig(BaseModel):
-    """SAC hyperparameters (Haarnoja et al. 2018), named as in CleanRL's sac_continuous_action.py."""
-
-    q_lr: float = Field(1e-3, gt=0, le=1, description="Adam step size of the twin Q networks (and of alpha, as CleanRL).")
-    policy_lr: float = Field(3e-4, gt=0, le=1, description="Adam step size of the actor.")
-    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
-    tau: float = Field(0.005, gt=0, le=1, description="Target networks' Polyak averaging coefficient.")
-    buffer_size: int = Field(1_000_000, ge=1, description="Transitions the replay buffer keeps (the oldest go first).")
-    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
-    learning_starts: int = Field(5000, ge=1, description="Transitions in the buffer before the first update.")
-    utd_ratio: float = Field(1.0, gt=0, le=64, description="Gradient steps per env step received (update-to-data ratio).")
-    updates_per_version: int = Field(
-        250, ge=1, description="Gradient steps at most between two published versions; the rest follow in the next steps."
-    )
-    policy_frequency: int = Field(2, ge=1, description="Q updates per (delayed) actor update, as TD3.")
-    target_network_frequency: int = Field(1, ge=1, description="Q updates between two target network updates.")
-    alpha: float = Field(0.2, gt=0, description="Entropy coefficient, or its start value with autotune.")
-    autotune: bool = Field(
-        True,
-        description="Tune alpha towards the target entropy: -dim(A) for a Box, target_entropy_scale * log(n) for Discrete(n).",
-    )
-    target_entropy_scale: float = Field(
-        0.5,
-        gt=0,
-        lt=1,
-        description="Discrete actions: the target entropy's share of the largest, log(n) (CleanRL's sac_atari: "
-        "0.89, which made alpha and Q diverge on CartPole).",
-    )
-    hidden_sizes: tuple[int, ...] = Field((256, 256), min_length=1, description="MLP layer widths (actor and Q).")
-    exploration: Literal["gaussian", "gsde"] = Field(
-        "gaussian",
-        description="Box actions: how clients explore. gaussian: white noise each step from the actor's log std. "
-        "gsde: generalized state-dependent exploration (Raffin et al. 2022), noise features(s) @ theta with theta "
-        "drawn every `gsde_sample_every` versions and baked into the mean of the ONNX clients train with: smooth, "
-        "consistent exploration for sparse rewards (MountainCarContinuous); fixed at start.",
-    )
-    gsde_log_std_init: float = Field(
-        -0.5,
-        ge=-20,
-        le=2,
-        description="gsde: the initial log std of each entry of theta, learnt after (MountainCarContinuous at 0.25 "
-        "gradient steps per env step: -0.5 reached the flag within 3k env steps, -2.0 at 18k, -3.67, rl-zoo's, not in 11k).",
-    )
-    gsde_sample_every: int = Field(1, ge=1, description="gsde: published versions between two draws of theta.")
-
-
-Algorithm = Literal["ppo", "sac"]
+from app.training.algorithms import ALGORITHMS, Algorithm
 
 
 def check_hyperparameter_names(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
-    """`values`, if every name is one of `model`'s (PPOConfig, SACConfig); else a ValueError naming the others."""
+    """`values`, if every name is one of `model`'s (an algorithm's config: PPOConfig); else a ValueError naming the others."""
     unknown = set(values) - set(model.model_fields)
     if unknown:
         what = model.__name__.removesuffix("Config")
@@ -213,13 +127,14 @@ class Symmetry(BaseModel):
 
 
 class PolicyConfig(BaseModel):
-    """One module of `policies`: its spaces, PPO hyperparameters that differ, self-play."""
+    """One module of `policies`: its spaces, its algorithm, hyperparameters that differ, self-play."""
 
     model_config = ConfigDict(extra="forbid")
 
     observation_space: ObservationSpace
     action_space: Space
-    algorithm: Algorithm | None = Field(None, description="ppo or sac; unset: the gateway's --algorithm.")
+    algorithm: Algorithm | None = Field(None, description=f"{' or '.join(ALGORITHMS)}; unset: the gateway's --algorithm.")
+    # A field per algorithm of app/training/algorithms/: its hyperparameters that differ for this module.
     ppo: dict[str, Any] = Field(
         default_factory=dict, description="PPO hyperparameters that differ from the gateway's --ppo for this module."
     )
@@ -239,7 +154,7 @@ class PolicyConfig(BaseModel):
         "trained on as each one's image (docs/training.md#symmetries).",
     )
 
-    @field_validator("ppo", "sac")
+    @field_validator(*ALGORITHMS)
     @classmethod
     def _known_names(cls, values: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        return check_hyperparameter_names(values, {"ppo": PPOConfig, "sac": SACConfig}[info.field_name])
+        return check_hyperparameter_names(values, ALGORITHMS[str(info.field_name)].config)

@@ -1,30 +1,24 @@
 """The gateway's modules (policies) and which agent plays which: built once from the settings.
 
-A module has its own spaces. A trainable module has its own PPO hyperparameters (and
-maybe self-play); each self-play module brings a frozen opponent module that clients
-play but never send experience for. `module_for` decides which module a chunk belongs
-to: its `module_id` if it names one, else the first `policy_mapping` glob that matches
-its `agent_id` (fnmatch, case-sensitive), else, for a chunk with no agent, the default
-module (the first declared), so single-agent clients work unchanged.
+A module has its own spaces. A trainable module has its algorithm and that algorithm's
+hyperparameters (and maybe self-play); each self-play module brings a frozen opponent
+module that clients play but never send experience for. `module_for` decides which module
+a chunk belongs to: its `module_id` if it names one, else the first `policy_mapping` glob
+that matches its `agent_id` (fnmatch, case-sensitive), else, for a chunk with no agent, the
+default module (the first declared), so single-agent clients work unchanged.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from app.settings.hyperparameters import (
-    DEFAULT_MODULE_ID,
-    Algorithm,
-    PolicyConfig,
-    PPOConfig,
-    SACConfig,
-    SelfPlayConfig,
-    Symmetry,
-)
+from pydantic import BaseModel
+
+from app.settings.hyperparameters import DEFAULT_MODULE_ID, PolicyConfig, SelfPlayConfig, Symmetry
 from app.spaces.models import (
     ActionSpace,
     BoxSpace,
@@ -35,9 +29,9 @@ from app.spaces.models import (
     has_images,
     is_discrete,
 )
+from app.training.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, supporting
 
 MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
-SELF_PLAY_ENTROPY_FLOOR = 0.1  # a self-play learner's PPO entropy_floor unless set (docs/multi-agent.md)
 
 
 class ModuleSettings(Protocol):
@@ -53,13 +47,10 @@ class ModuleSettings(Protocol):
     @property
     def action_space(self) -> ActionSpace: ...
     @property
-    def ppo(self) -> PPOConfig: ...
-    @property
-    def sac(self) -> SACConfig: ...
-    @property
     def algorithm(self) -> Algorithm: ...
     @property
     def action_masking(self) -> bool: ...
+    def hyperparameters(self, algorithm: str) -> BaseModel: ...  # its section of that algorithm (`ppo`)
 
 
 class UnknownModule(ValueError):
@@ -68,16 +59,15 @@ class UnknownModule(ValueError):
 
 @dataclass(frozen=True)
 class Module:
-    """One policy: what it observes and does, how it trains (None for a frozen opponent)."""
+    """One policy: what it observes and does, how it trains (no config: a frozen opponent)."""
 
     module_id: str
     observation_space: BoxSpace | DictSpace
     action_space: ActionSpace
-    ppo: PPOConfig | None = None  # None: a frozen self-play opponent, never trained
+    config: BaseModel | None = None  # its algorithm's hyperparameters; None: a frozen self-play opponent, never trained
     self_play: SelfPlayConfig | None = None
     opponent_of: str | None = None  # the learner whose snapshots this opponent plays
-    algorithm: str = "ppo"  # "ppo" or "sac" (an opponent: its learner's)
-    sac: SACConfig | None = None  # with algorithm "sac"
+    algorithm: str = DEFAULT_ALGORITHM  # a name of app/training/algorithms/ (an opponent: its learner's)
     action_masking: bool = False  # chunks and GET_ACTION may carry action_mask; the ONNX takes one
     train_batch_size: int | None = None  # env steps per training batch; None: the gateway's
     symmetries: tuple[Symmetry, ...] = ()  # the learner also trains on each step's images under these
@@ -88,23 +78,27 @@ class Module:
                 f"module {self.module_id!r}: action_masking needs a discrete or multi_discrete action space, "
                 f"got {self.action_space.model_dump_json()}"
             )
-        if self.algorithm == "sac" and not (_bounded_box(self.action_space) or isinstance(self.action_space, DiscreteSpace)):
+        spec = ALGORITHMS[self.algorithm]
+        if not any(ACTION_SPACES[kind][0](self.action_space) for kind in spec.action_spaces):
+            needs = " or ".join(ACTION_SPACES[kind][1] for kind in spec.action_spaces)
+            raise ValueError(f"module {self.module_id!r}: {self.algorithm} needs {needs}, got {self.action_space.model_dump_json()}")
+        if self.action_masking and not spec.action_masking:
+            where = supporting("action_masking")
+            raise ValueError(f"module {self.module_id!r}: action_masking trains with {where} only; set algorithm {where} or drop the masks")
+        if not spec.image_observations and has_images(self.observation_space):
             raise ValueError(
-                f"module {self.module_id!r}: sac needs a discrete action space or a box with finite low and high "
-                f"(its squashed Gaussian is scaled to them), got {self.action_space.model_dump_json()}"
+                f"module {self.module_id!r}: {self.algorithm} takes vector observations only; "
+                f"train image observations with {supporting('image_observations')}"
             )
-        if self.algorithm == "sac" and self.action_masking:
-            raise ValueError(f"module {self.module_id!r}: action_masking trains with ppo only; set algorithm ppo or drop the masks")
-        if self.algorithm == "sac" and has_images(self.observation_space):
-            raise ValueError(f"module {self.module_id!r}: sac takes vector observations only; train image observations with ppo")
         if self.symmetries:
             self._check_symmetries()
 
     def _check_symmetries(self) -> None:
-        """Each symmetry permutes this module's flat observation and its discrete actions (PPO only)."""
+        """Each symmetry permutes this module's flat observation and its discrete actions (algorithms with `symmetries`: PPO)."""
         where = f"module {self.module_id!r}: symmetries"
-        if self.algorithm != "ppo":
-            raise ValueError(f"{where} train with ppo only; set algorithm ppo or drop them")
+        if not ALGORITHMS[self.algorithm].symmetries:
+            trains = supporting("symmetries")
+            raise ValueError(f"{where} train with {trains} only; set algorithm {trains} or drop them")
         if not isinstance(self.action_space, DiscreteSpace):
             raise ValueError(f"{where} need a discrete action space, got {self.action_space.model_dump_json()}")
         flat_dim, n = self.observation_space.flat_dim, self.action_space.n
@@ -121,7 +115,7 @@ class Module:
     @property
     def off_policy(self) -> bool:
         """Trains from a replay buffer: its experience is never stale, its clients never wait."""
-        return self.algorithm == "sac"
+        return ALGORITHMS[self.algorithm].off_policy
 
     @property
     def action_distribution(self) -> str:
@@ -130,7 +124,7 @@ class Module:
             return "categorical"
         if isinstance(self.action_space, MultiDiscreteSpace):
             return "multi_categorical"
-        return "squashed_gaussian" if self.algorithm == "sac" else "gaussian"
+        return ALGORITHMS[self.algorithm].box_distribution
 
 
 def _bounded_box(space: ActionSpace) -> bool:
@@ -142,6 +136,28 @@ def _bounded_box(space: ActionSpace) -> bool:
         and math.isfinite(space.high)
         and space.low < space.high
     )
+
+
+ACTION_SPACES: dict[str, tuple[Callable[[ActionSpace], bool], str]] = {  # AlgorithmSpec.action_spaces: test, and as said
+    "discrete": (lambda space: isinstance(space, DiscreteSpace), "a discrete action space"),
+    "multi_discrete": (lambda space: isinstance(space, MultiDiscreteSpace), "a multi_discrete action space"),
+    "box": (lambda space: isinstance(space, BoxSpace), "a box action space"),
+    "bounded_box": (_bounded_box, "a box with finite low and high (its squashed Gaussian is scaled to them)"),
+}
+
+
+def hyperparameters(settings: ModuleSettings, algorithm: str, module_id: str) -> BaseModel:
+    """The hyperparameters `algorithm` trains module `module_id` with: the settings' section of
+    that name, with the module's own in `policies` and, for a self-play learner, the algorithm's
+    self-play defaults where unset (PPO's entropy_floor)."""
+    spec, section = ALGORITHMS[algorithm], settings.hyperparameters(algorithm)
+    policy = None if settings.policies is None else settings.policies.get(module_id)
+    if policy is None:
+        return section
+    cfg = spec.config.model_validate({**section.model_dump(), **getattr(policy, algorithm)})
+    if policy.self_play is not None and (unset := {k: v for k, v in spec.self_play_defaults.items() if getattr(cfg, k) is None}):
+        cfg = cfg.model_copy(update=unset)
+    return cfg
 
 
 class PolicySet:
@@ -167,35 +183,32 @@ class PolicySet:
         self._trainable: dict[Any, Module] = {}  # module_for's answers, by agent_id or (agent_id, module_id) (modules_for)
 
     @classmethod
-    def single(
-        cls, observation_space: BoxSpace | DictSpace, action_space: ActionSpace, ppo: PPOConfig | None = None
-    ) -> PolicySet:
-        """One trainable module, `default_policy`, that every agent plays."""
-        return cls([Module(DEFAULT_MODULE_ID, observation_space, action_space, ppo or PPOConfig())])
+    def single(cls, observation_space: BoxSpace | DictSpace, action_space: ActionSpace, config: BaseModel | None = None) -> PolicySet:
+        """One trainable module, `default_policy`, that every agent plays, trained with the default algorithm (PPO)."""
+        config = config or ALGORITHMS[DEFAULT_ALGORITHM].config()
+        return cls([Module(DEFAULT_MODULE_ID, observation_space, action_space, config)])
 
     @classmethod
     def from_settings(cls, settings: ModuleSettings) -> PolicySet:
         """The modules of `policies` (each self-play one followed by its opponent), or the single default module."""
         if settings.policies is None:
             module = Module(
-                DEFAULT_MODULE_ID, settings.observation_space, settings.action_space, settings.ppo,
-                algorithm=settings.algorithm, sac=settings.sac, action_masking=settings.action_masking,
+                DEFAULT_MODULE_ID, settings.observation_space, settings.action_space,
+                settings.hyperparameters(settings.algorithm), algorithm=settings.algorithm,
+                action_masking=settings.action_masking,
             )
             return cls([module], settings.policy_mapping)
         modules = []
         for module_id, policy in settings.policies.items():
-            ppo = PPOConfig.model_validate({**settings.ppo.model_dump(), **policy.ppo})
-            if policy.self_play is not None and ppo.entropy_floor is None:
-                ppo = ppo.model_copy(update={"entropy_floor": SELF_PLAY_ENTROPY_FLOOR})
-            sac = SACConfig.model_validate({**settings.sac.model_dump(), **policy.sac})
             algorithm = policy.algorithm or settings.algorithm
             masking = policy.action_masking
             if masking is None:  # the gateway's setting, where it can apply
                 masking = settings.action_masking and is_discrete(policy.action_space)
             modules.append(
                 Module(
-                    module_id, policy.observation_space, policy.action_space, ppo, policy.self_play,
-                    algorithm=algorithm, sac=sac, action_masking=masking, train_batch_size=policy.train_batch_size,
+                    module_id, policy.observation_space, policy.action_space,
+                    hyperparameters(settings, algorithm, module_id), policy.self_play,
+                    algorithm=algorithm, action_masking=masking, train_batch_size=policy.train_batch_size,
                     symmetries=tuple(policy.symmetries),
                 )
             )

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic_settings import BaseSettings, CliSettingsSource, YamlConfigSettingsSource
 
 from app.settings.config import MiB, Settings
-from app.settings.hyperparameters import PPOConfig, SACConfig
+from app.training.algorithms import ALGORITHMS
 
 # Defaults that read better in words than as a value.
 _CLI_DEFAULTS = {
@@ -29,8 +29,7 @@ _CLI_DEFAULTS = {
     "auth_token": "off",
     "tls_certfile": "off",
     "tls_keyfile": "off",
-    "ppo": "the --ppo.* defaults below",
-    "sac": "the --sac.* defaults below",
+    **{name: f"the --{name}.* defaults below" for name in ALGORITHMS},
     "ppo.target_kl": "off",
     "env_path": "none: no game is launched",
     "max_env_steps": "none: no limit",
@@ -96,9 +95,9 @@ def cli_help(dest: str) -> str | None:
     elif not sub:
         description = Settings.model_fields[top].description
         default = _field_default(Settings, top)
-    elif top == "ppo" and sub in PPOConfig.model_fields:
-        description = PPOConfig.model_fields[sub].description
-        default = _field_default(PPOConfig, sub)
+    elif top in ALGORITHMS and sub in (model := ALGORITHMS[top].config).model_fields:
+        description = model.model_fields[sub].description
+        default = _field_default(model, sub)
     else:
         return None
     shown = _CLI_DEFAULTS.get(dest) or readable_default(default)
@@ -173,9 +172,9 @@ def read_config_file(path: Path) -> dict[str, Any]:
     if not isinstance(values, dict):
         raise ConfigFileError(f"--config {path}: must be a mapping of setting names to values")
     unknown = [name for name in values if name not in Settings.model_fields or name == "config"]
-    for group, model in (("ppo", PPOConfig), ("sac", SACConfig)):
+    for group, spec in ALGORITHMS.items():
         if isinstance(values.get(group), dict):
-            unknown += [f"{group}.{name}" for name in values[group] if name not in model.model_fields]
+            unknown += [f"{group}.{name}" for name in values[group] if name not in spec.config.model_fields]
     if unknown:
         raise ConfigFileError(f"--config {path}: unknown settings {', '.join(map(str, unknown))} (see --help)")
     return values

@@ -80,9 +80,9 @@ def export_model(settings: Settings, module_id: str | None, version: int | None,
     if not module.trainable or not (settings.checkpoint_dir / module_id / CHECKPOINT_FILE).is_file():
         what = "no checkpoint (a self-play opponent has none)" if not module.trainable else "no checkpoint yet"
         raise ExportError(f"module {module_id!r} of run {settings.run_id!r} has {what}; kept versions: {_listed(kept)}")
-    from app.training.learners import Learners  # torch: only when a model is built
+    from app.training.module_learners import ModuleLearners  # torch: only when a model is built
 
-    learners = Learners(settings, PolicySet([module]))
+    learners = ModuleLearners(settings, PolicySet([module]))
     try:
         newest = learners.restore(module_id)
     except CheckpointMismatch as exc:  # the run's settings were changed by hand since

@@ -1,1 +1,2 @@
-"""Training for the gateway: client registry, batch scheduler, learner, policy store (service.py joins them)."""
+"""Training for the gateway: client registry, batch scheduler, learners, policy store (service.py joins
+them); each algorithm a package of algorithms/."""

@@ -1,17 +1,22 @@
 """How much experience each module takes and owes: its queue's limits, the gradient steps
-SAC still owes (as env steps, which hold its clients back as pending ones do), and whether
-clients wait for training at all (force_on_policy, max_training_backlog)."""
+an off-policy module (SAC) still owes (as env steps, which hold its clients back as pending
+ones do), and whether clients wait for training at all (force_on_policy, max_training_backlog)."""
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Protocol, cast
 
 from app.settings.config import Settings
-from app.settings.hyperparameters import SACConfig
 from app.settings.policies import Module, PolicySet
 from app.training.module_configs import ModuleConfigs
 from app.training.module_queue import QueueLimits
 from app.training.scheduler import BatchScheduler
+
+
+class OffPolicyConfig(Protocol):
+    """What an off-policy algorithm's config has (SACConfig's utd_ratio)."""
+
+    utd_ratio: float  # gradient steps per env step received
 
 
 class StepBudgets:
@@ -21,7 +26,7 @@ class StepBudgets:
         self.settings = settings
         self._configs = configs
         off_policy = {m.module_id for m in policies.trainable if m.off_policy}
-        self._owed_updates = dict.fromkeys(off_policy, 0.0)  # SAC's gradient steps owed, as its last step left them
+        self._owed_updates = dict.fromkeys(off_policy, 0.0)  # gradient steps owed, as the module's last step left them
         # Clients wait for each version only while some module learns on-policy.
         self.force_on_policy = settings.force_on_policy and len(off_policy) < len(configs)
 
@@ -37,10 +42,10 @@ class StepBudgets:
         )
 
     def owed_env_steps(self, module_id: str) -> float:
-        """The env steps whose gradient steps an off-policy module still owes (0 for PPO)."""
+        """The env steps whose gradient steps an off-policy module still owes (0 for an on-policy one)."""
         if (owed := self._owed_updates.get(module_id)) is None:
             return 0.0
-        return owed / cast(SACConfig, self._configs[module_id]).utd_ratio
+        return owed / cast(OffPolicyConfig, self._configs[module_id]).utd_ratio
 
     def owes_updates(self, module_id: str) -> bool:
         """Whether an off-policy module owes a gradient step (it trains without fresh steps)."""

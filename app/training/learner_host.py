@@ -1,6 +1,6 @@
 """Where the learners run: a thread of the gateway's process, or a process of their own.
 
-`LearnerThread` (the default) runs `Learners`' calls on one thread beside the event loop.
+`LearnerThread` (the default) runs `ModuleLearners`' calls on one thread beside the event loop.
 Torch releases the GIL inside its kernels, but a training step is also thousands of Python
 operations between them, and those hold it: under heavy traffic the event loop and the
 learner wait on each other, and training slows down most. `LearnerProcess` (setting
@@ -12,7 +12,8 @@ Both run calls one at a time, in the order they were made, on one thread of this
 (for the process: the thread that writes the call and waits for the answer), so a call
 made after another sees its effects. A child that dies (killed, out of memory) fails the
 call it was running; the next call starts a new one, which restores every module from its
-last checkpoint (SAC's replay buffer refills) and gets the hyperparameters changed since.
+last checkpoint (an off-policy learner's replay buffer refills) and gets the hyperparameters
+changed since.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 from app.settings.config import Settings
 from app.settings.logs import configure_logging
 from app.settings.policies import PolicySet
-from app.training.learners import Learners
+from app.training.module_learners import ModuleLearners
 
 log = logging.getLogger("app.training")
 
@@ -56,11 +57,11 @@ class _OneThread:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
 
     def submit(self, method: str, *args: Any) -> Future:
-        """Run `Learners.<method>(*args)` without waiting (in order with every other call)."""
+        """Run `ModuleLearners.<method>(*args)` without waiting (in order with every other call)."""
         raise NotImplementedError
 
     async def call(self, method: str, *args: Any) -> Any:
-        """Run `Learners.<method>(*args)`; its result (or its exception)."""
+        """Run `ModuleLearners.<method>(*args)`; its result (or its exception)."""
         return await asyncio.wrap_future(self.submit(method, *args))
 
     async def run(self, fn: Callable, *args: Any) -> Any:
@@ -73,7 +74,7 @@ class LearnerThread(_OneThread):
 
     def __init__(self, settings: Settings, policies: PolicySet) -> None:
         super().__init__("learner")
-        self.learners = Learners(settings, policies)
+        self.learners = ModuleLearners(settings, policies)
 
     async def start(self) -> None:
         pass
@@ -212,7 +213,7 @@ def serve_learners(pipe: Connection) -> None:
         return
     configure_logging(settings.log_level)
     try:
-        learners = Learners(settings, policies)
+        learners = ModuleLearners(settings, policies)
     except Exception as exc:
         _reply(pipe, "error", exc)
         return

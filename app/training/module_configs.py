@@ -1,13 +1,16 @@
-"""Each trainable module's hyperparameters as they are now (PPO's or SAC's), and changes
-to them, every one checked before any is made (PATCH /api/config)."""
+"""Each trainable module's hyperparameters as they are now (its algorithm's config), and
+changes to them, every one checked before any is made (PATCH /api/config)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
-from app.settings.hyperparameters import PPOConfig, SACConfig, check_hyperparameter_names
+from pydantic import BaseModel
+
+from app.settings.hyperparameters import check_hyperparameter_names
 from app.settings.policies import PolicySet
+from app.training.algorithms import ALGORITHMS
 
 
 class WrongAlgorithm(ValueError):
@@ -27,29 +30,15 @@ class ConfigRefused(ValueError):
         return ConfigRefused, (self.index, self.message, self.wrong_algorithm)
 
 
-FIXED_WHILE_TRAINING = {  # hyperparameters PATCH cannot change, and why
-    "ppo": {
-        "hidden_sizes": "the weights have that shape",
-        "normalize_obs": "the checkpoint holds its statistics, or none",
-        "normalize_reward": "the checkpoint holds its statistics, or none",
-    },
-    "sac": {
-        "hidden_sizes": "the weights have that shape",
-        "buffer_size": "the replay buffer is allocated",
-        "alpha": "with autotune it is learned; set it at start-up",
-        "autotune": "set it at start-up",
-    },
-}
-
-
 class ModuleConfigs:
     """The current hyperparameters of every trainable module, by module id."""
 
     def __init__(self, policies: PolicySet) -> None:
-        self._policies = policies
-        self._configs: dict[str, PPOConfig | SACConfig] = {
-            m.module_id: cast(SACConfig, m.sac) if m.off_policy else cast(PPOConfig, m.ppo) for m in policies.trainable
-        }
+        self._algorithms: dict[str, str] = {}
+        self._configs: dict[str, BaseModel] = {}
+        for module in policies.trainable:
+            assert module.config is not None  # a trainable module has its hyperparameters
+            self._algorithms[module.module_id], self._configs[module.module_id] = module.algorithm, module.config
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._configs)
@@ -60,28 +49,14 @@ class ModuleConfigs:
     def __contains__(self, module_id: object) -> bool:
         return module_id in self._configs
 
-    def __getitem__(self, module_id: str) -> PPOConfig | SACConfig:
+    def __getitem__(self, module_id: str) -> BaseModel:
         return self._configs[module_id]
 
-    def ppo_of(self, module_id: str) -> PPOConfig:
-        """A module's PPO hyperparameters (a SAC module has them too: its settings' ones)."""
-        cfg = self._configs[module_id]
-        if isinstance(cfg, PPOConfig):
-            return cfg
-        return cast(PPOConfig, self._policies.modules[module_id].ppo)
-
-    def sac_of(self, module_id: str) -> SACConfig | None:
-        """A SAC module's hyperparameters; None for a PPO module."""
-        cfg = self._configs[module_id]
-        return cfg if isinstance(cfg, SACConfig) else None
-
     def algorithm_of(self, module_id: str) -> str:
-        """What a trainable module trains with: "ppo" or "sac"."""
-        return "sac" if isinstance(self._configs[module_id], SACConfig) else "ppo"
+        """What a trainable module trains with: a name of app/training/algorithms/ ("ppo")."""
+        return self._algorithms[module_id]
 
-    def checked(
-        self, module_id: str, algorithm: str, changes: dict[str, Any], base: PPOConfig | SACConfig | None = None
-    ) -> PPOConfig | SACConfig:
+    def checked(self, module_id: str, algorithm: str, changes: dict[str, Any], base: BaseModel | None = None) -> BaseModel:
         """A module's hyperparameters of `algorithm` (`base`, default its current ones) with
         `changes`. Raises ValueError for an unknown or frozen module, another algorithm than
         the module's, unknown or invalid values, and values fixed while training."""
@@ -89,20 +64,20 @@ class ModuleConfigs:
             raise ValueError(f"{module_id!r} is not a trainable module; trainable modules: {', '.join(self._configs)}")
         if (trains := self.algorithm_of(module_id)) != algorithm:
             raise WrongAlgorithm(f"{module_id!r} trains with {trains}, not {algorithm}: change its {trains} hyperparameters")
-        model: type[PPOConfig] | type[SACConfig] = SACConfig if algorithm == "sac" else PPOConfig
+        spec = ALGORITHMS[algorithm]
         current = base or self._configs[module_id]
-        check_hyperparameter_names(changes, model)
-        updated = model.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
-        for name, why in FIXED_WHILE_TRAINING[algorithm].items():
+        check_hyperparameter_names(changes, spec.config)
+        updated = spec.config.model_validate({**current.model_dump(), **changes})  # ValidationError is a ValueError
+        for name, why in spec.fixed_while_training.items():
             if getattr(updated, name) != getattr(current, name):
                 raise ValueError(f"{name} cannot change while training ({why})")
         return updated
 
-    def checked_all(self, changes: list[tuple[str, str, dict[str, Any]]]) -> dict[str, PPOConfig | SACConfig]:
+    def checked_all(self, changes: list[tuple[str, str, dict[str, Any]]]) -> dict[str, BaseModel]:
         """Every change (module_id, algorithm, values) checked, a module's later changes on
         its earlier ones: the new hyperparameters by module. Raises ConfigRefused for the
         first bad one."""
-        updated: dict[str, PPOConfig | SACConfig] = {}
+        updated: dict[str, BaseModel] = {}
         for index, (module_id, algorithm, values) in enumerate(changes):
             try:
                 updated[module_id] = self.checked(module_id, algorithm, values, updated.get(module_id))
@@ -112,7 +87,7 @@ class ModuleConfigs:
                 raise ConfigRefused(index, str(exc), wrong_algorithm=False) from None
         return updated
 
-    def replace(self, module_id: str, cfg: PPOConfig | SACConfig) -> bool:
+    def replace(self, module_id: str, cfg: BaseModel) -> bool:
         """Make `cfg` (from `checked`) the module's; False if it was already."""
         if cfg == self._configs[module_id]:
             return False

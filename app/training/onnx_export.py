@@ -1,12 +1,12 @@
-"""Build the actor's ONNX model directly from its weights, and pack it for SET_STATE.
+"""Build an actor's ONNX model directly from its weights, and pack it for SET_STATE.
 
-The graph is Gemm and Tanh nodes for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat
-for SAC's actor (Gemm, Relu, Mul, Log and Concat with gSDE, whose SET_STATE model has the
-version's drawn noise in its mean Gemm; Gemm and Relu for discrete SAC's) (plus Flatten for
-multi-dimensional observations; Slice, Reshape, Mul, Conv, Relu, Flatten, Gemm and Concat for
-camera images; Sub, Mul and Add for an action mask, the optional second input `action_mask`),
-opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run
-it. Building it by hand is exact, takes about a millisecond and needs no exporter.
+What every algorithm shares: the graph's inputs (Flatten for multi-dimensional observations,
+the optional second input `action_mask`), outputs and metadata, the image encoder's nodes
+(Slice, Reshape, Mul, Conv, Relu, Flatten, Gemm and Concat), the uniform reference player.
+The actor's own nodes are its algorithm's ONNX head (app/training/algorithms/*/onnx_head.py:
+Gemm and Tanh for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat for SAC's actor).
+Opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run it.
+Building it by hand is exact, takes about a millisecond and needs no exporter.
 """
 
 from __future__ import annotations
@@ -14,59 +14,50 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Mapping
+from typing import Protocol
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
-from app.spaces.models import IMAGE_MAX, MultiDiscreteSpace
+from app.spaces.models import IMAGE_MAX, ActionSpace, BoxSpace, DictSpace
 from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, NOISE_FREE_OUTPUT, OUTPUT_NAME
 from app.training.encoders import ImageEncoder, ObservationEncoder
-from app.training.policy import ActorCritic
 from app.training.policy_state import PolicyState, set_state_payload
-from app.training.sac import GSDE_VARIANCE_EPS, LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
-from app.training.sac_discrete import CategoricalActor
 from rllink.action_dists import MASK_PENALTY
 
 OPSET = 13
 IR_VERSION = 7
 BATCH_AXIS = "batch"
-GSDE_EXPLORING_NOTE = (
-    "gsde: this version's exploration noise features(s) @ theta is in the mean and the log std is small; "
-    f"output {NOISE_FREE_OUTPUT} is the same without the noise (evaluation episodes play its mode); "
-    "the noise-free policy is GET /api/model.onnx"
-)
 
 
-Actor = ActorCritic | SquashedGaussianActor | CategoricalActor  # PPO's policy, or SAC's actor
+class OnnxActor(Protocol):
+    """An actor as its algorithm's ONNX head (algorithms/*/onnx_head.py) wraps it for export_onnx."""
+
+    @property
+    def observation_space(self) -> BoxSpace | DictSpace: ...
+    @property
+    def action_space(self) -> ActionSpace: ...
+    @property
+    def width(self) -> int: ...  # columns of action_dist_inputs
+    @property
+    def action_masking(self) -> bool: ...  # takes the second input, action_mask
+    @property
+    def outputs(self) -> tuple[str, ...]: ...  # OUTPUT_NAME, and NOISE_FREE_OUTPUT where it explores
+    @property
+    def metadata(self) -> Mapping[str, str]: ...  # its own metadata_props, after the others
+    def output_layout(self) -> str: ...  # what the columns of action_dist_inputs mean (metadata, docs)
+    def write(self, graph: OnnxGraph, x: str) -> None: ...  # its nodes, from the flat observation to its outputs
 
 
-def output_layout(policy: Actor) -> str:
-    """What the columns of `action_dist_inputs` mean, for the metadata and the docs."""
-    if isinstance(policy, ActorCritic) and isinstance(policy.action_space, MultiDiscreteSpace):
-        nvec = list(policy.action_space.nvec)
-        return (
-            f"[batch, {policy.num_dist_inputs}]: the logits of each sub-action of MultiDiscrete({nvec}) one after the "
-            "other (multi_categorical); sample each from the softmax of its own logits"
-        )
-    if isinstance(policy, CategoricalActor) or (isinstance(policy, ActorCritic) and policy.is_discrete):
-        return f"[batch, {_width(policy)}]: logits of a Categorical; sample from softmax(logits)"
-    k = 2 * policy.action_space.flat_dim
-    half = k // 2
-    columns = f"[batch, {k}]: columns 0..{half - 1} the mean, columns {half}..{k - 1} the log std of a diagonal Gaussian"
-    if isinstance(policy, SquashedGaussianActor):
-        space = policy.action_space
-        return f"{columns} over u; the action is tanh(u) scaled to [{space.low}, {space.high}] (squashed_gaussian)"
-    return f"{columns}; sample mean + exp(log_std) * N(0, 1)"
-
-
-def _weights(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
+def linear_weights(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
     """(weight [out, in], bias [out]) as numpy copies (from the CPU, whatever the device)."""
     return layer.weight.detach().cpu().numpy(), layer.bias.detach().cpu().numpy()
 
 
-class _Graph:
+class OnnxGraph:
     """Nodes and initializers of one ONNX graph, added in order; every name but the
     output's gets INTERNAL_PREFIX (the input's name is the user's)."""
 
@@ -95,7 +86,7 @@ class _Graph:
         return self.node("Gemm", [x, w, b], output, transB=1)
 
 
-def _image(graph: _Graph, x: str, encoder: ImageEncoder, name: str) -> str:
+def _image(graph: OnnxGraph, x: str, encoder: ImageEncoder, name: str) -> str:
     """Scale to 0..1, Conv-Relu layers, Flatten, Gemm-Relu: the image's features."""
     x = graph.node("Mul", [x, graph.constant(np.array(1 / IMAGE_MAX), f"{name}_scale")], f"{name}_scaled")
     for i, conv in enumerate(m for m in encoder.convs if isinstance(m, nn.Conv2d)):
@@ -111,10 +102,10 @@ def _image(graph: _Graph, x: str, encoder: ImageEncoder, name: str) -> str:
         )
         x = graph.node("Relu", [x], f"{name}_conv{i}_relu")
     x = graph.node("Flatten", [x], f"{name}_flat", axis=1)
-    return graph.node("Relu", [graph.gemm(x, *_weights(encoder.linear), f"{name}_linear")], f"{name}_features")
+    return graph.node("Relu", [graph.gemm(x, *linear_weights(encoder.linear), f"{name}_linear")], f"{name}_features")
 
 
-def _encoder(graph: _Graph, flat: str, encoder: ObservationEncoder) -> str:
+def encoder_features(graph: OnnxGraph, flat: str, encoder: ObservationEncoder) -> str:
     """The encoder's features from the flat observation: each part sliced out, images
     reshaped to [batch, C, H, W] and through their CNN, all concatenated in order."""
     features = []
@@ -138,112 +129,46 @@ def _encoder(graph: _Graph, flat: str, encoder: ObservationEncoder) -> str:
     return features[0] if len(features) == 1 else graph.node("Concat", features, "features", axis=1)
 
 
-def _ppo_actor(graph: _Graph, x: str, policy: ActorCritic, masked: bool) -> None:
-    """Gemm-Tanh layers; the observation normaliser, if any, folded into the first Gemm
-    (W / std, b - W @ mean / std); for a Box the last Gemm also emits log_std (zero weight
-    rows whose bias is log_std). `masked`: logits + (action_mask - 1) * MASK_PENALTY."""
-    layers = [_weights(m) for m in policy.actor if isinstance(m, nn.Linear)]
-    if policy.obs_norm is not None:  # fold (obs - mean) / std into the first layer
-        inverse_std, mean = (t.detach().cpu().numpy() for t in policy.obs_norm.scale_and_shift())
-        weight, bias = layers[0]
-        layers[0] = (weight * inverse_std, bias - (weight * inverse_std) @ mean)
-    if policy.log_std is not None:
-        weight, bias = layers[-1]
-        log_std = policy.log_std.detach().cpu().numpy()
-        layers[-1] = (np.concatenate([weight, np.zeros_like(weight)]), np.concatenate([bias, log_std]))
-    for i, (weight, bias) in enumerate(layers[:-1]):
-        x = graph.node("Tanh", [graph.gemm(x, weight, bias, f"gemm{i}")], f"tanh{i}")
-    if not masked:
-        graph.gemm(x, *layers[-1], OUTPUT_NAME)
-        return
-    logits = graph.gemm(x, *layers[-1], "logits")
+def masked_output(graph: OnnxGraph, logits: str) -> None:
+    """The output: logits + (action_mask - 1) * MASK_PENALTY (a masked action's logit far below the others)."""
     forbidden = graph.node("Sub", [ACTION_MASK_INPUT, graph.constant(np.array(1.0), "one")], "mask_minus_one")
     penalty = graph.node("Mul", [forbidden, graph.constant(np.array(MASK_PENALTY), "mask_penalty")], "mask_penalty_term")
     graph.node("Add", [logits, penalty], OUTPUT_NAME)
 
 
-def _width(policy: Actor) -> int:
-    """Columns of `action_dist_inputs`."""
-    if isinstance(policy, ActorCritic):
-        return policy.num_dist_inputs
-    if isinstance(policy, CategoricalActor):
-        return policy.action_space.n
-    return 2 * policy.action_space.flat_dim
-
-
-def _relu_layers(graph: _Graph, x: str, body: nn.Sequential) -> str:
-    """The Gemm-Relu layers of a SAC actor's body; returns the last one's output."""
+def relu_layers(graph: OnnxGraph, x: str, body: nn.Sequential) -> str:
+    """The Gemm-Relu layers of an MLP's body; returns the last one's output."""
     for i, layer in enumerate(m for m in body if isinstance(m, nn.Linear)):
-        x = graph.node("Relu", [graph.gemm(x, *_weights(layer), f"gemm{i}")], f"relu{i}")
+        x = graph.node("Relu", [graph.gemm(x, *linear_weights(layer), f"gemm{i}")], f"relu{i}")
     return x
 
 
-def _sac_actor(graph: _Graph, x: str, actor: SquashedGaussianActor, noise: np.ndarray | None) -> None:
-    """Gemm-Relu layers, a mean head, and a log std head squashed into [LOG_STD_MIN, LOG_STD_MAX];
-    with gSDE, the log std of features @ theta (Mul, Gemm, Log), or with a drawn theta
-    (`noise`) the mean of features @ (W + theta) and a constant log std (LOG_STD_MIN), and
-    a second output, NOISE_FREE_OUTPUT, with the mean of features @ W."""
-    x = _relu_layers(graph, x, actor.body)
-    weight, bias = _weights(actor.fc_mean)
-    mean = graph.gemm(x, weight if noise is None else weight + noise.T, bias, "mean")
-    if noise is not None:
-        zeros = np.zeros_like(weight), np.full_like(bias, LOG_STD_MIN)
-        log_std = graph.gemm(x, *zeros, "log_std")
-        graph.node("Concat", [graph.gemm(x, weight, bias, "mean_noise_free"), log_std], NOISE_FREE_OUTPUT, axis=1)
-    elif actor.gsde:
-        variance_weight = (2 * actor.gsde_log_std.detach().cpu().numpy()).T.copy()
-        squared = graph.node("Mul", [x, x], "features_squared")
-        variance = graph.gemm(squared, np.exp(variance_weight), np.full_like(bias, GSDE_VARIANCE_EPS), "variance")
-        log_variance = graph.node("Log", [variance], "log_variance")
-        log_std = graph.node("Mul", [log_variance, graph.constant(np.array(0.5), "half")], "log_std")
-    else:
-        squashed = graph.node("Tanh", [graph.gemm(x, *_weights(actor.fc_logstd), "log_std_raw")], "log_std_tanh")
-        half_range = graph.constant(np.array(0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_half_range")
-        middle = graph.constant(np.array(LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN)), "log_std_middle")
-        log_std = graph.node("Add", [graph.node("Mul", [squashed, half_range], "log_std_scaled"), middle], "log_std")
-    graph.node("Concat", [mean, log_std], OUTPUT_NAME, axis=1)
-
-
-def export_onnx(
-    policy: Actor,
-    weights_seq_no: int,
-    input_name: str = "obs",
-    action_masking: bool = False,
-    exploration_noise: np.ndarray | None = None,
-) -> bytes:
+def export_onnx(actor: OnnxActor, weights_seq_no: int, input_name: str = "obs") -> bytes:
     """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32 (and, with
-    `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32.
-    `exploration_noise`: a gSDE actor's drawn theta, played as its mean (SquashedGaussianActor)."""
-    obs_shape = list(policy.observation_space.shape)
-    width = _width(policy)
+    `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32
+    (and a gSDE actor's noise-free one). Each algorithm's onnx_head.py exports its actor through this."""
+    obs_shape = list(actor.observation_space.shape)
+    width = actor.width
     graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])]
-    if action_masking:
+    if actor.action_masking:
         graph_inputs.append(helper.make_tensor_value_info(ACTION_MASK_INPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
-    graph_outputs = [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, [BATCH_AXIS, width])]
-    if exploration_noise is not None:
-        graph_outputs.append(helper.make_tensor_value_info(NOISE_FREE_OUTPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
+    graph_outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH_AXIS, width]) for name in actor.outputs]
 
-    graph = _Graph()
+    graph = OnnxGraph()
     x = input_name
     if len(obs_shape) > 1:
         x = graph.node("Flatten", [x], "obs_flat", axis=1)
-    if isinstance(policy, ActorCritic) and policy.encoder is not None:
-        x = _encoder(graph, x, policy.encoder)
-    if isinstance(policy, SquashedGaussianActor):
-        _sac_actor(graph, x, policy, exploration_noise)
-    elif isinstance(policy, CategoricalActor):
-        graph.gemm(_relu_layers(graph, x, policy.body), *_weights(policy.fc_logits), OUTPUT_NAME)
-    else:
-        _ppo_actor(graph, x, policy, action_masking)
+    actor.write(graph, x)
 
-    mask_doc = f", {ACTION_MASK_INPUT} [batch, {width}] (1 allowed, 0 not)" if action_masking else ""
+    layout = actor.output_layout()
+    mask_doc = f", {ACTION_MASK_INPUT} [batch, {width}] (1 allowed, 0 not)" if actor.action_masking else ""
     onnx_graph = helper.make_graph(
         graph.nodes,
         "rllink_policy",
         graph_inputs,
         graph_outputs,
         initializer=graph.initializers,
-        doc_string=f"Input {input_name}{mask_doc}; output {OUTPUT_NAME} {output_layout(policy)}",
+        doc_string=f"Input {input_name}{mask_doc}; output {OUTPUT_NAME} {layout}",
     )
     model = helper.make_model(
         onnx_graph,
@@ -255,13 +180,13 @@ def export_onnx(
         model,
         {
             "weights_seq_no": str(weights_seq_no),
-            "observation_space": policy.observation_space.model_dump_json(),
-            "action_space": policy.action_space.model_dump_json(),
+            "observation_space": actor.observation_space.model_dump_json(),
+            "action_space": actor.action_space.model_dump_json(),
             "input_name": input_name,
             "input_names": json.dumps([i.name for i in graph_inputs]),
             "output_names": json.dumps([o.name for o in graph_outputs]),
-            "output_layout": output_layout(policy),
-            **({} if exploration_noise is None else {"exploration": GSDE_EXPLORING_NOTE}),
+            "output_layout": layout,
+            **actor.metadata,
         },
     )
     return model.SerializeToString()
@@ -276,7 +201,7 @@ def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> 
     model = onnx.load_from_string(onnx_bytes)
     inputs, (output,) = list(model.graph.input), list(model.graph.output)
     width = output.type.tensor_type.shape.dim[1].dim_value
-    graph = _Graph()
+    graph = OnnxGraph()
     x = inputs[0].name
     if len(inputs[0].type.tensor_type.shape.dim) > 2:
         x = graph.node("Flatten", [x], "obs_flat", axis=1)
@@ -285,10 +210,7 @@ def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> 
     if not any(i.name == ACTION_MASK_INPUT for i in inputs):
         graph.gemm(first, *zeros, OUTPUT_NAME)  # 0 * obs[:, :1] + 0: [batch, width] zeros
     else:
-        logits = graph.gemm(first, *zeros, "logits")
-        forbidden = graph.node("Sub", [ACTION_MASK_INPUT, graph.constant(np.array(1.0), "one")], "mask_minus_one")
-        penalty = graph.node("Mul", [forbidden, graph.constant(np.array(MASK_PENALTY), "mask_penalty")], "mask_penalty_term")
-        graph.node("Add", [logits, penalty], OUTPUT_NAME)
+        masked_output(graph, graph.gemm(first, *zeros, "logits"))
     uniform = helper.make_graph(
         graph.nodes,
         "rllink_uniform_policy",
@@ -308,20 +230,12 @@ def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> 
     return result.SerializeToString()
 
 
-def policy_state(
-    policy: Actor,
-    weights_seq_no: int,
-    input_name: str,
-    action_masking: bool = False,
-    exploration_noise: np.ndarray | None = None,
-) -> PolicyState:
-    """Export the policy and pack it for SET_STATE; with `exploration_noise` (gSDE's theta),
-    SET_STATE carries the exploring model and `onnx_bytes` stays the noise-free policy."""
-    onnx_bytes = export_onnx(policy, weights_seq_no, input_name, action_masking)
-    played = onnx_bytes
-    if exploration_noise is not None:
-        played = export_onnx(policy, weights_seq_no, input_name, action_masking, exploration_noise)
-    return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(played))
+def policy_state(actor: OnnxActor, weights_seq_no: int, input_name: str, played: OnnxActor | None = None) -> PolicyState:
+    """Export the actor and pack it for SET_STATE; with `played` (a gSDE actor with its drawn
+    noise), SET_STATE carries that exploring model and `onnx_bytes` stays the noise-free policy."""
+    onnx_bytes = export_onnx(actor, weights_seq_no, input_name)
+    exploring = onnx_bytes if played is None else export_onnx(played, weights_seq_no, input_name)
+    return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(exploring))
 
 
 def load_payload(onnx_file: str) -> onnx.ModelProto:

@@ -4,10 +4,10 @@ A composition of parts, each with one job:
 - `ClientRegistry` (registry.py): who is connected, who samples, who waits;
 - `BatchScheduler` (scheduler.py): each module's pending steps (module_queue.py), when
   its batch trains, who waits and who is held back (no torch); `StepBudgets`
-  (budgets.py): each module's queue limits and SAC's owed gradient steps;
-- a learner per trainable module (learner.py for PPO, sac_learner.py for SAC): its
-  weights and one training step; all of them in one `Learners` (learners.py), hosted in
-  a thread or a child process (learner_host.py);
+  (budgets.py): each module's queue limits and an off-policy one's owed gradient steps;
+- a learner per trainable module, its algorithm's (algorithms/: PPO, SAC): its weights
+  and one training step; all of them in one `ModuleLearners` (module_learners.py), hosted
+  in a thread or a child process (learner_host.py);
 - a `League` per self-play module (self_play.py): snapshots, references, opponents,
   ratings, saved beside the checkpoints (`LeagueFiles`, league_files.py); the curriculum
   (curriculum.py, saved by `CurriculumFiles`, curriculum_files.py);
@@ -32,10 +32,11 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, cast
 
+from pydantic import BaseModel
+
 from app.experience import ChunkBlock, blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
-from app.settings.hyperparameters import PPOConfig, SACConfig
 from app.settings.policies import PolicySet
 from app.training.budgets import StepBudgets
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
@@ -299,8 +300,7 @@ class LocalTrainingService:
             force_on_policy=self._budgets.force_on_policy,
             device=str(self.device),
             default_module_id=self.policies.default_module_id,
-            ppo_configs={module_id: configs.ppo_of(module_id) for module_id in trainable},
-            sac_configs={module_id: configs.sac_of(module_id) for module_id in trainable},
+            configs={module_id: (configs.algorithm_of(module_id), configs[module_id]) for module_id in trainable},
             clients=self._registry.clients,
             leagues=self.leagues,
             curriculum=self.curriculum.status(),
@@ -314,7 +314,7 @@ class LocalTrainingService:
         for module_id, cfg in self._configs.checked_all(changes).items():
             self.set_config(module_id, cfg)
 
-    def set_config(self, module_id: str, cfg: PPOConfig | SACConfig) -> None:
+    def set_config(self, module_id: str, cfg: BaseModel) -> None:
         """Use `cfg` (checked: ModuleConfigs.checked) from the module's next training step on."""
         if self._configs.replace(module_id, cfg):
             self._learners.submit("set_config", module_id, cfg).add_done_callback(_log_failure)
@@ -323,8 +323,9 @@ class LocalTrainingService:
     # -- The training step (the scheduler calls it) ---------------------------------
 
     async def _train(self, by_module: dict[str, list[ChunkBlock]], reasons: dict[str, str], stale_steps: int) -> None:
-        """Train each module given (its fresh chunks; SAC's may be none, for the gradient steps
-        it owes) in the learners' thread or process, publish the new version, count and log it."""
+        """Train each module given (its fresh chunks; an off-policy one's may be none, for the
+        gradient steps it owes) in the learners' thread or process, publish the new version,
+        count and log it."""
         version = self._store.current.weights_seq_no + 1
         started = time.perf_counter()
         results = await self._learners.call("train", dict(by_module), version)

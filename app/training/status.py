@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.settings.hyperparameters import PPOConfig, SACConfig
+from pydantic import BaseModel
+
 from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.registry import ClientInfo
 
@@ -29,8 +30,7 @@ class TrainingStatus:
     force_on_policy: bool  # clients wait for every version
     device: str  # where the learners train
     default_module_id: str
-    ppo_configs: dict[str, PPOConfig]  # by trainable module (a SAC module's: its settings' ones)
-    sac_configs: dict[str, SACConfig | None]  # by trainable module; None: it trains with PPO
+    configs: dict[str, tuple[str, BaseModel]]  # by trainable module: the algorithm it trains with, its hyperparameters now
     clients: list[ClientInfo]  # every connected client (on Ray: of every front-end)
     leagues: Mapping[str, League]  # by self-play module
     curriculum: dict[str, dict[str, Any]]  # each env_params curriculum's lesson now, by parameter
@@ -41,16 +41,14 @@ class TrainingStatus:
         return [OUTPUT_NAME]
 
     @property
-    def ppo_config(self) -> PPOConfig:
-        """The default module's PPO hyperparameters."""
-        return self.ppo_configs[self.default_module_id]
-
-    def module_ppo_config(self, module_id: str) -> PPOConfig:
-        return self.ppo_configs[module_id]
-
-    def module_sac_config(self, module_id: str) -> SACConfig | None:
-        return self.sac_configs.get(module_id)
+    def default_config(self) -> BaseModel:
+        """The default module's hyperparameters now."""
+        return self.module_config(self.default_module_id)
 
     def algorithm_of(self, module_id: str) -> str:
-        """What a trainable module trains with: "ppo" or "sac"."""
-        return "sac" if self.sac_configs.get(module_id) is not None else "ppo"
+        """What a trainable module trains with: a name of app/training/algorithms/ ("ppo")."""
+        return self.configs[module_id][0]
+
+    def module_config(self, module_id: str) -> BaseModel:
+        """A trainable module's hyperparameters now (its algorithm's config)."""
+        return self.configs[module_id][1]

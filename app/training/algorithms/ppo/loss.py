@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from app.settings.hyperparameters import PPOConfig
+from app.training.algorithms.ppo.config import PPOConfig
 from app.training.batch import Batch
 from app.training.behavior_cloning import BCTerm
 from app.training.policy import ActorCritic

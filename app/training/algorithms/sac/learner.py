@@ -1,13 +1,13 @@
-"""The SAC learner: SAC's networks and optimisers (sac.py for a Box, sac_discrete.py for
-Discrete actions), a replay buffer, and one training step
-(store the chunks, the gradient steps owed, at most `updates_per_version`, new version,
-ONNX export, checkpoint). The same methods as the PPO Learner; it runs in the learner thread.
+"""The SAC learner: SAC's networks and optimisers (loss.py for a Box, discrete/ for Discrete
+actions), a replay buffer, and one training step (store the chunks, the gradient steps owed,
+at most `updates_per_version`, new version, ONNX export, checkpoint). The same methods as every
+learner (`Learner`, app/training/module_learners.py); it runs in the learner thread.
 Every env step received owes `utd_ratio` gradient steps once the buffer holds
 `learning_starts` transitions; what one training step leaves owed, the next one does
 (the TrainingService starts it even if no new data came).
 
 Off-policy: every step received goes to the buffer whatever policy chose it, so nothing is
-stale, and clients never wait for a training step (the TrainingService sees `off_policy`).
+stale, and clients never wait for a training step (its registry entry is `off_policy`).
 The checkpoint holds the networks, optimisers and alpha, not the buffer (it refills).
 """
 
@@ -19,14 +19,18 @@ import numpy as np
 import torch
 
 from app.experience import ChunkBlock
-from app.settings.hyperparameters import SACConfig
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, DiscreteSpace, architecture_json
+from app.training.algorithms.sac.config import SACConfig
+from app.training.algorithms.sac.discrete.loss import DiscreteSAC
+from app.training.algorithms.sac.discrete.networks import CategoricalActor
+from app.training.algorithms.sac.discrete.onnx_head import CategoricalHead
+from app.training.algorithms.sac.loss import SAC
+from app.training.algorithms.sac.networks import SquashedGaussianActor
+from app.training.algorithms.sac.onnx_head import SquashedGaussianHead
+from app.training.algorithms.sac.replay import ReplayBuffer
 from app.training.checkpoints import Checkpointed
-from app.training.onnx_export import policy_state
+from app.training.onnx_export import OnnxActor, policy_state
 from app.training.policy_state import PolicyState
-from app.training.replay import ReplayBuffer
-from app.training.sac import SAC, SquashedGaussianActor
-from app.training.sac_discrete import DiscreteSAC
 
 
 class SACLearner(Checkpointed):
@@ -86,9 +90,15 @@ class SACLearner(Checkpointed):
     def _parts(self) -> dict[str, object]:
         return {"sac": self.sac, **self.sac.optimizers()}
 
+    def _onnx_actor(self, exploration_noise: np.ndarray | None = None) -> OnnxActor:
+        """The actor as export_onnx writes it (its onnx_head.py), with gSDE's drawn theta if given."""
+        actor = self.sac.actor
+        return CategoricalHead(actor) if isinstance(actor, CategoricalActor) else SquashedGaussianHead(actor, exploration_noise)
+
     def export(self) -> PolicyState:
         """The version as published: with gsde, SET_STATE's model plays the current theta."""
-        return policy_state(self.sac.actor, self.weights_seq_no, self.onnx_input_name, exploration_noise=self.exploration_noise)
+        played = None if self.exploration_noise is None else self._onnx_actor(self.exploration_noise)
+        return policy_state(self._onnx_actor(), self.weights_seq_no, self.onnx_input_name, played)
 
     def _draw_exploration_noise(self) -> None:
         """gsde: a new theta every `gsde_sample_every` versions (the first at the first version)."""

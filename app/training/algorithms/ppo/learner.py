@@ -3,9 +3,10 @@ step (batch, PPO update, new version, ONNX export, checkpoint). It runs in the
 TrainingService's single learner thread, never on the event loop. It is given its
 algorithm's config and its spaces, not the gateway's settings: one learner per module.
 Versions are the gateway's (one weights_seq_no for every module): `train` is told its number.
-SACLearner (sac_learner.py) has the same methods. With demonstrations it pre-trains by
-behavioural cloning (`pretrain`) and/or adds a decaying BC loss to its PPO updates
-(`clone_during_rl`), whose decay counts the env steps it has trained, kept in its checkpoint.
+Every algorithm's learner has the same methods (`Learner`, app/training/module_learners.py).
+With demonstrations it pre-trains by behavioural cloning (`pretrain`) and/or adds a decaying
+BC loss to its PPO updates (`clone_during_rl`), whose decay counts the env steps it has
+trained, kept in its checkpoint.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ import torch
 
 from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
-from app.settings.hyperparameters import PPOConfig, Symmetry
+from app.settings.hyperparameters import Symmetry
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.loss import ppo_update
+from app.training.algorithms.ppo.onnx_head import policy_state
+from app.training.algorithms.ppo.symmetries import Symmetries
 from app.training.batch import build_batch
 from app.training.behavior_cloning import BCSchedule, Demonstrations, bc_pretrain
 from app.training.checkpoints import Checkpointed
-from app.training.onnx_export import policy_state
 from app.training.policy import ActorCritic, RewardScaler
 from app.training.policy_state import PolicyState
-from app.training.ppo import ppo_update
-from app.training.symmetries import Symmetries
 
 
-class Learner(Checkpointed):
+class PPOLearner(Checkpointed):
     """Owns the policy's weights; every method is called from one thread at a time."""
 
     owed_env_steps = 0.0  # every step trains on the whole batch: nothing is left owed
@@ -138,7 +140,7 @@ class OptimizerAndProgress:
     learner has trained on, so that a restart keeps them (a checkpoint made before they were
     kept loads as 0 steps; torch's optimizer ignores the extra key)."""
 
-    def __init__(self, learner: Learner) -> None:
+    def __init__(self, learner: PPOLearner) -> None:
         self.learner = learner
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+"""The training algorithms by the name settings give them (`algorithm: sac`): an entry each.
+
+Each is a package here (its config model, learner, loss, ONNX head); this registry is what
+the settings, the command line, REST, the module configs and the learners read. Light: it
+imports the config models only; a learner (torch) is imported by its import string
+('module:Class') when a module trains with it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from app.training.algorithms.ppo import config as ppo
+from app.training.algorithms.sac import config as sac
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """What the gateway knows of an algorithm before a module trains with it."""
+
+    name: str  # the settings' `algorithm`, its section (`--ppo.*`), REST's and the config file's
+    config: type[BaseModel]  # its hyperparameters: the settings' section `name`, a module's own in `policies`
+    learner: str  # 'module:Class' of its learner (algorithms/*/learner.py), imported when a module trains with it
+    summary: str  # what the settings' `algorithm` says of it
+    off_policy: bool = False  # trains from a replay buffer: its steps are never stale, its clients never wait
+    action_spaces: tuple[str, ...] = ("discrete", "multi_discrete", "box")  # or "bounded_box": finite low and high
+    box_distribution: str = "gaussian"  # how clients act from a Box's action_dist_inputs (RLLINK.md)
+    image_observations: bool = True  # trains on images (a CNN encoder)
+    action_masking: bool = True  # trains with action masks
+    symmetries: bool = True  # trains on the steps' images under the game's symmetries
+    demos: bool = True  # behavioural cloning from demonstrations
+    fixed_while_training: Mapping[str, str] = field(default_factory=dict)  # hyperparameter: why PATCH cannot change it
+    self_play_defaults: Mapping[str, Any] = field(default_factory=dict)  # a self-play learner's values where unset
+
+    def learner_class(self) -> Any:
+        """Its learner class (imported now: torch)."""
+        module, _, name = self.learner.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {
+    spec.name: spec
+    for spec in (
+        AlgorithmSpec(
+            "ppo", ppo.PPOConfig, "app.training.algorithms.ppo.learner:PPOLearner",
+            summary="on-policy; clients wait for each version",
+            fixed_while_training=ppo.FIXED_WHILE_TRAINING,
+            self_play_defaults={"entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR},
+        ),
+        AlgorithmSpec(
+            "sac", sac.SACConfig, "app.training.algorithms.sac.learner:SACLearner",
+            summary="off-policy, Box actions with bounds or Discrete ones; clients never wait, every step received goes to a "
+            "replay buffer",
+            off_policy=True, action_spaces=("discrete", "bounded_box"), box_distribution="squashed_gaussian",
+            image_observations=False, action_masking=False, symmetries=False, demos=False,
+            fixed_while_training=sac.FIXED_WHILE_TRAINING,
+        ),
+    )
+}
+DEFAULT_ALGORITHM = "ppo"
+
+if TYPE_CHECKING:
+    Algorithm = str
+else:
+    Algorithm = Literal[tuple(ALGORITHMS)]  # the names as a type (settings, REST): "ppo" | "sac"
+
+
+def supporting(feature: str) -> str:
+    """The algorithms with `feature` (an AlgorithmSpec flag), as an error message names them: "ppo"."""
+    return " or ".join(name for name, spec in ALGORITHMS.items() if getattr(spec, feature))

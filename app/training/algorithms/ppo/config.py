@@ -1,0 +1,52 @@
+"""PPO's hyperparameters: the settings' `ppo` section (`--ppo.*`) and a module's `ppo` in `policies`."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+SELF_PLAY_ENTROPY_FLOOR = 0.1  # a self-play learner's entropy_floor unless set (docs/multi-agent.md)
+
+FIXED_WHILE_TRAINING = {  # hyperparameters PATCH /api/config cannot change, and why
+    "hidden_sizes": "the weights have that shape",
+    "normalize_obs": "the checkpoint holds its statistics, or none",
+    "normalize_reward": "the checkpoint holds its statistics, or none",
+}
+
+
+class PPOConfig(BaseModel):
+    """PPO hyperparameters, named as in the PPO paper and CleanRL's ppo.py."""
+
+    learning_rate: float = Field(3e-3, gt=0, le=1, description="Adam step size (tuned on CartPole-v1).")
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
+    ent_coef: float = Field(0.0, ge=0, le=1, description="Entropy bonus coefficient.")
+    entropy_floor: float | None = Field(
+        None,
+        ge=0,
+        lt=1,
+        description="Discrete actions: keep the policy's entropy above this share of the largest entropy of the "
+        "legal actions (log of their number), by an extra entropy bonus that rises while the entropy is below it and "
+        "falls back to 0 above it (a Lagrange multiplier, as SAC tunes alpha); 0: off; unset: 0.1 for a self-play "
+        "learner, off for others.",
+    )
+    entropy_floor_lr: float = Field(
+        0.01, gt=0, le=1, description="Step of the entropy floor's bonus per minibatch, per unit of entropy share missing."
+    )
+    vf_coef: float = Field(0.5, ge=0, le=10, description="Value loss coefficient.")
+    clip_vloss: bool = Field(False, description="Clip the value loss around the old values by clip_coef.")
+    max_grad_norm: float = Field(0.5, gt=0, description="Global gradient clipping norm.")
+    update_epochs: int = Field(10, ge=1, le=100, description="Passes over each batch.")
+    minibatch_size: int = Field(256, ge=1, description="Steps per gradient step.")
+    norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
+    target_kl: float | None = Field(None, gt=0, description="Stop the epochs early above this KL.")
+    hidden_sizes: tuple[int, ...] = Field((64, 64), min_length=1, description="MLP layer widths.")
+    normalize_obs: bool | None = Field(
+        None,
+        description="Normalise observations by running statistics (baked into the exported ONNX, so clients send raw "
+        "observations); unset: on for Box action spaces (continuous control), off for Discrete.",
+    )
+    normalize_reward: bool | None = Field(
+        None,
+        description="Divide rewards by the running std of the discounted return; unset: on for Box action spaces, off for Discrete.",
+    )
