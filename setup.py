@@ -1,8 +1,8 @@
-"""The compiled part of the project: app/rllink/_columns.c, EPISODES bodies parsed into
+"""The compiled part of the project: app/sansio/_columns.c, EPISODES bodies parsed into
 columns (pyproject.toml holds the rest); and the browser-training assets made optional.
 
 Optional: where no C compiler or Python headers are at hand, the install goes on without
-it and app.rllink.chunk_columns packs episode chunks in Python (slower, same results).
+it and app.sansio.chunk_columns packs episode chunks in Python (slower, same results).
 
 The vendor files the pages load (onnxruntime-web, uPlot, Swagger UI) come from
 node_modules/, which `npm ci` fills and a plain clone lacks (`pip install git+URL`).
@@ -50,7 +50,7 @@ setup(
     distclass=_OptionalVendorFiles,
     ext_modules=[
         Extension(
-            "app.rllink._columns", ["app/rllink/_columns.c"], depends=["app/rllink/_powers_of_five.h"], optional=True
+            "app.sansio._columns", ["app/sansio/_columns.c"], depends=["app/sansio/_powers_of_five.h"], optional=True
         )
     ],
 )

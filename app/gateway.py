@@ -13,7 +13,7 @@ import logging
 import socket
 
 from app.application.dispatch import Application
-from app.rllink.protocol import ReplyEncoder
+from app.sansio.protocol import ReplyEncoder
 from app.schemas import ARRAY_FIELDS
 from app.serving.service import ServingService
 from app.settings.config import Settings

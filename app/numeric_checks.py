@@ -122,7 +122,7 @@ def as_array(
     """
     if type(value) is list and (array := fast_floats(value, dtype, row_size, from_json)) is not None:
         return array
-    if isinstance(value, np.ndarray):  # e.g. from app.rllink.json_arrays
+    if isinstance(value, np.ndarray):  # e.g. from app.sansio.json_arrays
         array = value
     elif not isinstance(value, (list, tuple)):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")

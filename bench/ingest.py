@@ -53,7 +53,7 @@ from _common import (  # noqa: E402
     ws_connect,
 )
 
-from app.rllink.protocol import RequestReceived, Session  # noqa: E402
+from app.sansio.protocol import RequestReceived, Session  # noqa: E402
 from app.settings.policies import PolicySet  # noqa: E402
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE  # noqa: E402
 from rllink.framing import FrameDecoder, encode_frame

@@ -30,7 +30,7 @@ plays (parameter sharing):
      8x63 x8          8 scenes of 8 agents over 8 connections: 8 chunks of 63 steps each
    "Per env step cost, multi-agent vs single-agent" = single-agent rate / multi-agent rate
    (same number of connections); the same per gateway CPU-second, which other load on the
-   machine disturbs less. The sans-I/O core (app.rllink.protocol.Session: framing, JSON
+   machine disturbs less. The sans-I/O core (app.sansio.protocol.Session: framing, JSON
    decoding, validation; no decode worker) is measured in-process on the same frames, one
    core. `--profile` adds a cProfile of the core on the 64x8 message.
 
@@ -82,7 +82,7 @@ from _common import (  # noqa: E402
     running_gateway,
 )
 
-from app.rllink.protocol import RequestReceived, Session
+from app.sansio.protocol import RequestReceived, Session
 from rllink.framing import encode_frame  # noqa: E402
 
 MODULE_ID = "cart"
@@ -166,7 +166,7 @@ def core_policies():
 
 
 def core_rate(frames: list[bytes], steps_per_frame: int, seconds: float) -> float:
-    """Agent steps/s of app.rllink.protocol.Session (frame, decode, validate) on these frames, one core."""
+    """Agent steps/s of app.sansio.protocol.Session (frame, decode, validate) on these frames, one core."""
     session = Session(core_policies(), 64 << 20)
     cycle = iter(range(10**12))
 
@@ -257,7 +257,7 @@ def measure_ingest(args) -> tuple[list[str], dict]:
     lines.append(f"gateway peak RSS {rss / 2**20:,.0f} MiB (everything received is kept: training paused)")
     if args.profile:
         frame = frames[id(configs[2])][0]
-        lines.append(f"cProfile of app.rllink.protocol.Session on one {configs[2]['name']} message (200 calls):")
+        lines.append(f"cProfile of app.sansio.protocol.Session on one {configs[2]['name']} message (200 calls):")
         lines.extend(profile_core(frame).rstrip().splitlines())
     result = {
         "runs": runs,

@@ -6,7 +6,7 @@ The default policy (CartPole spaces, 64x64 MLP) is built as the learner builds i
 each iteration nudges its weights (a new version), then times what the gateway does
 before the first client can be answered: the ONNX graph built from the weights and
 serialized, gzip, base64 (`app.training.onnx_export.policy_state`), then the SET_STATE
-message and its frame (`app.rllink.protocol.encode_message`, JSON as RLlib's clients read it,
+message and its frame (`app.sansio.protocol.encode_message`, JSON as RLlib's clients read it,
 and msgpack). Also timed: the same frame for every further client (what each extra
 client costs), and the checkpoint the learner writes before it publishes the version.
 
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from _common import emit, percentile, rounded  # noqa: E402
 
-from app.rllink.protocol import decode_body, encode_message  # noqa: E402
+from app.sansio.protocol import decode_body, encode_message  # noqa: E402
 from app.schemas import SetState  # noqa: E402
 from app.settings.config import Settings  # noqa: E402
 from app.training.algorithms.ppo.learner import PPOLearner  # noqa: E402

@@ -34,10 +34,10 @@ fi
 
 # The Python packages, exactly as locked (torch: its CPU build), then the project itself
 # (after npm: the project maps the vendor files the pages load into its package), which
-# compiles app/rllink/_columns.c where a C compiler is at hand (setup.py; else it goes on
+# compiles app/sansio/_columns.c where a C compiler is at hand (setup.py; else it goes on
 # without it).
 stamp=".venv/.installed-$profile"
-wanted="$(cat "${files[@]}" pyproject.toml setup.py app/rllink/_columns.c app/rllink/_powers_of_five.h | sha256sum | cut -d' ' -f1)"
+wanted="$(cat "${files[@]}" pyproject.toml setup.py app/sansio/_columns.c app/sansio/_powers_of_five.h | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
   args=()
   for file in "${files[@]:0:$installed}"; do args+=(-r "$file"); done

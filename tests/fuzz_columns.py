@@ -1,4 +1,4 @@
-"""Crash fuzzer of app/rllink/_columns.c: mutated EPISODES bodies into `parse`, under AddressSanitizer.
+"""Crash fuzzer of app/sansio/_columns.c: mutated EPISODES bodies into `parse`, under AddressSanitizer.
 
 The C parser reads untrusted bytes. tests/test_chunk_columns.py checks that what it accepts
 agrees with the Python path; this checks that no input makes it read or write out of
@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     sys.path.insert(0, args.build_dir)
-    import _columns  # the sanitized build, not app.rllink's
+    import _columns  # the sanitized build, not app.sansio's
 
     rng = random.Random(args.seed)
     bodies = seed_bodies(rng)

@@ -14,7 +14,7 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 with atheris.instrument_imports(include=["app"]):
-    from app.rllink.protocol import FrameRejected, RequestReceived, Session, error_reply
+    from app.sansio.protocol import FrameRejected, RequestReceived, Session, error_reply
     from app.settings.policies import PolicySet
     from app.spaces.models import BoxSpace, DiscreteSpace
     from rllink.errors import ErrorCode

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from app.main import create_app
-from app.rllink.protocol import decode_body
+from app.sansio.protocol import decode_body
 from app.schemas import REQUEST_TYPES, RESPONSE_TYPES
 from app.serving.service import ServingService
 from app.settings.config import Settings

@@ -12,7 +12,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from app.rllink.protocol import ARRAYS_MIN_BODY_BYTES
+from app.sansio.protocol import ARRAYS_MIN_BODY_BYTES
 from app.spaces.models import BoxSpace
 from rllink.framing import encode_frame
 
@@ -26,7 +26,7 @@ def omit(data: dict, *keys: str) -> dict:
 
 
 def large_chunk(row: list | None = None, action: object = 0) -> dict:
-    """A chunk whose message is large enough for the array path (app.rllink.json_arrays),
+    """A chunk whose message is large enough for the array path (app.sansio.json_arrays),
     with observation 7 replaced by `row` and action 3 by `action`."""
     data = chunk(80)
     if row is not None:

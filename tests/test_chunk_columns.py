@@ -1,4 +1,4 @@
-"""Several episode chunks as columns (app.rllink.chunk_columns) validate exactly as one by one.
+"""Several episode chunks as columns (app.sansio.chunk_columns) validate exactly as one by one.
 
 The columns are a fast path: a message must come out the same as through EpisodeChunk's
 validators, the reference (the same chunks, arrays and dtypes; or the same error), and
@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.rllink import chunk_columns
-from app.rllink.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, loads_episodes, pack
-from app.rllink.json_arrays import loads_with_arrays
-from app.rllink.protocol import FrameRejected, RequestReceived, Session
+from app.sansio import chunk_columns
+from app.sansio.chunk_columns import LISTS_MAX_BYTES_PER_CHUNK, ChunkColumns, loads_episodes, pack
+from app.sansio.json_arrays import loads_with_arrays
+from app.sansio.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, EpisodeChunk, checked_chunk
 from app.settings.policies import Module, PolicySet, UnknownModule
 from app.spaces.models import BoxSpace, DiscreteSpace
@@ -147,9 +147,9 @@ def parse(body: bytes, decoded: dict[str, Any]):
 
 
 def packed(body: bytes) -> list[dict[str, Any]]:
-    """The body decoded each way a decode worker may (orjson's lists, app.rllink.json_arrays'
+    """The body decoded each way a decode worker may (orjson's lists, app.sansio.json_arrays'
     arrays), its chunks packed as columns unless `pack` declines them; and as a decode
-    worker decodes it (app/rllink/_columns.c's parse first)."""
+    worker decodes it (app/sansio/_columns.c's parse first)."""
     decodings = [orjson.loads(body), loads_with_arrays(body, ARRAY_FIELDS) or orjson.loads(body)]
     for data in decodings:
         if (columns := pack(data["episodes"])) is not None:
@@ -194,7 +194,7 @@ def test_a_scene_of_64_agents_takes_the_columns_path():
     assert [(block.module_id, block.num_chunks, len(block.actions)) for block in validated.blocks] == [("cart", 63, 504), ("pend", 1, 8)]
     assert validated[5].outcome == "win" and [c.module_id for c in validated] == ["cart"] * 63 + ["pend"]
     assert outcome(parse(body, decoded)) == outcome(parse(body, orjson.loads(body)))
-    # Long chunks are packed from app.rllink.json_arrays' arrays (simdjson parses them quicker).
+    # Long chunks are packed from app.sansio.json_arrays' arrays (simdjson parses them quicker).
     body = json.dumps({"type": "EPISODES", "episodes": [scene_chunk(rng, f"cart_{i}", 300) for i in range(4)]}).encode()
     assert len(body) > 4 * LISTS_MAX_BYTES_PER_CHUNK
     decoded = loads_episodes(body, ARRAY_FIELDS)
@@ -227,8 +227,8 @@ def columns_as_values(columns: ChunkColumns | None) -> Any:
 
 
 def test_the_compiled_columns_are_built():
-    # scripts/setup.sh compiles app/rllink/_columns.c (setup.py); this fails where it was not built.
-    assert chunk_columns.compiled is not None, "app/rllink/_columns.c is not built: pip install -e . with a C compiler"
+    # scripts/setup.sh compiles app/sansio/_columns.c (setup.py); this fails where it was not built.
+    assert chunk_columns.compiled is not None, "app/sansio/_columns.c is not built: pip install -e . with a C compiler"
     assert chunk_columns.compiled.FIELDS == chunk_columns._ARRAYS + chunk_columns._SCALARS
 
 
@@ -252,7 +252,7 @@ def decoded_as_values(decoded: dict[str, Any] | None) -> Any:
     st.sampled_from(["cart_", "pend_", "k\u00e4fer_", 'q"uote_']),
 )
 def test_the_parsed_columns_are_those_of_the_python_path(chunks, layout, prefix):
-    """app/rllink/_columns.c takes a subset of what orjson and pack take, each exactly as they do."""
+    """app/sansio/_columns.c takes a subset of what orjson and pack take, each exactly as they do."""
     for chunk in chunks:
         if isinstance(chunk.get("agent_id"), str) and chunk["agent_id"].startswith("cart_"):
             chunk["agent_id"] = prefix.encode().decode("unicode_escape") + chunk["agent_id"][5:]
@@ -275,7 +275,7 @@ def test_the_parsed_columns_are_those_of_the_python_path(chunks, layout, prefix)
     b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "extra": [1, {"a": "]"}, "\\""]}',
     b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "extra": tru}',
     b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK,]}',
-    b'{"type": "EPISODES", "episodes": [CHUNK]}',  # one chunk: app.rllink.json_arrays' path
+    b'{"type": "EPISODES", "episodes": [CHUNK]}',  # one chunk: app.sansio.json_arrays' path
     b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK]',
     b'{"type": "EPISODES", "episodes": [CHUNK, CHUNK], "id": "\xff"}',  # not UTF-8
 ])

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import uvloop
 
-from app.rllink.json_arrays import loads_with_arrays
-from app.rllink.protocol import FrameRejected, RequestReceived, Session
+from app.sansio.json_arrays import loads_with_arrays
+from app.sansio.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS
 from app.settings.policies import PolicySet
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE

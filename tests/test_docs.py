@@ -160,7 +160,7 @@ def source_of(module: Path) -> str:
 
 
 def module_missing(name: str) -> bool:
-    """Whether `name` is neither a module nor a name a module defines or imports (app.rllink.protocol.Session)."""
+    """Whether `name` is neither a module nor a name a module defines or imports (app.sansio.protocol.Session)."""
     if any(name == other or name.startswith(other + ".") for other in NOT_MODULES):
         return False
     first, *rest = name.split(".")
@@ -199,7 +199,7 @@ def test_the_name_checker_sees_stale_names(tmp_path):
     page = tmp_path / "page.md"
     page.write_text(
         "`app/web.py`, app/http/web.py, tests/test_browser_*.py, tests/test_none_*.py, `app.tcp_bridge`,\n"
-        "app.transport.tcp, app.rllink.protocol.Session, app.rllink.protocol.NoSuchThing, app.state.gateway, app.__file__,\n"
+        "app.transport.tcp, app.sansio.protocol.Session, app.sansio.protocol.NoSuchThing, app.state.gateway, app.__file__,\n"
         "rllink/PixelGrid-v0, rllink/action_dists.py, rllink/no_such.py, clients/csharp/build/RLlink.dll\n"
     )
     source = tmp_path / "module.py"
@@ -207,7 +207,7 @@ def test_the_name_checker_sees_stale_names(tmp_path):
     source.write_text(f'{docstring}\nx = "app/in_code.py"  {comment}\n')
     missing = missing_names([page, source])
     assert [line.split(":", 1)[1] for line in missing] == [
-        "1: app/web.py", "1: tests/test_none_*.py", "1: app.tcp_bridge", "2: app.rllink.protocol.NoSuchThing",
+        "1: app/web.py", "1: tests/test_none_*.py", "1: app.tcp_bridge", "2: app.sansio.protocol.NoSuchThing",
         "3: rllink/no_such.py", "1: app/spaces.py", "2: app.trajectory",
     ]
 

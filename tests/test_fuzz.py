@@ -13,7 +13,7 @@ gives one event. Here the inputs are nastier and the properties stronger:
   finite numbers;
 - every refusal's ERROR reply encodes in the client's encoding;
 - the fast number parsers agree with numpy's general path whenever they answer;
-- the C parser of EPISODES bodies (app/rllink/_columns.c), built with AddressSanitizer and
+- the C parser of EPISODES bodies (app/sansio/_columns.c), built with AddressSanitizer and
   UBSan, neither crashes nor reads or writes out of bounds on mutated bodies
   (tests/fuzz_columns.py).
 """
@@ -36,7 +36,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.numeric_checks import fast_floats, fast_indices
-from app.rllink.protocol import FrameRejected, RequestReceived, Session, decode_body, error_reply
+from app.sansio.protocol import FrameRejected, RequestReceived, Session, decode_body, error_reply
 from app.schemas import Episodes
 from app.settings.policies import PolicySet
 from app.spaces.models import DiscreteSpace, num_dist_inputs
@@ -263,7 +263,7 @@ def test_atheris_finds_no_crash_in_the_session_within_a_few_seconds(tmp_path):
     assert "Done" in output, output[-3000:]
 
 
-COLUMNS_C = Path(__file__).resolve().parent.parent / "app" / "rllink" / "_columns.c"
+COLUMNS_C = Path(__file__).resolve().parent.parent / "app" / "sansio" / "_columns.c"
 COLUMNS_FUZZER = Path(__file__).with_name("fuzz_columns.py")
 
 

@@ -1,4 +1,4 @@
-"""simdjson's path for large JSON bodies (app.rllink.json_arrays) against orjson's.
+"""simdjson's path for large JSON bodies (app.sansio.json_arrays) against orjson's.
 
 The promise: whenever `loads_with_arrays` answers, it is orjson's result with the
 number lists under the given keys as arrays equal to `np.asarray` of them; a Session
@@ -19,9 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.rllink import protocol
-from app.rllink.json_arrays import loads_with_arrays
-from app.rllink.protocol import FrameRejected, RequestReceived, Session
+from app.sansio import protocol
+from app.sansio.json_arrays import loads_with_arrays
+from app.sansio.protocol import FrameRejected, RequestReceived, Session
 from app.schemas import ARRAY_FIELDS, Episodes
 from rllink.framing import encode_frame
 
@@ -238,7 +238,7 @@ def test_arrays_outlive_the_next_bodies_parsed_with_the_kept_parser():
     or a fresh one for a body over the size limit, changes nothing already returned."""
     large = json.dumps({"obs": [[float(i)] * 4 for i in range(100)], "other": "x" * 8000}).encode()
     bodies = [*cartpole_sized_bodies(3), large, cartpole_sized_bodies(1)[0]]
-    with mock.patch("app.rllink.json_arrays.REUSED_PARSER_MAX_BODY_BYTES", len(large) - 1):
+    with mock.patch("app.sansio.json_arrays.REUSED_PARSER_MAX_BODY_BYTES", len(large) - 1):
         results = [loads_with_arrays(body, KEYS) for body in bodies]
     for body, result in zip(bodies, results):
         assert result is not None

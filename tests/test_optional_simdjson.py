@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent(
     sys.modules["simdjson"] = None  # import simdjson now raises ImportError
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from app.settings.policies import PolicySet
-    from app.rllink.protocol import Session
+    from app.sansio.protocol import Session
     from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE
     session = Session(PolicySet.single(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 1 << 24)
     body = sys.stdin.buffer.read()
@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_without_simdjson_bodies_decode_the_same_and_the_log_says_so_once():
-    # One chunk: several would take app.rllink.chunk_columns' path, which needs no simdjson.
+    # One chunk: several would take app.sansio.chunk_columns' path, which needs no simdjson.
     message = frame({"type": "EPISODES", "episodes": [chunk(250, seed=1)]})
     assert len(message) > 4096  # large enough for the simdjson path when it exists
     done = subprocess.run(

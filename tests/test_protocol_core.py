@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.rllink.protocol import FrameRejected, ReplyEncoder, RequestReceived, Session, decode_body, encode_message, error_reply
+from app.sansio.protocol import FrameRejected, ReplyEncoder, RequestReceived, Session, decode_body, encode_message, error_reply
 from app.schemas import EpisodesAndGetState, Ping, Pong, SetState
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace

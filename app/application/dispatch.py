@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from app.application.admission import admission_error, token_matches
 from app.application.declared_spaces import declared_mismatch, spaces_to_adopt
-from app.rllink.protocol import ReplyEncoder, Session
+from app.sansio.protocol import ReplyEncoder, Session
 from app.schemas import (
     Action,
     EndEpisode,

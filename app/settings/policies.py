@@ -246,7 +246,7 @@ class PolicySet:
 
     def modules_for(self, agent_ids: list[str | None], module_ids: list[str | None]) -> list[Module]:
         """`module_for` of each chunk's agent_id and module_id, remembered: a scene's agents are
-        in every message it sends (app.rllink.chunk_columns). Raises UnknownModule as it does.
+        in every message it sends (app.sansio.chunk_columns). Raises UnknownModule as it does.
         Where no chunk names a module (a scene, mostly), the keys are the agent ids: a string
         hashes once, a tuple at every lookup."""
         keys: list[Any] = agent_ids if module_ids.count(None) == len(module_ids) else list(zip(agent_ids, module_ids))

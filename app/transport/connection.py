@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from app.application.dispatch import Application, Reply
-from app.rllink.protocol import Event, FrameRejected, RequestReceived, carries_episodes, encode_message, error_reply
+from app.sansio.protocol import Event, FrameRejected, RequestReceived, carries_episodes, encode_message, error_reply
 from app.schemas import Episodes, EpisodesAndGetState, Error
 from app.telemetry.traffic import TrafficStats
 from app.transport.decode_workers import DecodeWorkers

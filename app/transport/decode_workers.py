@@ -1,9 +1,9 @@
 """Large JSON bodies decoded in worker processes, beside the event loop.
 
-Decoding an episode chunk (`app.rllink.json_arrays`) is most of what the gateway does per env
+Decoding an episode chunk (`app.sansio.json_arrays`) is most of what the gateway does per env
 step, and it holds the GIL: on the event loop it caps ingest at one core. Worker
 processes decode large JSON bodies into dicts with numpy arrays (a message's several
-chunks as columns: app.rllink.chunk_columns) and send them back pickled; the event loop keeps
+chunks as columns: app.sansio.chunk_columns) and send them back pickled; the event loop keeps
 framing, validation and the replies, in order.
 
 A worker is an accelerator, never a dependency: a body it cannot take (small, msgpack,
@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from app.rllink.chunk_columns import loads_episodes
+from app.sansio.chunk_columns import loads_episodes
 
 log = logging.getLogger("app.transport.decode_workers")
 

@@ -9,7 +9,7 @@ sans-I/O protocol itself, so
   process would.
 
 It carries payloads (bytes); RLlink frames inside them are the caller's (see
-`app.rllink.protocol.FrameDecoder`). It imports nothing from the gateway, so a script can use
+`app.sansio.protocol.FrameDecoder`). It imports nothing from the gateway, so a script can use
 it against any gateway version.
 """
 

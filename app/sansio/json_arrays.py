@@ -39,7 +39,7 @@ except ImportError:  # a platform without a pysimdjson wheel: orjson decodes eve
 else:
     _HAVE_SIMDJSON = True
 
-log = logging.getLogger("app.rllink.json_arrays")
+log = logging.getLogger("app.sansio.json_arrays")
 
 _BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 _OPEN_BRACKET = ord("[")

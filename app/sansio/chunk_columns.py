@@ -4,13 +4,13 @@ A scene of 64 agents sends 64 chunks of 8 steps per message. One chunk at a time
 costs tens of microseconds whatever its length (its arrays made, pickled back from a
 decode worker, unpickled and validated one by one): 12x the cost per env step of one
 500-step chunk (bench/multi_agent.py). Here each field of all its chunks becomes one
-array (parsed from the bytes by app/rllink/_columns.c when the chunks have one shape; else
-`pack`: from orjson's lists, or for long chunks from app.rllink.json_arrays' arrays), a
+array (parsed from the bytes by app/sansio/_columns.c when the chunks have one shape; else
+`pack`: from orjson's lists, or for long chunks from app.sansio.json_arrays' arrays), a
 group of such columns per kind of chunk, which a decode worker sends back in one piece;
 the event loop then checks each column once per module, and the columns go on as a
 block per module (app.experience) to the learner: no Python object per chunk.
 
-A fast path with a reference, as app.rllink.json_arrays: what it cannot show to be valid it
+A fast path with a reference, as app.sansio.json_arrays: what it cannot show to be valid it
 declines (None), and the message takes the per-chunk path (EpisodeChunk's validators),
 whose results and error messages stay the reference. It takes the common shapes only:
 vector observations, Discrete or vector Box actions, the canonical field names, no
@@ -33,20 +33,20 @@ import orjson
 
 from app.experience import ChunkBlock, ChunkBlocks
 from app.numeric_checks import EXACT_LIMIT_SQUARED, as_array, fast_floats
-from app.rllink.json_arrays import loads_with_arrays
+from app.sansio.json_arrays import loads_with_arrays
 from app.schemas import MAX_WEIGHTS_SEQ_NO, EpisodeChunk
 from app.settings.policies import UnknownModule, indices_by_module
 from app.spaces.models import BoxSpace, DiscreteSpace, num_dist_inputs
 
 try:  # compiled at set-up (setup.py); without a C compiler, pack's own path does the same work slower
-    from app.rllink import _columns as compiled
+    from app.sansio import _columns as compiled
 except ImportError:  # pragma: no cover - where the extension is not built
     compiled = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from app.settings.policies import Module, PolicySet
 
-MIN_CHUNKS = 2  # one chunk gains nothing: app.rllink.json_arrays decodes it
+MIN_CHUNKS = 2  # one chunk gains nothing: app.sansio.json_arrays decodes it
 LISTS_MAX_BYTES_PER_CHUNK = 8 * 1024  # see loads_episodes
 _ARRAYS = ("obs", "actions", "rewards", "action_logp", "action_dist_inputs")
 _ROW_FIELDS = frozenset({"obs", "action_dist_inputs"})  # a row of numbers per step (per observation)
@@ -64,14 +64,14 @@ RowShape: TypeAlias = "tuple[int, ...] | int | None"
 
 def loads_episodes(body: bytes, keys: frozenset[str]) -> dict[str, Any] | None:
     """A large JSON body decoded: several episode chunks as one `ChunkColumns`, else the
-    number lists under `keys` as arrays (app.rllink.json_arrays); None: orjson's path decides.
+    number lists under `keys` as arrays (app.sansio.json_arrays); None: orjson's path decides.
 
-    Several chunks of one shape are parsed from the bytes by app/rllink/_columns.c where it
+    Several chunks of one shape are parsed from the bytes by app/sansio/_columns.c where it
     is built. Else short chunks are packed from orjson's lists, long ones from
-    app.rllink.json_arrays' arrays: per chunk, its Python calls cost more than orjson's
+    app.sansio.json_arrays' arrays: per chunk, its Python calls cost more than orjson's
     floats up to ~8 kB of JSON a chunk (a decode worker's time for 64 chunks of 50 CartPole
     steps, 6 kB each: 2.05 vs 2.35 ms; of 130 steps, 15 kB each: 3.3 vs 2.6 ms). Chunks the
-    columns decline end up as app.rllink.json_arrays' arrays, which the event loop
+    columns decline end up as app.sansio.json_arrays' arrays, which the event loop
     validates quicker than lists; bodies with action masks, which the columns never take,
     go there directly.
     """
@@ -102,7 +102,7 @@ def _has_chunks(body: bytes, count: int) -> bool:
 
 
 def _parsed(body: bytes) -> dict[str, Any] | None:
-    """The message parsed by app/rllink/_columns.c, its chunks as one group of columns,
+    """The message parsed by app/sansio/_columns.c, its chunks as one group of columns,
     when they all have one shape and it takes them; else None (the Python path decides)."""
     if (parsed := compiled.parse(body, _SCALAR_DEFAULTS)) is None:
         return None
@@ -274,7 +274,7 @@ class _Columns:
 
 
 def pack(episodes: Any) -> ChunkColumns | None:
-    """Decoded chunks (orjson's dicts and lists, or app.rllink.json_arrays' arrays) as columns;
+    """Decoded chunks (orjson's dicts and lists, or app.sansio.json_arrays' arrays) as columns;
     None unless there are several, with known fields only, their number fields lists of
     the kind EpisodeChunk's fast paths take (app.schemas: finite, moderate, not starting
     with a boolean) or arrays."""
@@ -365,7 +365,7 @@ def _column(name: str, values: list[Any]) -> np.ndarray | None:
 
 
 def _array_column(name: str, values: list[np.ndarray]) -> np.ndarray | None:
-    """app.rllink.json_arrays' int64 or float64 arrays as one, converted as `as_array` converts each."""
+    """app.sansio.json_arrays' int64 or float64 arrays as one, converted as `as_array` converts each."""
     try:
         array = np.concatenate(values)
     except ValueError:  # rows of different widths, or lists of different depths

@@ -1,4 +1,4 @@
-"""Types of app/rllink/_columns.c (EPISODES bodies parsed into columns at C speed)."""
+"""Types of app/sansio/_columns.c (EPISODES bodies parsed into columns at C speed)."""
 
 from typing import Any
 

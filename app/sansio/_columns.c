@@ -1,6 +1,6 @@
 /* An EPISODES message's JSON body parsed straight into columns, at C speed.
  *
- * The compiled half of app.rllink.chunk_columns for a message whose chunks all have one
+ * The compiled half of app.sansio.chunk_columns for a message whose chunks all have one
  * shape (the same number fields, rows of the same width): a scene of one kind of agent.
  * Decoding such a body with orjson makes a Python float per number and a dict per chunk,
  * which pack then walks; here the bytes are read once and each field's numbers go into
@@ -14,7 +14,7 @@
  *
  * Numbers are converted as orjson and struct do (correctly rounded to a double, then
  * rounded to float32): Clinger's fast path for short mantissas, else Eisel and Lemire's
- * (one 64 x 64-bit product with a power of five, app/rllink/_powers_of_five.h), else, in
+ * (one 64 x 64-bit product with a power of five, app/sansio/_powers_of_five.h), else, in
  * the rare cases that leaves undecided, CPython's own correctly rounded conversion.
  */
 #define PY_SSIZE_T_CLEAN
@@ -198,7 +198,7 @@ static int parse_number(const char **p, const char *end, Number *out)
 
 /* -- The message ------------------------------------------------------------------------ */
 
-/* The fields, in app.rllink.chunk_columns' order: number fields first, then scalars. */
+/* The fields, in app.sansio.chunk_columns' order: number fields first, then scalars. */
 enum { OBS, ACTIONS, REWARDS, ACTION_LOGP, ACTION_DIST_INPUTS, NUM_ARRAYS };
 #define NUM_FIELDS 13
 #define NUM_SCALARS (NUM_FIELDS - NUM_ARRAYS)
@@ -672,7 +672,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "app.rllink._columns", "EPISODES bodies parsed into columns at C speed (app.rllink.chunk_columns).",
+    PyModuleDef_HEAD_INIT, "app.sansio._columns", "EPISODES bodies parsed into columns at C speed (app.sansio.chunk_columns).",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

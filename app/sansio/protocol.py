@@ -24,8 +24,8 @@ import msgpack
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from app.rllink.chunk_columns import ChunkColumns, loads_episodes
-from app.rllink.json_arrays import loads_with_arrays
+from app.sansio.chunk_columns import ChunkColumns, loads_episodes
+from app.sansio.json_arrays import loads_with_arrays
 from app.schemas import (
     ARRAY_FIELDS,
     NO_REPLY_TYPES,
@@ -44,7 +44,7 @@ from app.settings.policies import PolicySet
 from rllink.errors import ErrorCode, ProtocolError
 from rllink.framing import Encoding, FrameDecoder, detect_encoding, encode_frame, loads_body
 
-log = logging.getLogger("app.rllink.protocol")
+log = logging.getLogger("app.sansio.protocol")
 
 
 def error_reply(error: ProtocolError) -> Error:
@@ -70,8 +70,8 @@ def decode_body(body: bytes, columns: bool = True) -> tuple[dict[str, Any], Enco
     """Decode a frame body into a dict, raising a non-fatal `ProtocolError` if it is not one.
 
     In large JSON bodies, the number lists of episode chunks (`ARRAY_FIELDS`) may be
-    numpy arrays already (see `app.rllink.json_arrays`); the schemas take either. Several chunks
-    may come as one `ChunkColumns` instead (`app.rllink.chunk_columns`), unless `columns` is false.
+    numpy arrays already (see `app.sansio.json_arrays`); the schemas take either. Several chunks
+    may come as one `ChunkColumns` instead (`app.sansio.chunk_columns`), unless `columns` is false.
     """
     if (
         len(body) >= ARRAYS_MIN_BODY_BYTES
@@ -289,7 +289,7 @@ class Session:
 
     def parse(self, frame: bytes | FrameRejected, decoded: dict[str, Any] | None = None) -> Event | None:
         """The event for one item of `receive_frames`, in its turn (None once a fatal error
-        ended the session); `decoded` is what `app.rllink.chunk_columns.loads_episodes` made of a
+        ended the session); `decoded` is what `app.sansio.chunk_columns.loads_episodes` made of a
         body elsewhere (a decode worker), if it could."""
         if self._ended:
             return None
