@@ -87,6 +87,18 @@ def test_a_client_that_cannot_train_says_why_in_one_line(args, says):
     assert len(errors) == 1 and errors[0].startswith(says) and "Traceback" not in done.stderr, done.stderr
 
 
+def test_a_wrong_token_is_one_line_and_exit_2(tmp_path):
+    """A gateway with auth on refuses the token the client presents (as a launched game's
+    `--rllink-token`): one line saying so, nothing trained."""
+    with running_gateway(gateway_settings(tmp_path, auth_token="the-gateways-secret")) as gateway:
+        done = client("gym_client", "--env", "CartPole-v1", "--rllink-port", str(gateway.tcp_port), "--rllink-token", "wrong")
+        sampled = gateway.service.metrics.num_env_steps_sampled_lifetime
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].startswith("error: the gateway refused the token: ") and "Traceback" not in done.stderr
+    assert "wrong" not in done.stderr and sampled == 0
+
+
 def test_gym_client_trains_an_env_without_a_target_to_its_budget_and_exits_0(tmp_path):
     with running_gateway(gateway_settings(tmp_path, env_steps_per_sample=32)) as gateway:  # no spaces: adopts Pendulum's
         done = client("gym_client", "--env", "Pendulum-v1", "--port", str(gateway.tcp_port), "--max-env-steps", str(STEPS))

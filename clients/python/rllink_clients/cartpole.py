@@ -117,14 +117,11 @@ def main(argv: list[str] | None = None, *, prog: str = PROG, inference: str = "l
         args.target_return = env_target
     _log_target(args)
     try:
-        client = RLlinkClient.open(args.transport, args.host, args.port)
+        client = RLlinkClient.open(args.transport, args.host, args.port, token=args.token)
     except GatewayUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with client:
-        if args.token is not None and (reply := client.request({"type": "PING", "token": args.token}))["type"] != "PONG":
-            print(f"the gateway refused the token: {reply.get('message', reply)}", file=sys.stderr)
-            return 2
         try:
             result = _train(client, args)
         except GetConfigRefused as exc:

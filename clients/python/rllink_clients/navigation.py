@@ -197,14 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     try:
-        client = RLlinkClient.open(args.transport, args.host, args.port)
+        client = RLlinkClient.open(args.transport, args.host, args.port, token=args.token)
     except GatewayUnreachable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with client:
-        if args.token is not None and (reply := client.request({"type": "PING", "token": args.token}))["type"] != "PONG":
-            print(f"the gateway refused the token: {reply.get('message', reply)}", file=sys.stderr)
-            return 2
         target = FullDifficultyTarget(args.target_success)
         try:
             result = play(client, target, args.inference, args.seed, args.max_env_steps, args.max_seconds)

@@ -30,7 +30,7 @@ DEFAULT_PORTS = {"tcp": 5555, "ws": 8000}
 
 
 class GatewayUnreachable(ConnectionError):
-    """No gateway answered at the address given (one line naming it, for a command line)."""
+    """No gateway answered at the address given, or it refused the token (one line, for a command line)."""
 
 
 class RLlinkClient:
@@ -81,14 +81,21 @@ class RLlinkClient:
         raise ValueError(f"URL must start with tcp:// or ws://, got {url!r}")
 
     @classmethod
-    def open(cls, transport: Transport, host: str = "127.0.0.1", port: int | None = None, **kwargs: Any) -> RLlinkClient:
-        """A connection as the constructor makes it (port None: the transport's default port);
-        GatewayUnreachable, one line naming the address, where none can be made."""
+    def open(
+        cls, transport: Transport, host: str = "127.0.0.1", port: int | None = None, token: str | None = None, **kwargs: Any
+    ) -> RLlinkClient:
+        """A connection as the constructor makes it (port None: the transport's default port),
+        with `token` presented in a first PING where given; GatewayUnreachable, one line naming
+        the address or the gateway's refusal, where no connection can be made or the token is refused."""
         port = port or DEFAULT_PORTS.get(transport)
         try:
-            return cls(transport, host, port, **kwargs)
+            client = cls(transport, host, port, **kwargs)
         except (OSError, WebSocketException) as exc:
             raise GatewayUnreachable(f"cannot reach a gateway at {transport}://{host}:{port}: {str(exc) or type(exc).__name__}") from exc
+        if token is not None and (reply := client.request({"type": "PING", "token": token}))["type"] != "PONG":
+            client.close()
+            raise GatewayUnreachable(f"the gateway refused the token: {reply.get('message', reply)}")
+        return client
 
     def encode(self, message: dict[str, Any]) -> bytes:
         if self.encoding is Encoding.MSGPACK:
