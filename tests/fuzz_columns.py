@@ -18,6 +18,11 @@ import argparse
 import json
 import random
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.sansio.chunk_columns import _SCALAR_DEFAULTS  # noqa: E402  (what chunk_columns passes to parse)
 
 # Pieces of JSON that the mutations splice in: the parser's edge cases (numbers at the limits
 # of float32, int64 and double, escapes, deep nesting, truncated tokens, the keys it knows).
@@ -30,7 +35,6 @@ TOKENS = [
     b'"episode_id"', b'"weights_seq_no"', b'"outcome"', b'"is_terminated"', b'"is_truncated"', b'"evaluation"',
     b'"episodes"', b'"type"', b'"win"',
 ]  # fmt: skip
-DEFAULTS = (None, None, None, None, None, False, False, False)  # chunk_columns._SCALAR_DEFAULTS' shape
 
 
 def seed_bodies(rng: random.Random) -> list[bytes]:
@@ -93,12 +97,12 @@ def main() -> int:
 
     rng = random.Random(args.seed)
     bodies = seed_bodies(rng)
-    accepted = sum(_columns.parse(body, DEFAULTS) is not None for body in bodies)
+    accepted = sum(_columns.parse(body, _SCALAR_DEFAULTS) is not None for body in bodies)
     assert accepted == len(bodies), f"the fuzzer's seed bodies should parse: {accepted} of {len(bodies)}"
     parsed = 0
     for _ in range(args.iterations):
         body = mutate(rng.choice(bodies), rng)
-        parsed += _columns.parse(body, DEFAULTS) is not None
+        parsed += _columns.parse(body, _SCALAR_DEFAULTS) is not None
         _columns.number(body[: rng.randint(0, 48)])
     print(f"{args.iterations} mutated bodies: {parsed} parsed, the rest declined; no crash")
     return 0
