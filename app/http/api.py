@@ -17,6 +17,7 @@ from app.http.auth import require_token
 from app.http.dependencies import get_gateway
 from app.http.prometheus import render_prometheus
 from app.http.rest_models import (
+    SHOWN_FOR_EVERY_MODULE,
     Client,
     ConfigPatch,
     GatewayConfig,
@@ -128,9 +129,6 @@ async def prometheus_metrics(gateway: Gateway = Depends(get_gateway)) -> Respons
 @router.get("/clients", response_model=list[Client], summary="Connected simulators")
 def clients(gateway: Gateway = Depends(get_gateway)) -> list[Client]:
     return [Client.model_validate(client, from_attributes=True) for client in gateway.service.status().clients]
-
-
-SHOWN_FOR_EVERY_MODULE = "ppo"  # its section is in every trainable module's REST view, as before there were others
 
 
 def hyperparameter_sections(settings: Settings, status: TrainingStatus, module: Module) -> dict[str, BaseModel | None]:

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.settings.env_params import EnvParam, EnvParamValue, Measure
 from app.settings.hyperparameters import SelfPlayConfig
 from app.spaces.models import ObservationSpace, Space
-from app.training.algorithms import Algorithm
+from app.training.algorithms import Algorithm, AlgorithmSpec, algorithm_sections
 from app.training.algorithms.ppo.config import PPOConfig
-from app.training.algorithms.sac.config import SACConfig
 
 
 class Health(BaseModel):
@@ -271,6 +270,23 @@ class SelfPlayStatus(BaseModel):
     records: list[LeagueRecord] = Field(description="Wins, draws and losses by opponent and seat over recent games.")
 
 
+SHOWN_FOR_EVERY_MODULE = "ppo"  # its section is in every trainable module's view, as before there were others
+
+
+def _module_section(spec: AlgorithmSpec) -> tuple[Any, Any]:
+    """An algorithm's section of a module's view (/api/policies, /api/config)."""
+    others = "" if spec.name == SHOWN_FOR_EVERY_MODULE else ", for a module of another algorithm"
+    return spec.config | None, Field(
+        None, description=f"Its {spec.name.upper()} hyperparameters (None for a frozen opponent{others})."
+    )
+
+
+def _patch_section(spec: AlgorithmSpec) -> tuple[Any, Any]:
+    """An algorithm's section of PATCH /api/config: what may change of its hyperparameters."""
+    return spec.patch | None, Field(None, description=f"Changes to the {spec.name.upper()} modules' hyperparameters.")
+
+
+@algorithm_sections(_module_section)  # `ppo`, `sac`: a section per algorithm (api.py's hyperparameter_sections fills them)
 class Policy(PolicyMetrics):
     """One module: what it plays, how it trains and how it does (GET /api/policies)."""
 
@@ -282,12 +298,10 @@ class Policy(PolicyMetrics):
     opponent_of: str | None = Field(description="For a self-play opponent: the module whose snapshots it plays.")
     algorithm: Algorithm = Field(description="How it trains (an opponent: as its learner).")
     action_masking: bool = Field(description="Its ONNX takes an action_mask input; chunks and GET_ACTION may carry one.")
-    # A section per algorithm of app/training/algorithms/ (api.py's hyperparameter_sections fills them).
-    ppo: PPOConfig | None = Field(description="Its PPO hyperparameters (None for a frozen opponent).")
-    sac: SACConfig | None = Field(None, description="Its SAC hyperparameters (a SAC module only).")
     self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
 
 
+@algorithm_sections(_module_section)  # `ppo`, `sac`: a section per algorithm, as Policy
 class PolicyConfigView(BaseModel):
     """One module in GET /api/config."""
 
@@ -297,9 +311,6 @@ class PolicyConfigView(BaseModel):
     opponent_of: str | None
     algorithm: Algorithm
     action_masking: bool
-    # A section per algorithm of app/training/algorithms/ (api.py's hyperparameter_sections fills them).
-    ppo: PPOConfig | None
-    sac: SACConfig | None = None
     self_play: SelfPlayConfig | None
 
 
@@ -336,84 +347,20 @@ class GatewayConfig(BaseModel):
     env_params: dict[str, EnvParam] | None = Field(description="The env_params setting: constants and curriculum lessons.")
 
 
-class _HyperparameterPatch(BaseModel):
-    """Hyperparameters to change while training; omit what stays (`null` too leaves a value as
-    it is, except where it is a value: NULLABLE)."""
-
-    model_config = ConfigDict(extra="forbid")
-    NULLABLE: ClassVar[frozenset[str]] = frozenset()
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _numbers_only(cls, value: object) -> object:
-        """As the schema says: pydantic alone would take `true` as 1 and `"0.1"` as 0.1
-        (and, rightly for JSON Schema, 3.0 as the integer 3)."""
-        if isinstance(value, (bool, str)):
-            raise ValueError("must be a number")
-        return value
-
-    def changes(self) -> dict[str, object]:
-        """The values to set: those given, and `null` only where it is one."""
-        given = self.model_dump(exclude_unset=True)
-        return {name: value for name, value in given.items() if value is not None or name in self.NULLABLE}
-
-
-class PPOConfigPatch(_HyperparameterPatch):
-    """PPO hyperparameters that are safe to change while training; omit what stays.
-    `null` leaves a value as it is too, except for `target_kl`, where it turns the early
-    stop off."""
-
-    NULLABLE: ClassVar[frozenset[str]] = frozenset({"target_kl"})
-
-    learning_rate: float | None = Field(None, gt=0, le=1)
-    ent_coef: float | None = Field(None, ge=0, le=1)
-    clip_coef: float | None = Field(None, gt=0, le=1)
-    vf_coef: float | None = Field(None, ge=0, le=10)
-    max_grad_norm: float | None = Field(None, gt=0)
-    update_epochs: int | None = Field(None, ge=1, le=100)
-    minibatch_size: int | None = Field(None, ge=1, le=1_000_000)
-    gamma: float | None = Field(None, gt=0, le=1)
-    gae_lambda: float | None = Field(None, ge=0, le=1)
-    target_kl: float | None = Field(None, gt=0)
-
-
-class SACConfigPatch(_HyperparameterPatch):
-    """SAC hyperparameters that are safe to change while training; omit what stays (the
-    network sizes, the buffer's size, alpha and autotune are set at start-up). Bounded so a
-    typo cannot make one gradient step allocate gigabytes or one version take hours."""
-
-    q_lr: float | None = Field(None, gt=0, le=1)
-    policy_lr: float | None = Field(None, gt=0, le=1)
-    gamma: float | None = Field(None, gt=0, le=1)
-    tau: float | None = Field(None, gt=0, le=1)
-    batch_size: int | None = Field(None, ge=1, le=65_536)
-    learning_starts: int | None = Field(None, ge=1, le=100_000_000)
-    utd_ratio: float | None = Field(None, gt=0, le=64)
-    updates_per_version: int | None = Field(None, ge=1, le=100_000)
-    policy_frequency: int | None = Field(None, ge=1, le=1_000)
-    target_network_frequency: int | None = Field(None, ge=1, le=1_000_000)
-    target_entropy_scale: float | None = Field(None, gt=0, lt=1)
-
-
+@algorithm_sections(_patch_section)  # `ppo`, `sac`: each algorithm's <Name>ConfigPatch
 class PolicyPatch(BaseModel):
     """One module's changes in `PATCH /api/config`: `ppo` for a PPO module, `sac` for a SAC one."""
 
     model_config = ConfigDict(extra="forbid")
 
-    # A section per algorithm of app/training/algorithms/: its <Name>ConfigPatch.
-    ppo: PPOConfigPatch | None = None
-    sac: SACConfigPatch | None = None
 
-
+@algorithm_sections(_patch_section)  # `ppo`, `sac`: each algorithm's <Name>ConfigPatch
 class ConfigPatch(BaseModel):
     """Body of `PATCH /api/config`: `ppo` changes every PPO module, `sac` every SAC module,
     `policies` one by one."""
 
     model_config = ConfigDict(extra="forbid")
 
-    # A section per algorithm of app/training/algorithms/: its <Name>ConfigPatch.
-    ppo: PPOConfigPatch | None = None
-    sac: SACConfigPatch | None = None
     policies: dict[str, PolicyPatch] = Field(default_factory=dict)
 
 

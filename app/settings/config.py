@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -19,9 +20,7 @@ from app.settings.hyperparameters import MODULE_ID_PATTERN, PolicyConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, ObservationSpace, Space
 from app.spaces.onnx_names import input_name_problem
-from app.training.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm
-from app.training.algorithms.ppo.config import PPOConfig
-from app.training.algorithms.sac.config import SACConfig
+from app.training.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, AlgorithmSpec, algorithm_sections
 
 MiB = 1024 * 1024
 
@@ -31,6 +30,15 @@ def default_decode_workers() -> int:
     return min(4, (os.cpu_count() or 1) - 1)
 
 
+def _hyperparameter_section(spec: AlgorithmSpec) -> tuple[type[BaseModel], Any]:
+    """An algorithm's section of the settings: its flags --<name>.*, RLLINK_<NAME>__*, the config file's <name>:."""
+    summary = (spec.config.__doc__ or "").strip().splitlines()[0].rstrip(".")
+    return spec.config, Field(
+        default_factory=spec.config, description=f"{summary}; each is a flag --{spec.name}.<name-in-kebab-case>."
+    )
+
+
+@algorithm_sections(_hyperparameter_section)  # `ppo`, `sac`: a section per algorithm of app/training/algorithms/, last
 class Settings(BaseSettings):
     """Everything the gateway can be told; defaults train CartPole-v1 on localhost (`export --help`: a run's model as a file)."""
 
@@ -107,15 +115,6 @@ class Settings(BaseSettings):
     seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
     algorithm: Algorithm = Field(
         DEFAULT_ALGORITHM, description=" or ".join(f"{name} ({spec.summary})" for name, spec in ALGORITHMS.items()) + "."
-    )
-    # A section per algorithm of app/training/algorithms/ (its flags --<name>.*, RLLINK_<NAME>__*, the config file's <name>:).
-    ppo: PPOConfig = Field(
-        default_factory=PPOConfig,
-        description="PPO hyperparameters, named as in CleanRL's ppo.py; each is a flag --ppo.<name-in-kebab-case>.",
-    )
-    sac: SACConfig = Field(
-        default_factory=SACConfig,
-        description="SAC hyperparameters, named as in CleanRL's sac_continuous_action.py; flags --sac.<name-in-kebab-case>.",
     )
     device: str = Field(
         "auto",

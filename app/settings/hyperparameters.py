@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.spaces.models import ObservationSpace, Space
-from app.training.algorithms import ALGORITHMS, Algorithm
+from app.training.algorithms import ALGORITHMS, Algorithm, AlgorithmSpec, algorithm_sections
 
 
 def check_hyperparameter_names(values: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
@@ -126,6 +126,15 @@ class Symmetry(BaseModel):
         return indices
 
 
+def _module_hyperparameters(spec: AlgorithmSpec) -> tuple[type[dict[str, Any]], Any]:
+    """An algorithm's field of a module in `policies`: its hyperparameters that differ for the module."""
+    return dict[str, Any], Field(
+        default_factory=dict,
+        description=f"{spec.name.upper()} hyperparameters that differ from the gateway's --{spec.name} for this module.",
+    )
+
+
+@algorithm_sections(_module_hyperparameters)  # `ppo`, `sac`: a field per algorithm of app/training/algorithms/
 class PolicyConfig(BaseModel):
     """One module of `policies`: its spaces, its algorithm, hyperparameters that differ, self-play."""
 
@@ -134,13 +143,6 @@ class PolicyConfig(BaseModel):
     observation_space: ObservationSpace
     action_space: Space
     algorithm: Algorithm | None = Field(None, description=f"{' or '.join(ALGORITHMS)}; unset: the gateway's --algorithm.")
-    # A field per algorithm of app/training/algorithms/: its hyperparameters that differ for this module.
-    ppo: dict[str, Any] = Field(
-        default_factory=dict, description="PPO hyperparameters that differ from the gateway's --ppo for this module."
-    )
-    sac: dict[str, Any] = Field(
-        default_factory=dict, description="SAC hyperparameters that differ from the gateway's --sac for this module."
-    )
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
     train_batch_size: int | None = Field(
         None, ge=1, description="Env steps of this module per training batch; unset: the gateway's train_batch_size."
@@ -154,7 +156,7 @@ class PolicyConfig(BaseModel):
         "trained on as each one's image (docs/training.md#symmetries).",
     )
 
-    @field_validator(*ALGORITHMS)
+    @field_validator(*ALGORITHMS, check_fields=False)  # the fields algorithm_sections adds
     @classmethod
     def _known_names(cls, values: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         return check_hyperparameter_names(values, ALGORITHMS[str(info.field_name)].config)

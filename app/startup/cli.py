@@ -40,7 +40,7 @@ _CLI_DEFAULTS = {
 _FLAG_HELP = {
     "observation_space": "The whole observation space as one JSON object.",
     "action_space": 'The whole action space as one JSON object, e.g. {"type": "box", "shape": [1], "low": -2, "high": 2}.',
-    "ppo": 'Any PPO hyperparameters as one JSON object, e.g. {"gamma": 0.98}.',
+    **{name: f'Any {name.upper()} hyperparameters as one JSON object, e.g. {{"gamma": 0.98}}.' for name in ALGORITHMS},
     "observation_space.type": "Kind of observation space, box or dict; give it with the other --observation-space.* flags.",
     "observation_space.dtype": "Value type of a box: float32, or uint8 for an image [C, H, W] of 0..255.",
     "observation_space.spaces": 'Boxes of a dict observation by key, e.g. '

@@ -1,19 +1,19 @@
 """The training algorithms by the name settings give them (`algorithm: sac`): an entry each.
 
 Each is a package here (its config model, learner, loss, ONNX head); this registry is what
-the settings, the command line, REST, the module configs and the learners read. Light: it
-imports the config models only; a learner (torch) is imported by its import string
-('module:Class') when a module trains with it.
+the settings, the command line, REST, the module configs and the learners read: an algorithm
+is its folder and its line here. Light: it imports the config models only; a learner (torch)
+is imported by its import string ('module:Class') when a module trains with it.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 
 from app.training.algorithms.ppo import config as ppo
 from app.training.algorithms.sac import config as sac
@@ -25,6 +25,7 @@ class AlgorithmSpec:
 
     name: str  # the settings' `algorithm`, its section (`--ppo.*`), REST's and the config file's
     config: type[BaseModel]  # its hyperparameters: the settings' section `name`, a module's own in `policies`
+    patch: type[BaseModel]  # what PATCH /api/config may change of them while training (a HyperparameterPatch)
     learner: str  # 'module:Class' of its learner (algorithms/*/learner.py), imported when a module trains with it
     summary: str  # what the settings' `algorithm` says of it
     off_policy: bool = False  # trains from a replay buffer: its steps are never stale, its clients never wait
@@ -47,13 +48,13 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec
     for spec in (
         AlgorithmSpec(
-            "ppo", ppo.PPOConfig, "app.training.algorithms.ppo.learner:PPOLearner",
+            "ppo", ppo.PPOConfig, ppo.PPOConfigPatch, "app.training.algorithms.ppo.learner:PPOLearner",
             summary="on-policy; clients wait for each version",
             fixed_while_training=ppo.FIXED_WHILE_TRAINING,
             self_play_defaults={"entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR},
         ),
         AlgorithmSpec(
-            "sac", sac.SACConfig, "app.training.algorithms.sac.learner:SACLearner",
+            "sac", sac.SACConfig, sac.SACConfigPatch, "app.training.algorithms.sac.learner:SACLearner",
             summary="off-policy, Box actions with bounds or Discrete ones; clients never wait, every step received goes to a "
             "replay buffer",
             off_policy=True, action_spaces=("discrete", "bounded_box"), box_distribution="squashed_gaussian",
@@ -73,3 +74,21 @@ else:
 def supporting(feature: str) -> str:
     """The algorithms with `feature` (an AlgorithmSpec flag), as an error message names them: "ppo"."""
     return " or ".join(name for name, spec in ALGORITHMS.items() if getattr(spec, feature))
+
+
+Model = TypeVar("Model", bound=type[BaseModel])
+
+
+def algorithm_sections(section: Callable[[AlgorithmSpec], tuple[Any, Any]]) -> Callable[[Model], Model]:
+    """A class decorator: the model with a field per algorithm named as it is (`ppo`, `sac`),
+    `section(spec)` its (type, default or Field), after the model's own fields. The settings and
+    REST list the algorithms so; a new one reaches them with no edit there."""
+
+    def add_sections(model: Model) -> Model:
+        sections = {name: section(spec) for name, spec in ALGORITHMS.items()}
+        with_sections: Model = create_model(  # type: ignore[call-overload]
+            model.__name__, __base__=model, __module__=model.__module__, __doc__=model.__doc__, **sections
+        )
+        return with_sections
+
+    return add_sections

@@ -1,8 +1,13 @@
-"""PPO's hyperparameters: the settings' `ppo` section (`--ppo.*`) and a module's `ppo` in `policies`."""
+"""PPO's hyperparameters: the settings' `ppo` section (`--ppo.*`),
+a module's `ppo` in `policies`, and what PATCH /api/config may change of them."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, Field
+
+from app.training.algorithms.hyperparameter_patch import HyperparameterPatch
 
 SELF_PLAY_ENTROPY_FLOOR = 0.1  # a self-play learner's entropy_floor unless set (docs/multi-agent.md)
 
@@ -50,3 +55,22 @@ class PPOConfig(BaseModel):
         None,
         description="Divide rewards by the running std of the discounted return; unset: on for Box action spaces, off for Discrete.",
     )
+
+
+class PPOConfigPatch(HyperparameterPatch):
+    """PPO hyperparameters that are safe to change while training; omit what stays.
+    `null` leaves a value as it is too, except for `target_kl`, where it turns the early
+    stop off."""
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset({"target_kl"})
+
+    learning_rate: float | None = Field(None, gt=0, le=1)
+    ent_coef: float | None = Field(None, ge=0, le=1)
+    clip_coef: float | None = Field(None, gt=0, le=1)
+    vf_coef: float | None = Field(None, ge=0, le=10)
+    max_grad_norm: float | None = Field(None, gt=0)
+    update_epochs: int | None = Field(None, ge=1, le=100)
+    minibatch_size: int | None = Field(None, ge=1, le=1_000_000)
+    gamma: float | None = Field(None, gt=0, le=1)
+    gae_lambda: float | None = Field(None, ge=0, le=1)
+    target_kl: float | None = Field(None, gt=0)

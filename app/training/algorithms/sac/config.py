@@ -1,10 +1,13 @@
-"""SAC's hyperparameters (for Box and Discrete actions): the settings' `sac` section (`--sac.*`) and a module's `sac` in `policies`."""
+"""SAC's hyperparameters (for Box and Discrete actions): the settings' `sac` section (`--sac.*`),
+a module's `sac` in `policies`, and what PATCH /api/config may change of them."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from app.training.algorithms.hyperparameter_patch import HyperparameterPatch
 
 FIXED_WHILE_TRAINING = {  # hyperparameters PATCH /api/config cannot change, and why
     "hidden_sizes": "the weights have that shape",
@@ -58,3 +61,21 @@ class SACConfig(BaseModel):
         "gradient steps per env step: -0.5 reached the flag within 3k env steps, -2.0 at 18k, -3.67, rl-zoo's, not in 11k).",
     )
     gsde_sample_every: int = Field(1, ge=1, description="gsde: published versions between two draws of theta.")
+
+
+class SACConfigPatch(HyperparameterPatch):
+    """SAC hyperparameters that are safe to change while training; omit what stays (the
+    network sizes, the buffer's size, alpha and autotune are set at start-up). Bounded so a
+    typo cannot make one gradient step allocate gigabytes or one version take hours."""
+
+    q_lr: float | None = Field(None, gt=0, le=1)
+    policy_lr: float | None = Field(None, gt=0, le=1)
+    gamma: float | None = Field(None, gt=0, le=1)
+    tau: float | None = Field(None, gt=0, le=1)
+    batch_size: int | None = Field(None, ge=1, le=65_536)
+    learning_starts: int | None = Field(None, ge=1, le=100_000_000)
+    utd_ratio: float | None = Field(None, gt=0, le=64)
+    updates_per_version: int | None = Field(None, ge=1, le=100_000)
+    policy_frequency: int | None = Field(None, ge=1, le=1_000)
+    target_network_frequency: int | None = Field(None, ge=1, le=1_000_000)
+    target_entropy_scale: float | None = Field(None, gt=0, lt=1)
