@@ -545,6 +545,9 @@ class SetConfig(_Message):
     env_params: dict[str, float | int | str | bool] = Field(
         default_factory=dict, description="The environment parameters' current values (curriculum lessons included)."
     )
+    evaluation_interval: int = Field(
+        0, ge=0, description="Play every Nth episode of each env as an evaluation episode (`evaluation: true`); 0: none."
+    )
     protocol_version: str = PROTOCOL_VERSION
 
 
@@ -563,6 +566,10 @@ class SetState(_Message):
 class EpisodeStarted(_Message):
     type: Literal["EPISODE_STARTED"] = "EPISODE_STARTED"
     episode_id: str
+    evaluation: Literal[True] | None = Field(
+        None, description="Present where the episode is an evaluation one (asked, or the gateway's evaluation_interval): "
+        "played with the mode, never trained on (gateway extension)."
+    )
 
 
 class Action(_Message):

@@ -4,14 +4,22 @@ and its return is reported apart (`evaluation_return_mean` in /api/metrics and /
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from rllink_clients.gym_client import run
 from rllink_clients.thin_client import run_thin
 
 from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
+
+ROOT = Path(__file__).parent.parent
 
 
 def metrics(gateway) -> dict:
@@ -85,28 +93,97 @@ def test_a_thin_client_evaluation_episode_acts_with_the_mode_and_is_not_trained_
 
 
 @pytest.mark.e2e
-def test_the_reference_client_runs_periodic_greedy_evaluations(tmp_path):
-    with running_gateway(gateway_settings(tmp_path)) as gateway, gateway.client("tcp") as client:
-        result = run(client, "CartPole-v1", target_return=None, max_env_steps=12_000, seed=0, eval_every=2, eval_episodes=3)
-        client.request({"type": "PING"})  # the last evaluation's EPISODES were taken in before this
+def test_the_reference_client_follows_evaluation_interval_and_the_best_version_is_shipped(tmp_path):
+    """SET_CONFIG's evaluation_interval: every 3rd episode is played with the mode and sent as
+    an evaluation episode; best.onnx is the version whose window of evaluation episodes
+    scored highest, best.json says so, /api/policies too, and `export --version best` writes it."""
+    settings = gateway_settings(
+        tmp_path, evaluation_interval=3, best_model_episodes=5, run_id="evaluated", runs_dir=tmp_path,
+        checkpoint_dir=tmp_path / "evaluated" / "checkpoints",
+    )
+    with running_gateway(settings) as gateway, gateway.client("tcp") as client:
+        assert client.request({"type": "GET_CONFIG"})["evaluation_interval"] == 3
+        result = run(client, "CartPole-v1", target_return=None, max_env_steps=12_000, seed=0)
+        client.request({"type": "PING"})  # the last EPISODES were taken in before this
         seen = metrics(gateway)
-    versions, means = zip(*result.evaluations)
-    assert len(versions) >= 5 and all(later - earlier >= 2 for earlier, later in zip(versions, versions[1:]))
-    assert seen["num_evaluation_episodes_lifetime"] == 3 * len(versions) <= 100  # all in the gateway's window
-    assert seen["evaluation_return_mean"] == pytest.approx(np.mean(means))  # as the client measured them
-    assert seen["num_env_steps_sampled_lifetime"] == result.env_steps  # evaluation steps are not training's
-    assert max(means[len(means) // 2 :]) > means[0]  # greedy play improved as it trained
+        policy = httpx.get(f"{gateway.base_url}/api/policies").json()[0]
+    played = result.episodes + len(result.evaluations)
+    assert len(result.evaluations) == played // 3 >= 10 and seen["num_evaluation_episodes_lifetime"] == len(result.evaluations)
+    returns = [episode_return for _, episode_return in result.evaluations]
+    assert seen["evaluation_return_mean"] == pytest.approx(np.mean(returns[-100:]))  # the gateway's window, as the client measured
+    # Evaluation steps are counted apart from training's; together they are every step the client took.
+    assert seen["num_env_steps_sampled_lifetime"] + seen["num_env_steps_evaluated_lifetime"] == result.env_steps
+    # The best window of 5: its mean is the highest of every window the gateway saw, its version the newest in it.
+    windows = [result.evaluations[i - 5 : i] for i in range(5, len(result.evaluations) + 1)]
+    best_window = max(windows, key=lambda window: np.mean([r for _, r in window]))
+    best = json.loads((tmp_path / "evaluated" / "models" / "default_policy" / "best.json").read_text())
+    assert best == policy["best_model"]
+    assert best["evaluation_return_mean"] == pytest.approx(np.mean([r for _, r in best_window]))
+    assert best["episodes"] == 5 and best["weights_seq_no"] == max(v for v, _ in best_window)
+    assert best["evaluation_return_mean"] > np.mean(returns[:5])  # greedy play improved as it trained
+    out = tmp_path / "shipped.onnx"
+    exported = subprocess.run(
+        [sys.executable, "-m", "app", "export", "--run-id", "evaluated", "--runs-dir", str(tmp_path), "--version", "best",
+         "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert f"best version {best['weights_seq_no']}" in exported.stdout
+    shipped = tmp_path / "evaluated" / "models" / "default_policy" / "best.onnx"
+    assert out.read_bytes() == shipped.read_bytes()
+    ort.InferenceSession(str(out)).run(None, {settings.onnx_input_name: np.zeros((1, 4), np.float32)})
 
 
 @pytest.mark.e2e
-def test_a_thin_reference_client_evaluates_between_its_episodes(tmp_path):
-    settings = gateway_settings(tmp_path, train_batch_size=1000)
+def test_a_thin_reference_client_gets_the_gateways_evaluation_episodes(tmp_path):
+    """A thin client's every 2nd episode the gateway plays as an evaluation one, and says so in EPISODE_STARTED."""
+    settings = gateway_settings(tmp_path, train_batch_size=1000, evaluation_interval=2)
     with running_gateway(settings) as gateway, gateway.client("tcp") as client:
-        result = run_thin(client, "CartPole-v1", target_return=None, max_env_steps=8_000, seed=0, eval_every=2, eval_episodes=2)
+        result = run_thin(client, "CartPole-v1", target_return=None, max_env_steps=8_000, seed=0)
         client.request({"type": "PING"})
         seen = metrics(gateway)
-    versions, means = zip(*result.evaluations)
-    assert len(versions) >= 3 and seen["num_evaluation_episodes_lifetime"] == 2 * len(versions)
-    assert seen["evaluation_return_mean"] == pytest.approx(np.mean(means))
-    assert seen["num_env_steps_sampled_lifetime"] == result.env_steps  # the evaluation episodes' steps are apart
+    assert len(result.evaluations) in (result.episodes, result.episodes - 1) and result.episodes >= 10
+    assert seen["num_evaluation_episodes_lifetime"] == len(result.evaluations)
+    returns = [episode_return for _, episode_return in result.evaluations]
+    assert seen["evaluation_return_mean"] == pytest.approx(np.mean(returns[-100:]))
+    assert seen["num_env_steps_sampled_lifetime"] + seen["num_env_steps_evaluated_lifetime"] == result.env_steps
     assert seen["serving"]["open_episodes"] == 0
+
+
+def test_evaluation_interval_zero_asks_for_none(tmp_path):
+    with running_gateway(gateway_settings(tmp_path, evaluation_interval=0)) as gateway, TcpPeer.connect(gateway) as peer:
+        peer.send(frame({"type": "GET_CONFIG"}))
+        assert peer.receive()["evaluation_interval"] == 0
+        for _ in range(12):  # no thin-client episode is made an evaluation one
+            peer.send(frame({"type": "START_EPISODE"}))
+            assert "evaluation" not in peer.receive()
+
+
+def test_a_restarted_run_keeps_its_best_model_until_a_better_window(tmp_path):
+    """best.json is read back at start: a window must beat it to replace best.onnx."""
+    settings = gateway_settings(tmp_path, best_model_episodes=2, train_batch_size=64, env_steps_per_sample=64)
+
+    def evaluate(gateway, peer, returns: list[float]) -> None:
+        version = gateway.service.current_state().weights_seq_no
+        episodes = [chunk(10, reward=r / 10, seed=k, episode_id=f"e{version}-{k}", evaluation=True, weights_seq_no=version)
+                    for k, r in enumerate(returns)]
+        peer.send(frame({"type": "EPISODES", "episodes": episodes}))
+        peer.send(frame({"type": "PING"}))
+        assert peer.receive()["type"] == "PONG"
+
+    best_json = tmp_path / "models" / "default_policy" / "best.json"
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        evaluate(gateway, peer, [30.0, 50.0])
+        wait_until(best_json.exists, 30, "best.json")
+        first = json.loads(best_json.read_text())
+        peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [chunk(64, seed=5)], "timesteps": 64}))
+        assert peer.receive()["type"] == "SET_STATE"  # a training step: version 1
+    assert first == {"weights_seq_no": 0, "evaluation_return_mean": 40.0, "episodes": 2, "oldest_weights_seq_no": 0}
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        assert httpx.get(f"{gateway.base_url}/api/policies").json()[0]["best_model"] == first
+        evaluate(gateway, peer, [20.0, 40.0])  # mean 30: not better
+        assert json.loads(best_json.read_text()) == first
+        evaluate(gateway, peer, [60.0])  # the window now 40 and 60: mean 50
+        wait_until(lambda: json.loads(best_json.read_text()) != first, 30, "the new best")
+        assert json.loads(best_json.read_text())["evaluation_return_mean"] == 50.0
+        shipped = (tmp_path / "models" / "default_policy" / "best.onnx").read_bytes()
+        assert shipped == httpx.get(f"{gateway.base_url}/api/model.onnx").content  # version 1, the current one

@@ -174,6 +174,7 @@ class Application:
             policy_mapping=policies.mapping,
             default_module_id=policies.default_module_id,
             env_params=dict(self._training.current_state().env_params),  # the lessons' values as last published
+            evaluation_interval=settings.evaluation_interval,
         )
 
     def _set_state(self, client: ClientInfo, state: PolicySetState) -> SetState:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any, NoReturn
 
 import orjson
@@ -307,6 +308,7 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
                 action_distribution=module.action_distribution,
                 **module_training(gateway.settings, status, module),
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
+                best_model=asdict(best) if (best := status.best_models.get(module.module_id)) else None,
                 **{
                     **metrics[module.module_id].model_dump(),
                     # An opponent's version is that of the snapshot it plays now.

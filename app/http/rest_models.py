@@ -270,6 +270,15 @@ class SelfPlayStatus(BaseModel):
     records: list[LeagueRecord] = Field(description="Wins, draws and losses by opponent and seat over recent games.")
 
 
+class BestModelView(BaseModel):
+    """Which version a module's best.onnx is (RLLINK.md, "The model a game ships"), as its best.json says."""
+
+    weights_seq_no: int = Field(description="The version best.onnx holds: the newest that played in the window.")
+    evaluation_return_mean: float = Field(description="Mean return of the window's evaluation episodes, the highest so far.")
+    episodes: int = Field(description="Evaluation episodes in the window (best_model_episodes).")
+    oldest_weights_seq_no: int = Field(description="The oldest version that played in the window.")
+
+
 SHOWN_FOR_EVERY_MODULE = "ppo"  # its section is in every trainable module's view, as before there were others
 
 
@@ -299,6 +308,10 @@ class Policy(PolicyMetrics):
     algorithm: Algorithm = Field(description="How it trains (an opponent: as its learner).")
     action_masking: bool = Field(description="Its ONNX takes an action_mask input; chunks and GET_ACTION may carry one.")
     self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
+    best_model: BestModelView | None = Field(
+        None, description="Its best.onnx so far (<models-dir>/<module_id>/best.onnx; `export --version best`), once "
+        "evaluation episodes chose one."
+    )
 
 
 @algorithm_sections(_module_section)  # `ppo`, `sac`: a section per algorithm, as Policy

@@ -83,6 +83,7 @@ class ServingService:
         self._episodes: dict[int, dict[str, ServedEpisode]] = {}  # client id -> episode id -> episode
         self._tables: dict[str, StepTable] = {}  # module id -> its open episodes' steps
         self._clients: dict[int, ClientInfo] = {}
+        self._trained_starts: dict[int, int] = {}  # client id -> its episodes started for training, for evaluation_interval
         self._sweeper: asyncio.Task[None] | None = None
 
     # -- Lifecycle ----------------------------------------------------------------
@@ -127,15 +128,25 @@ class ServingService:
                 ErrorCode.TOO_MANY_EPISODES,
             )
         episode_id = request.episode_id or uuid.uuid4().hex
-        training = request.training_enabled and module.trainable and not request.evaluation
+        evaluation = module.trainable and (request.evaluation or self._evaluation_turn(client, request))
+        training = request.training_enabled and module.trainable and not evaluation
         steps = self._tables.setdefault(module.module_id, StepTable())
         episodes[episode_id] = ServedEpisode(
-            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(),
-            evaluation=request.evaluation and module.trainable,
+            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation=evaluation
         )
         self.metrics.episodes_started_total += 1
         self.metrics.open_episodes += 1
-        return EpisodeStarted(episode_id=episode_id)
+        return EpisodeStarted(episode_id=episode_id, evaluation=True if evaluation else None)
+
+    def _evaluation_turn(self, client: ClientInfo, request: StartEpisode) -> bool:
+        """Whether the gateway plays this episode as an evaluation one: every
+        evaluation_interval-th of the connection's episodes started for training (as a
+        client playing its own model follows SET_CONFIG's evaluation_interval)."""
+        interval = self.settings.evaluation_interval
+        if not interval or not request.training_enabled:
+            return False
+        started = self._trained_starts[client.id] = self._trained_starts.get(client.id, 0) + 1
+        return started % interval == 0
 
     def _check_playable(self, module: Module) -> None:
         """A self-play opponent whose league draws scripted references is refused: a client
@@ -225,6 +236,7 @@ class ServingService:
             self._end(client, episode_id, False, True, reason)
         self._episodes.pop(client.id, None)
         self._clients.pop(client.id, None)
+        self._trained_starts.pop(client.id, None)
 
     @property
     def open_episode_steps(self) -> int:

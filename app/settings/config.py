@@ -150,6 +150,21 @@ class Settings(BaseSettings):
     models_kept: int = Field(
         10, ge=0, le=100_000, description="Versions of each module kept as v<weights_seq_no>.onnx beside latest.onnx (0: latest only)."
     )
+    evaluation_interval: int = Field(
+        10,
+        ge=0,
+        le=1_000_000,
+        description="Clients play every Nth episode of each env as an evaluation episode (the distribution's mode, as a "
+        "shipped game plays; never trained on), SET_CONFIG's evaluation_interval; thin clients' the gateway plays itself; "
+        "0: none, and no best.onnx.",
+    )
+    best_model_episodes: int = Field(
+        10,
+        ge=1,
+        le=100_000,
+        description="Evaluation episodes best.onnx is chosen over: the newest version of the last this many, when their "
+        "mean return is the highest so far (RLLINK.md, The model a game ships).",
+    )
     config: Path | None = Field(
         None, description="A YAML file of settings (the names of this list); flags and RLLINK_ variables override it."
     )

@@ -2,13 +2,15 @@
 .onnx file, without starting a server.
 
 The newest version is built from the run's checkpoint; an older one is copied from the
-files the gateway kept of it (<models-dir>/<module>/v<N>.onnx, app/training/model_files.py).
+files the gateway kept of it (<models-dir>/<module>/v<N>.onnx, app/training/model_files.py);
+`best`, the version evaluation episodes chose, from best.onnx (app/training/best_models.py).
 A problem a person can fix (no such run, module or version kept) is one line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from collections.abc import Sequence
@@ -20,10 +22,12 @@ import yaml
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
 from app.settings.runs import SNAPSHOT_FILE
+from app.training.best_models import BEST_FILE, BEST_INFO_FILE
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch, adopted_spaces, write_atomically
 from app.training.model_files import kept_versions, version_file
 
 EXIT_USER_ERROR = 2
+BEST = "best"  # --version best
 
 
 class ExportError(Exception):
@@ -37,9 +41,21 @@ def parse_args(argv: Sequence[str], prog: str) -> argparse.Namespace:
     parser.add_argument("--run-id", required=True, help="the run (its folder under --runs-dir)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where runs are kept (default: runs)")
     parser.add_argument("--module", help="the module's id (default: the run's default module)")
-    parser.add_argument("--version", type=int, help="a kept weights_seq_no (default: the checkpoint's, the newest)")
+    parser.add_argument(
+        "--version", type=_version, help="a kept weights_seq_no, or best: best.onnx (default: the checkpoint's, the newest)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="the .onnx file to write")
     return parser.parse_args(argv)
+
+
+def _version(text: str) -> int | str:
+    """A weights_seq_no, or `best`."""
+    if text == BEST:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a version number nor {BEST!r}") from None
 
 
 def run_settings(runs_dir: Path, run_id: str) -> Settings:
@@ -64,13 +80,15 @@ def run_settings(runs_dir: Path, run_id: str) -> Settings:
     return settings if adopted is None else settings.model_copy(update=adopted)
 
 
-def export_model(settings: Settings, module_id: str | None, version: int | None, out: Path) -> str:
+def export_model(settings: Settings, module_id: str | None, version: int | str | None, out: Path) -> str:
     """Write the model; what was written, in words."""
     policies = PolicySet.from_settings(settings)
     module_id = module_id or policies.default_module_id
     if module_id not in policies.modules:
         raise ExportError(f"run {settings.run_id!r} has no module {module_id!r}; its modules: {', '.join(policies.modules)}")
     models = cast(Path, settings.models_dir) / module_id  # set by Settings
+    if version == BEST:
+        return _copy_best(models, module_id, out)
     kept = kept_versions(models)
     if version is not None and version in kept:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -94,6 +112,25 @@ def export_model(settings: Settings, module_id: str | None, version: int | None,
     state = learners.export(module_id)
     write_atomically(out, lambda f: f.write(state.onnx_bytes))
     return f"module {module_id}, version {state.weights_seq_no} (from the checkpoint)"
+
+
+def _copy_best(models: Path, module_id: str, out: Path) -> str:
+    """best.onnx, as best.json describes it."""
+    try:
+        info = json.loads((models / BEST_INFO_FILE).read_text())
+    except FileNotFoundError:
+        raise ExportError(
+            f"module {module_id!r} has no best model in {models} yet: it is chosen by evaluation episodes "
+            "(evaluation_interval above 0, and at least best_model_episodes of them)"
+        ) from None
+    except ValueError as exc:
+        raise ExportError(f"{models / BEST_INFO_FILE} is unreadable: {exc}") from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(models / BEST_FILE, out)
+    return (
+        f"module {module_id}, best version {info['weights_seq_no']} (evaluation return mean "
+        f"{info['evaluation_return_mean']:.4g} over {info['episodes']} episodes)"
+    )
 
 
 def _listed(versions: list[int]) -> str:

@@ -33,6 +33,7 @@ OUTCOMES = ("win", "loss", "draw")
 RATE_WINDOW_S = 10.0  # env_steps_per_s averages over this many recent seconds
 
 EpisodeListener = Callable[[str, float, int], None]  # (module_id, return, length) of a training episode that ended
+EvaluationListener = Callable[[str, int | None, float], None]  # (module_id, its last chunk's version, return) of an evaluation episode
 
 
 @dataclass(slots=True)
@@ -149,6 +150,7 @@ class TrainingMetrics:
         self.num_evaluation_episodes_lifetime = 0
         self.evaluation_returns: deque[float] = deque(maxlen=window)
         self.episode_listeners: list[EpisodeListener] = []
+        self.evaluation_listeners: list[EvaluationListener] = []
         self._open: defaultdict[tuple[object, ...], _OpenEpisode] = defaultdict(_OpenEpisode)
         self._blocks_seen = 0
         self._created = time.monotonic()
@@ -157,6 +159,11 @@ class TrainingMetrics:
     def add_episode_listener(self, listener: EpisodeListener) -> None:
         """Call `listener` with each training episode that ends (not evaluation ones)."""
         self.episode_listeners.append(listener)
+
+    def add_evaluation_listener(self, listener: EvaluationListener) -> None:
+        """Call `listener` with each evaluation episode that ends: its module, the version of
+        its last chunk (None where the chunk had none) and its return."""
+        self.evaluation_listeners.append(listener)
 
     def record_chunks(self, client_id: int, block: ChunkBlock) -> None:
         """Count the chunks' steps and add each to its agent's episode; a done chunk ends it.
@@ -186,6 +193,8 @@ class TrainingMetrics:
                 for counts in (self, module):
                     counts.num_evaluation_episodes_lifetime += 1
                     counts.evaluation_returns.append(episode.episode_return)
+                for evaluated in self.evaluation_listeners:
+                    evaluated(block.module_id, block.weights_seq_no[index], episode.episode_return)
             else:
                 self._end_episode(client_id, block, index, episode, module)
         if len(open_episodes) > MAX_OPEN_EPISODES:

@@ -38,6 +38,7 @@ from app.experience import ChunkBlock, blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
+from app.training.best_models import BestModels
 from app.training.budgets import StepBudgets
 from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
 from app.training.curriculum import Curriculum
@@ -96,6 +97,10 @@ class LocalTrainingService:
             settings, self.policies, self._configs, self.metrics, self._learners, self._store, self._adopted
         )
         self._model_files = ModelFiles(cast(Path, settings.models_dir), settings.models_kept)  # set by Settings
+        self.best_models = BestModels(
+            cast(Path, settings.models_dir), settings.best_model_episodes, list(self._configs), self._store, self._learners.run
+        )
+        self.metrics.add_evaluation_listener(self.best_models.on_evaluation)
         self._model_writes: set[asyncio.Future[None]] = set()  # referenced until done
         budgets = self._budgets
         self._scheduler = BatchScheduler(
@@ -133,6 +138,7 @@ class LocalTrainingService:
             await self._league_files.restore(module_id, module_id in restored, self._exports[module_id].onnx_bytes)
         if restored:
             await self._curriculum_files.restore()
+            await self._learners.run(self.best_models.restore, list(restored))
         self._publish(max(restored.values(), default=0))
         self._write_model_files()
 
@@ -304,6 +310,7 @@ class LocalTrainingService:
             clients=self._registry.clients,
             leagues=self.leagues,
             curriculum=self.curriculum.status(),
+            best_models=dict(self.best_models.best),
         )
 
     # -- Hyperparameters ------------------------------------------------------------

@@ -17,6 +17,7 @@ from app.spaces.onnx_names import OUTPUT_NAME
 from app.training.registry import ClientInfo
 
 if TYPE_CHECKING:
+    from app.training.best_models import BestModel
     from app.training.self_play import League
 
 
@@ -34,6 +35,7 @@ class TrainingStatus:
     clients: list[ClientInfo]  # every connected client (on Ray: of every front-end)
     leagues: Mapping[str, League]  # by self-play module
     curriculum: dict[str, dict[str, Any]]  # each env_params curriculum's lesson now, by parameter
+    best_models: dict[str, BestModel]  # by trainable module that has one: which version best.onnx is
 
     @property
     def onnx_output_names(self) -> list[str]:

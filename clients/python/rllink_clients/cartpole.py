@@ -11,7 +11,7 @@ rllink_clients.thin_client` with --inference server by default.
     python -m rllink_clients.cartpole --inference server      # a thin client: the gateway acts
     python -m rllink_clients.cartpole --inference server --num-envs 8   # 8 envs, one batched GET_ACTION per step
     python -m rllink_clients.cartpole --record-demos played.jsonl      # also keep what it plays as demonstrations
-    python -m rllink_clients.cartpole --eval-every 10                  # 5 greedy evaluation episodes every 10 versions
+    python -m rllink_clients.cartpole --evaluation-interval 5          # every 5th episode greedy (default: the gateway's)
 
 It stops when the mean return of the last 20 episodes reaches the target: --target-return,
 else 450 for CartPole-v1, else the env's registered reward_threshold (Acrobot-v1 -100,
@@ -82,11 +82,10 @@ def parse_args(argv: list[str] | None = None, *, prog: str = PROG, inference: st
         help="with --inference local: also write every chunk sent to FILE as demonstrations (docs/training.md)",
     )
     parser.add_argument(
-        "--eval-every", type=int, default=0, metavar="N",
-        help="every N policy versions, play --eval-episodes greedy evaluation episodes (marked evaluation: reported "
-        "apart, never trained on; with --inference server, one env at a time only); 0: never",
+        "--evaluation-interval", type=int, metavar="N",
+        help="with --inference local: play every Nth episode greedily as an evaluation episode (reported apart, never "
+        "trained on; 0: none); default: the gateway's SET_CONFIG evaluation_interval (a thin client's the gateway chooses)",
     )
-    parser.add_argument("--eval-episodes", type=int, default=5, help="episodes of each evaluation (default 5)")
     parser.add_argument("--headless", action="store_true", help="accepted and ignored: this simulator draws nothing")
     launch, rest = parse_launch_args(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(rest)
@@ -137,7 +136,7 @@ def main(argv: list[str] | None = None, *, prog: str = PROG, inference: str = "l
         "reached_target": result.reached_target, "target_return": args.target_return, "env_steps": result.env_steps,
         "episodes": result.episodes, "seconds": round(result.seconds, 2), "mean_return_last_20": round(result.mean_return, 1),
         "weights_seq_no": result.weights_seq_no,
-        **({"last_evaluation_return": round(result.evaluations[-1][1], 1)} if result.evaluations else {}),
+        **({"evaluation_return_mean": round(result.evaluation_return_mean, 1)} if result.evaluations else {}),
     }
     print(json.dumps(summary))
     return 0 if result.reached_target or args.target_return is None else 1
@@ -165,7 +164,7 @@ def _train(client: RLlinkClient, args: argparse.Namespace) -> RunResult:
     if args.inference == "server":
         return run_thin(
             client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
-            max_seconds=args.max_seconds, seed=args.seed, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+            max_seconds=args.max_seconds, seed=args.seed,
         )
     if args.record_demos is None:
         return _run_local(client, args, None)
@@ -177,7 +176,7 @@ def _run_local(client: RLlinkClient, args: argparse.Namespace, demos: DemoWriter
     return run(
         client, args.env, target_return=args.target_return, max_env_steps=args.max_env_steps,
         max_seconds=args.max_seconds, seed=args.seed, plain=args.plain, record_demos=demos,
-        eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+        evaluation_interval=args.evaluation_interval,
     )
 
 

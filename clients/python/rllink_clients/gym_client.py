@@ -88,7 +88,7 @@ class RunResult:
     first_returns: list[float] = field(default_factory=list)  # the first 20 episodes, to compare with
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     reached_target: bool = False
-    evaluations: list[tuple[int, float]] = field(default_factory=list)  # (policy version, mean greedy return)
+    evaluations: list[tuple[int, float]] = field(default_factory=list)  # (policy version, return) of each evaluation episode
 
     @property
     def mean_return(self) -> float:
@@ -99,6 +99,16 @@ class RunResult:
         self.recent_returns.append(episode_return)
         if len(self.first_returns) < self.recent_returns.maxlen:
             self.first_returns.append(episode_return)
+
+    def record_evaluation(self, weights_seq_no: int, episode_return: float) -> None:
+        """An evaluation episode (the mode, never trained on) ended: apart from the training returns."""
+        self.evaluations.append((weights_seq_no, episode_return))
+
+    @property
+    def evaluation_return_mean(self) -> float:
+        """The mean return of the last 20 evaluation episodes (nan before any)."""
+        recent = [episode_return for _, episode_return in self.evaluations[-20:]]
+        return float(np.mean(recent)) if recent else float("nan")
 
     def reached(self, target_return: float | None) -> bool:
         """The last 20 episodes (a full window) average at least the target."""
@@ -265,14 +275,14 @@ def run(
     plain: bool = False,
     stop: threading.Event | None = None,
     record_demos: DemoWriter | None = None,
-    eval_every: int = 0,
-    eval_episodes: int = 5,
+    evaluation_interval: int | None = None,
 ) -> RunResult:
-    """Train through the gateway until the target mean return (last 20 episodes; by
-    default the env's, `default_target_return`; None: no target), a limit, or `stop` is
-    set (checked after each SET_STATE); `record_demos`: every chunk
-    sent is also written there as a demonstration; `eval_every` N > 0: every N policy
-    versions, `eval_episodes` greedy evaluation episodes (`evaluate`)."""
+    """Train through the gateway until the target mean return (last 20 training episodes;
+    by default the env's, `default_target_return`; None: no target), a limit, or `stop` is
+    set (checked after each SET_STATE); `record_demos`: every chunk sent is also written
+    there as a demonstration. Every Nth episode is an evaluation episode (RLLINK.md,
+    "Evaluation episodes": played with the mode, sent with `evaluation`, never trained on),
+    N SET_CONFIG's `evaluation_interval` unless `evaluation_interval` is given (0: none)."""
     result, started = RunResult(), time.monotonic()
     target_return = resolve_target(target_return, env_id)
     rng = np.random.default_rng(seed)
@@ -286,25 +296,30 @@ def run(
     mask_input = config.get("onnx_action_mask_input_name")
     policy_of = lambda state: OnnxPolicy(state, input_name, action_space, rng, distribution, mask_input)  # noqa: E731
     policy = policy_of(client.request({"type": "GET_STATE"}))
-    eval_env = gym.make(env_id) if eval_every > 0 and not plain else None
-    evaluated_at = policy.weights_seq_no
+    interval = 0 if plain else int(config.get("evaluation_interval", 0) if evaluation_interval is None else evaluation_interval)
 
     obs, info = env.reset(seed=seed)
-    episode_id, episode_return = uuid.uuid4().hex, 0.0
+    episode_id, episode_return, episodes_played = uuid.uuid4().hex, 0.0, 0
+    evaluating = is_evaluation_episode(episodes_played, interval)
     while True:
-        chunks, chunk = [], _new_chunk(obs)
+        chunks, chunk = [], _new_chunk(obs, evaluating)
         for _ in range(steps_per_sample):
             mask = np.asarray(info["action_mask"], np.float32) if mask_input is not None else None
-            action, logp, _dist = policy.act(flat_observation(obs), mask)
+            action, logp, _dist = policy.act(flat_observation(obs), mask, explore=not evaluating)
             obs, reward, terminated, truncated, info = env.step(env_action(action, action_space))
             _add_step(chunk, action, float(reward), logp, obs, mask)
             episode_return += float(reward)
             if terminated or truncated:
                 chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
                 chunks.append(_finish(chunk, episode_id, policy, plain))
-                result.record_episode(episode_return)
+                if evaluating:
+                    result.record_evaluation(policy.weights_seq_no, episode_return)
+                else:
+                    result.record_episode(episode_return)
                 obs, info = env.reset()
-                episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs)
+                episodes_played += 1
+                evaluating = is_evaluation_episode(episodes_played, interval)
+                episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs, evaluating)
         if chunk["actions"]:
             chunks.append(_finish(chunk, episode_id, policy, plain))  # the episode goes on
         result.env_steps += steps_per_sample
@@ -316,36 +331,16 @@ def run(
             raise RuntimeError(f"the gateway answered {reply}")
         policy = policy_of(reply)
         result.weights_seq_no = policy.weights_seq_no
-        if eval_env is not None and policy.weights_seq_no >= evaluated_at + eval_every:
-            evaluated_at = policy.weights_seq_no
-            returns = evaluate(client, eval_env, policy, eval_episodes, mask_input is not None, seed + 10_000 * evaluated_at)
-            result.evaluations.append((evaluated_at, float(np.mean(returns))))
-            log.info("v%d  evaluation (greedy)  mean return %.1f over %d episodes", evaluated_at, np.mean(returns), len(returns))
         result.seconds = time.monotonic() - started
         result.log_progress()
         if result.done(target_return, max_env_steps, max_seconds, stop):
             return result
 
 
-def evaluate(client: RLlinkClient, env: gym.Env, policy: OnnxPolicy, episodes: int, masked: bool, seed: int) -> list[float]:
-    """Play whole episodes with the policy's mode, as a shipped game plays it, and send each
-    as an evaluation episode (RLLINK.md, "Evaluation episodes": the gateway reports its return
-    apart and never trains on it); their returns."""
-    returns = []
-    for episode in range(episodes):
-        obs, info = env.reset(seed=seed + episode)
-        chunk, done = _new_chunk(obs), False
-        while not done:
-            mask = np.asarray(info["action_mask"], np.float32) if masked else None
-            action, logp, _dist = policy.act(flat_observation(obs), mask, explore=False)
-            obs, reward, terminated, truncated, info = env.step(env_action(action, policy.action_space))
-            done = bool(terminated or truncated)
-            _add_step(chunk, action, float(reward), logp, obs, mask)
-            chunk.update(is_terminated=bool(terminated), is_truncated=bool(truncated))
-        chunk.update(evaluation=True)
-        client.send({"type": "EPISODES", "episodes": [_finish(chunk, uuid.uuid4().hex, policy, False)]})
-        returns.append(float(sum(chunk["rewards"])))
-    return returns
+def is_evaluation_episode(episodes_played: int, interval: int) -> bool:
+    """Whether an env's next episode, after `episodes_played` of its own, is an evaluation
+    one: the Nth, 2Nth, ... of every N = evaluation_interval (0: none)."""
+    return interval > 0 and episodes_played % interval == interval - 1
 
 
 def budget_spent(
@@ -359,9 +354,11 @@ def budget_spent(
     )
 
 
-def _new_chunk(obs: Any) -> dict[str, Any]:
-    return {"obs": [flat_observation(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
-            "is_terminated": False, "is_truncated": False}
+def _new_chunk(obs: Any, evaluation: bool = False) -> dict[str, Any]:
+    """An empty chunk from `obs`; every chunk of an evaluation episode says so."""
+    chunk = {"obs": [flat_observation(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
+             "is_terminated": False, "is_truncated": False}
+    return {**chunk, "evaluation": True} if evaluation else chunk
 
 
 def _add_step(chunk: dict[str, Any], action: Any, reward: float, logp: float, next_obs: Any, mask: np.ndarray | None) -> None:

@@ -18,7 +18,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -49,37 +49,31 @@ def run_thin(
     explore: bool = True,
     training_enabled: bool = True,
     stop: threading.Event | None = None,
-    eval_every: int = 0,
-    eval_episodes: int = 5,
 ) -> RunResult:
     """Play episodes with the gateway's actions until the target mean return (last 20
-    episodes; by default the env's, `default_target_return`; None: no target), a limit, or
-    `stop` (checked after each episode); `eval_every` N > 0: every N policy versions,
-    `eval_episodes` evaluation episodes (the gateway plays their mode, reports their returns
-    apart and trains on none) in a second env, between episodes."""
+    training episodes; by default the env's, `default_target_return`; None: no target), a
+    limit, or `stop` (checked after each episode). The episodes the gateway plays as
+    evaluation ones (its evaluation_interval: EPISODE_STARTED says `evaluation`) count apart."""
     result, started = RunResult(), time.monotonic()
     target_return = resolve_target(target_return, env_id)
     env = gym.make(env_id)
-    eval_env = gym.make(env_id) if eval_every > 0 else None
     config = get_config(client, env)
     action_space = config.get("action_space", {"type": "discrete"})
     masked = config.get("onnx_action_mask_input_name") is not None  # the env's info["action_mask"] goes along
     play = functools.partial(_play_episode, client, action_space=action_space, masked=masked)
     obs, info = env.reset(seed=seed)
-    params_version = evaluated_at = 0  # the version whose env_params the client holds; the last evaluated
+    params_version = 0  # the version whose env_params the client holds
     while True:
         if config.get("env_params") and result.weights_seq_no > params_version:
             params_version = refresh_env_params(client)
             obs, info = env.reset()  # the next episode with the new values
-        if eval_env is not None and result.weights_seq_no >= evaluated_at + eval_every:
-            evaluated_at = result.weights_seq_no
-            returns = [play(eval_env, *eval_env.reset(seed=seed + 10_000 * evaluated_at + k), {"evaluation": True}, False)[0]
-                       for k in range(eval_episodes)]
-            result.evaluations.append((evaluated_at, float(np.mean(returns))))
-            log.info("v%d  evaluation (greedy)  mean return %.1f over %d episodes", evaluated_at, np.mean(returns), len(returns))
-        episode_return, steps, result.weights_seq_no = play(env, obs, info, {"training_enabled": training_enabled}, explore)
-        result.env_steps += steps
-        result.record_episode(episode_return)
+        played = play(env, obs, info, {"training_enabled": training_enabled}, explore)
+        result.weights_seq_no = played.weights_seq_no
+        result.env_steps += played.steps
+        if played.evaluation:
+            result.record_evaluation(played.weights_seq_no, played.episode_return)
+        else:
+            result.record_episode(played.episode_return)
         obs, info = env.reset()
         result.seconds = time.monotonic() - started
         if result.episodes % PROGRESS_EVERY_EPISODES == 0:
@@ -88,15 +82,22 @@ def run_thin(
             return result
 
 
+class PlayedEpisode(NamedTuple):
+    episode_return: float
+    steps: int
+    weights_seq_no: int  # the version that chose its last action
+    evaluation: bool  # the gateway played it as an evaluation episode
+
+
 def _play_episode(
     client: RLlinkClient, env: gym.Env, obs: Any, info: dict, start: dict[str, Any], explore: bool, *,
     action_space: dict, masked: bool,
-) -> tuple[float, int, int]:
+) -> PlayedEpisode:
     """One whole episode from `obs` with the gateway's actions (START_EPISODE with `start`'s
-    fields); its return, its steps and the version that chose its last action. Each step's
-    reward goes with the next GET_ACTION: one round trip per step."""
+    fields). Each step's reward goes with the next GET_ACTION: one round trip per step."""
     client.send({"type": "START_EPISODE", **start})
-    episode_id = _reply(client, "EPISODE_STARTED")["episode_id"]
+    started = _reply(client, "EPISODE_STARTED")
+    episode_id, evaluation = started["episode_id"], bool(started.get("evaluation", False))
     episode_return, steps, pending = 0.0, 0, []
     while True:
         obs_list = flat_observation(obs).astype(np.float32).tolist()
@@ -114,7 +115,7 @@ def _play_episode(
             pending.append({"type": "END_EPISODE", "episode_id": episode_id, "obs": flat_observation(obs).astype(np.float32).tolist(),
                             "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
             client.send_raw(b"".join(client.encode(message) for message in pending))
-            return episode_return, steps, int(reply["weights_seq_no"])
+            return PlayedEpisode(episode_return, steps, int(reply["weights_seq_no"]), evaluation)
 
 
 def run_thin_envs(
@@ -142,7 +143,7 @@ def run_thin_envs(
     action_space = config.get("action_space", {"type": "discrete"})
     observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
     returns = [0.0] * num_envs
-    episode_ids = _start_episodes(client, [], num_envs)
+    episode_ids, evaluating = map(list, zip(*_start_episodes(client, [], num_envs)))
     next_report = PROGRESS_EVERY_EPISODES
     params_version = 0  # the version whose env_params the client holds
     while True:
@@ -161,7 +162,10 @@ def run_thin_envs(
                 messages.append({"type": "END_EPISODE", "episode_id": episode_ids[i],
                                  "obs": flat_observation(observations[i]).astype(np.float32).tolist(),
                                  "is_terminated": bool(terminated), "is_truncated": bool(truncated)})
-                result.record_episode(returns[i])
+                if evaluating[i]:
+                    result.record_evaluation(result.weights_seq_no, returns[i])
+                else:
+                    result.record_episode(returns[i])
                 returns[i] = 0.0
                 ended.append(i)
         if ended and config.get("env_params") and result.weights_seq_no > params_version:
@@ -169,8 +173,8 @@ def run_thin_envs(
             messages, params_version = [], refresh_env_params(client)
         for i in ended:  # the next episodes, with the latest values
             observations[i] = envs[i].reset()[0]
-        for i, episode_id in zip(ended, _start_episodes(client, messages, len(ended))):
-            episode_ids[i] = episode_id
+        for i, (episode_id, evaluation) in zip(ended, _start_episodes(client, messages, len(ended))):
+            episode_ids[i], evaluating[i] = episode_id, evaluation
         if not ended:
             client.send_raw(b"".join(client.encode(message) for message in messages))
         result.seconds = time.monotonic() - started
@@ -188,13 +192,15 @@ def refresh_env_params(client: RLlinkClient) -> int:
     return int(_reply(client, "SET_STATE")["weights_seq_no"])
 
 
-def _start_episodes(client: RLlinkClient, before: list[dict[str, Any]], count: int) -> list[str]:
-    """Send `before` and `count` START_EPISODEs in one write; the new episodes' ids."""
+def _start_episodes(client: RLlinkClient, before: list[dict[str, Any]], count: int) -> list[tuple[str, bool]]:
+    """Send `before` and `count` START_EPISODEs in one write; the new episodes' ids, and
+    whether the gateway plays each as an evaluation episode."""
     if not count:
         return []
     starts = [{"type": "START_EPISODE"}] * count
     client.send_raw(b"".join(client.encode(message) for message in before + starts))
-    return [_reply(client, "EPISODE_STARTED")["episode_id"] for _ in range(count)]
+    replies = [_reply(client, "EPISODE_STARTED") for _ in range(count)]
+    return [(reply["episode_id"], bool(reply.get("evaluation", False))) for reply in replies]
 
 
 if __name__ == "__main__":  # `python -m rllink_clients.thin_client`: the reference client's command line, the gateway acting
