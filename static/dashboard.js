@@ -27,7 +27,8 @@
  * holds the policies table: one body row per module with
  * data-module-id, each cell with data-key, its column's field (see POLICY_COLUMNS:
  * module_id, observation_space, action_space, role, weights_seq_no,
- * num_env_steps_trained_lifetime, episode_return_mean, evaluation_return_mean, games, win_rate, elo, vs_references: a
+ * num_env_steps_trained_lifetime, episode_return_mean, evaluation_return_mean, best_model (best.onnx: "v41 (498.7)"),
+ * games, win_rate, elo, vs_references: a
  * self-play learner's recent wins / draws / losses against each fixed reference per seat,
  * "random: player_0 12 / 1 / 3, player_1 ...; lookahead: ..."). Each chart's
  * element (#chart-return, ... and the per-module #chart-policy-return,
@@ -70,10 +71,15 @@ const uptime = (m) => num(m, 'uptime_s') ?? (performance.now() - openedAt) / 100
 const CHARTS = [
   {
     id: 'chart-return',
-    title: 'Episode return (last 100 episodes)',
+    title: 'Episode return (last 100 episodes; evaluation: greedy, never trained)',
     xLabel: 'env steps sampled',
     x: (m) => num(m, 'num_env_steps_sampled_lifetime'),
-    ys: { mean: 'episode_return_mean', min: 'episode_return_min', max: 'episode_return_max' },
+    ys: {
+      mean: 'episode_return_mean',
+      min: 'episode_return_min',
+      max: 'episode_return_max',
+      evaluation: 'evaluation_return_mean',
+    },
   },
   {
     id: 'chart-length',
@@ -257,6 +263,8 @@ const POLICY_COLUMNS = [
   ['num_env_steps_trained_lifetime', 'env steps trained', (p) => num(p, 'num_env_steps_trained_lifetime')],
   ['episode_return_mean', 'return mean', (p) => formatNumber(num(p, 'episode_return_mean'))],
   ['evaluation_return_mean', 'evaluation return', (p) => formatNumber(num(p, 'evaluation_return_mean'))],
+  ['best_model', 'best.onnx (evaluation mean)', (p) => (get(p, 'best_model') === null
+    ? MISSING : `v${num(p, 'best_model.weights_seq_no')} (${formatNumber(num(p, 'best_model.evaluation_return_mean'), 1)})`)],
   ['games', 'games W / L / D', (p) =>
     get(p, 'games') === null ? MISSING : ['win', 'loss', 'draw'].map((o) => formatNumber(num(p, `games.${o}`))).join(' / ')],
   ['win_rate', 'win rate', (p) => (num(p, 'win_rate') === null ? MISSING : `${formatNumber(100 * p.win_rate, 1)}%`)],

@@ -158,7 +158,8 @@ def test_dashboard_draws_charts_and_its_numbers_follow_training_to_the_metrics(b
     # At the end: exactly what the REST API and the client say.
     end = _shown(after)
     assert end == {name: final[name] for name in COUNTERS} | {"clients": (0, 0)}, (end, final)
-    assert end["num_env_steps_sampled_lifetime"] == result.env_steps > 0
+    # Every step the client took, its evaluation episodes' (every 10th, the gateway's default) apart.
+    assert end["num_env_steps_sampled_lifetime"] + final["num_env_steps_evaluated_lifetime"] == result.env_steps > 0
     assert end["weights_seq_no"] == result.weights_seq_no >= 2  # the dashboard showed two versions
     assert all(s[name] <= end[name] for s in shown for name in COUNTERS)
 
@@ -217,7 +218,9 @@ def _round(round_no: int, games: list[str], version: int) -> list[dict]:
 
 def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(browser, tmp_path):
     # env_steps_per_sample 1: at the barrier every module with data trains, each round a step of both
-    settings = gateway_settings(tmp_path, policies={"cart": CART, "duel": DUEL}, policy_mapping=MAPPING, env_steps_per_sample=1)
+    settings = gateway_settings(
+        tmp_path, policies={"cart": CART, "duel": DUEL}, policy_mapping=MAPPING, env_steps_per_sample=1, best_model_episodes=1
+    )
     with (
         running_gateway(settings) as gateway,
         open_page(browser, gateway.base_url) as page,
@@ -238,8 +241,9 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
                 f"the per-module charts to show round {round_no}",
             )
 
-        # An evaluation episode of cart: its return is shown apart, never trained on.
-        peer.send(frame({"type": "EPISODES", "episodes": [chunk(6, agent_id="cart_0", episode_id="eval", evaluation=True)]}))
+        # An evaluation episode of cart: its return is shown apart, never trained on; with a window of one, its version is cart's best.
+        evaluated = chunk(6, agent_id="cart_0", episode_id="eval", evaluation=True, weights_seq_no=version)
+        peer.send(frame({"type": "EPISODES", "episodes": [evaluated]}))
         peer.send(frame({"type": "PING"}))
         assert peer.receive()["type"] == "PONG"
 
@@ -278,6 +282,8 @@ def test_policies_table_and_per_module_charts_follow_two_modules_and_self_play(b
     assert rows["duel"]["games"] == "2 / 1 / 1" and rows["duel"]["win_rate"] == "50%"
     assert rows["cart"]["elo"] == "—" and rows["duel_opponent"]["episode_return_mean"] == "—"
     assert rows["cart"]["evaluation_return_mean"] == "6" and rows["duel"]["evaluation_return_mean"] == "—"
+    assert cart["best_model"]["weights_seq_no"] == version and rows["cart"]["best_model"] == f"v{version} (6)"
+    assert rows["duel"]["best_model"] == rows["duel_opponent"]["best_model"] == "—"
 
     # The per-module charts: shown, drawn, a line for each trainable module (none for the
     # opponent) with a point from every round; losses only for the steps that trained the

@@ -187,3 +187,30 @@ def test_a_restarted_run_keeps_its_best_model_until_a_better_window(tmp_path):
         assert json.loads(best_json.read_text())["evaluation_return_mean"] == 50.0
         shipped = (tmp_path / "models" / "default_policy" / "best.onnx").read_bytes()
         assert shipped == httpx.get(f"{gateway.base_url}/api/model.onnx").content  # version 1, the current one
+
+
+def test_an_evaluation_turn_the_client_plays_itself_is_trained_on(tmp_path):
+    """A thin client's episode the gateway chose as an evaluation one, whose first step is a
+    LOG_ACTION (a heuristic or a human plays it), is experience: trained on, not evaluated."""
+    settings = gateway_settings(tmp_path, evaluation_interval=2, train_batch_size=1000)
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        started = []
+        for _ in range(4):
+            peer.send(frame({"type": "START_EPISODE"}))
+            started.append(peer.receive())
+        assert [reply.get("evaluation", False) for reply in started] == [False, True, False, True]
+        logged, served = started[1]["episode_id"], started[3]["episode_id"]
+        for step in range(5):
+            obs = [0.01 * step, 0.0, 0.0, 0.0]
+            peer.send(frame({"type": "LOG_ACTION", "episode_id": logged, "obs": obs, "action": step % 2}))
+            peer.send(frame({"type": "LOG_RETURNS", "episode_id": logged, "reward": 1.0}))
+            peer.send(frame({"type": "GET_ACTION", "episode_id": served, "obs": obs}))
+            assert peer.receive()["type"] == "ACTION"
+            peer.send(frame({"type": "LOG_RETURNS", "episode_id": served, "reward": 2.0}))
+        for episode_id in (logged, served):
+            peer.send(frame({"type": "END_EPISODE", "episode_id": episode_id, "obs": [0.0] * 4}))
+        peer.send(frame({"type": "PING"}))
+        assert peer.receive()["type"] == "PONG"
+        seen = wait_until(lambda: (m := metrics(gateway))["num_evaluation_episodes_lifetime"] == 1 and m, 30, "the evaluation")
+    assert seen["evaluation_return_mean"] == 10.0  # the served one
+    assert seen["num_env_steps_sampled_lifetime"] == 5 and seen["episode_return_mean"] == 5.0  # the logged one, trained on

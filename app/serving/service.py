@@ -63,6 +63,7 @@ class ServedEpisode:
     agent_id: str | None
     last_seen: float  # monotonic
     evaluation: bool = False  # acts with the mode; its chunks reach training for the metrics only
+    evaluation_turn: bool = False  # the gateway chose it as an evaluation episode (evaluation_interval)
 
 
 class ServingService:
@@ -128,11 +129,12 @@ class ServingService:
                 ErrorCode.TOO_MANY_EPISODES,
             )
         episode_id = request.episode_id or uuid.uuid4().hex
-        evaluation = module.trainable and (request.evaluation or self._evaluation_turn(client, request))
+        turn = module.trainable and not request.evaluation and self._evaluation_turn(client, request)
+        evaluation = module.trainable and (request.evaluation or turn)
         training = request.training_enabled and module.trainable and not evaluation
         steps = self._tables.setdefault(module.module_id, StepTable())
         episodes[episode_id] = ServedEpisode(
-            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation=evaluation
+            episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation, turn
         )
         self.metrics.episodes_started_total += 1
         self.metrics.open_episodes += 1
@@ -195,6 +197,10 @@ class ServingService:
 
     async def log_action(self, client: ClientInfo, request: LogAction) -> None:
         episode = self._episode(client, request.episode_id)
+        if episode.evaluation_turn and episode.steps.num_actions[episode.slot] == 0:
+            # The client plays this one itself (a heuristic, a human): not the policy's evaluation, but experience.
+            episode.evaluation = episode.evaluation_turn = False
+            episode.training_enabled = True
         check_obs(episode.module, request.obs)
         check_mask(episode.module, request.action_mask, "action_mask")
         action = logged_action(episode.module, request.action)

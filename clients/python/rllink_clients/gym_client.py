@@ -43,6 +43,7 @@ _DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_ca
 # else none: the run goes on until its limits. `target_return=ENV_TARGET` asks for it.
 TARGET_RETURNS = {"CartPole-v1": 450.0}
 ENV_TARGET = "env"
+EVALUATION_WINDOW = 10  # evaluation episodes a target needs too (the gateway's best_model_episodes, by default)
 
 
 class UnknownEnv(ValueError):
@@ -89,6 +90,7 @@ class RunResult:
     recent_returns: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     reached_target: bool = False
     evaluations: list[tuple[int, float]] = field(default_factory=list)  # (policy version, return) of each evaluation episode
+    evaluation_interval: int = 0  # every Nth episode is an evaluation one (0: none)
 
     @property
     def mean_return(self) -> float:
@@ -111,9 +113,16 @@ class RunResult:
         return float(np.mean(recent)) if recent else float("nan")
 
     def reached(self, target_return: float | None) -> bool:
-        """The last 20 episodes (a full window) average at least the target."""
+        """The last 20 training episodes (a full window) average at least the target and, where
+        it plays evaluation episodes, so do its last EVALUATION_WINDOW of them: the model a game
+        ships, played greedily, is there too (the gateway's best.onnx has a window at least as good)."""
         full_window = len(self.recent_returns) == self.recent_returns.maxlen
-        return target_return is not None and full_window and self.mean_return >= target_return
+        if target_return is None or not full_window or self.mean_return < target_return:
+            return False
+        if not self.evaluation_interval:
+            return True
+        recent = [episode_return for _, episode_return in self.evaluations[-EVALUATION_WINDOW:]]
+        return len(recent) == EVALUATION_WINDOW and float(np.mean(recent)) >= target_return
 
     def log_progress(self) -> None:
         log.info(
@@ -277,8 +286,9 @@ def run(
     record_demos: DemoWriter | None = None,
     evaluation_interval: int | None = None,
 ) -> RunResult:
-    """Train through the gateway until the target mean return (last 20 training episodes;
-    by default the env's, `default_target_return`; None: no target), a limit, or `stop` is
+    """Train through the gateway until the target mean return (`RunResult.reached`: the last 20
+    training episodes, and the last evaluation ones; by default the env's target,
+    `default_target_return`; None: no target), a limit, or `stop` is
     set (checked after each SET_STATE); `record_demos`: every chunk sent is also written
     there as a demonstration. Every Nth episode is an evaluation episode (RLLINK.md,
     "Evaluation episodes": played with the mode, sent with `evaluation`, never trained on),
@@ -297,6 +307,7 @@ def run(
     policy_of = lambda state: OnnxPolicy(state, input_name, action_space, rng, distribution, mask_input)  # noqa: E731
     policy = policy_of(client.request({"type": "GET_STATE"}))
     interval = 0 if plain else int(config.get("evaluation_interval", 0) if evaluation_interval is None else evaluation_interval)
+    result.evaluation_interval = interval
 
     obs, info = env.reset(seed=seed)
     episode_id, episode_return, episodes_played = uuid.uuid4().hex, 0.0, 0

@@ -60,6 +60,7 @@ def run_thin(
     config = get_config(client, env)
     action_space = config.get("action_space", {"type": "discrete"})
     masked = config.get("onnx_action_mask_input_name") is not None  # the env's info["action_mask"] goes along
+    result.evaluation_interval = int(config.get("evaluation_interval", 0)) if training_enabled else 0  # the gateway's choice
     play = functools.partial(_play_episode, client, action_space=action_space, masked=masked)
     obs, info = env.reset(seed=seed)
     params_version = 0  # the version whose env_params the client holds
@@ -141,6 +142,7 @@ def run_thin_envs(
     if config.get("onnx_action_mask_input_name") is not None:
         raise ValueError("run_thin_envs sends no action masks; play a masked module with run_thin")
     action_space = config.get("action_space", {"type": "discrete"})
+    result.evaluation_interval = int(config.get("evaluation_interval", 0))  # the gateway's choice
     observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
     returns = [0.0] * num_envs
     episode_ids, evaluating = map(list, zip(*_start_episodes(client, [], num_envs)))
