@@ -16,13 +16,20 @@ what runs everywhere is static:
   required one among them, under the same header; the heuristic session feeds it every
   step, reward and episode end, and the agent makes it from `record_demos_path`;
 - the masked-pick example (ported from the Godot 3 kit) is the Python reference env's
-  MaskedPick (its constants), and its scene, script and command line agree.
+  MaskedPick (its constants), and its scene, script and command line agree;
+- evaluation episodes: every SET_CONFIG field the kit reads (`evaluation_interval` among
+  them) is the gateway's SetConfig's, the local session's chunks carry only EpisodeChunk
+  fields (`evaluation` among them), the thin session reads EpisodeStarted's `evaluation`;
+  the local session's turn is the Python reference client's `is_evaluation_episode` (its
+  expression evaluated here), played with the mode; heuristic and model_file play never
+  evaluate; the agent's read-only `is_evaluation_episode` is documented.
 
 With a Godot 4 binary (`godot4` on PATH, or `GODOT4` naming it) the example trains
 CartPole headless against a real gateway in thin mode, masked-pick with action masks, the
 GDScript ONNX runtime is compared with onnxruntime, and heuristic masked-pick play is
-recorded with no gateway and loaded by the gateway's loader; without one these are
-skipped, saying so.
+recorded with no gateway and loaded by the gateway's loader, and local-mode CartPole plays
+every 5th episode as an evaluation one, which the gateway counts apart; without one these
+are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -39,10 +46,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.schemas import NO_REPLY_TYPES, REQUEST_TYPES, RESPONSE_TYPES, EpisodeChunk, GetConfig
+from app.schemas import (
+    NO_REPLY_TYPES,
+    REQUEST_TYPES,
+    RESPONSE_TYPES,
+    EpisodeChunk,
+    EpisodeStarted,
+    GetConfig,
+    SetConfig,
+)
 from rllink.errors import ErrorCode
 from rllink_clients import demos as python_demos
 from rllink_clients.choice_envs import MaskedPickEnv
+from rllink_clients.gym_client import is_evaluation_episode
 
 from .helpers import RunningGateway, gateway_settings, running_gateway, wait_until
 
@@ -241,6 +257,79 @@ def test_the_masked_pick_example_is_the_reference_env_with_its_scene_and_command
         assert f'"{flag}"' in cli, flag
 
 
+# -- Evaluation episodes (RLLINK.md "Evaluation episodes") ------------------------------------
+
+
+def gd_function(source: str, name: str) -> str:
+    """The body of a GDScript function: from its `func` line to the next top-level line."""
+    found = re.search(rf"^(?:static )?func {name}\(.*?(?=^\S)", source + "\n#", flags=re.M | re.S)
+    assert found, name
+    return found.group(0)
+
+
+def test_every_set_config_field_the_kit_reads_is_the_gateways():
+    read_fields = set(re.findall(r'\bconfig\.get\("(\w+)"', kit_sources()))
+    assert {"evaluation_interval", "env_steps_per_sample", "policies", "policy_mapping"} <= read_fields
+    assert read_fields <= set(SetConfig.model_fields), sorted(read_fields - set(SetConfig.model_fields))
+    local = read(ADDON / "rllink_local_session.gd")
+    assert 'int(client.config.get("evaluation_interval", 0))' in local  # absent (an older gateway): none
+
+
+def test_the_local_sessions_chunks_carry_episode_chunk_fields_and_evaluation_on_every_chunk():
+    local = read(ADDON / "rllink_local_session.gd")
+    new_chunk = gd_function(local, "_new_chunk")
+    literal = re.search(r"var chunk := \{(.*?)\n\t\}", new_chunk, flags=re.S)
+    assert literal
+    fields = set(re.findall(r'"(\w+)":', literal.group(1))) | set(re.findall(r'chunk\["(\w+)"\] =', local))
+    assert {"obs", "actions", "rewards", "action_logp", "episode_id", "evaluation", "action_mask"} <= fields
+    assert fields <= set(EpisodeChunk.model_fields), sorted(fields - set(EpisodeChunk.model_fields))
+    assert re.search(r'^\tif evaluating:\n\t\tchunk\["evaluation"\] = true\b', new_chunk, flags=re.M)
+    # Every chunk comes from _new_chunk: the episode's first and each continuation after a sample.
+    assert local.count("_chunk = _new_chunk(_obs)") == 2 and local.count('"obs": [') == 1
+
+
+def test_the_local_session_plays_the_python_clients_evaluation_turn_with_the_mode():
+    local = read(ADDON / "rllink_local_session.gd")
+    turn = gd_function(local, "is_evaluation_episode")
+    assert turn.startswith("static func is_evaluation_episode(played: int, interval: int) -> bool:")
+    expression = re.search(r"^\treturn (.+)$", turn, flags=re.M)
+    assert expression and re.fullmatch(r"[\w\s%=<>+-]+", expression.group(1)), turn  # the same in Python
+    for interval in range(6):
+        for played in range(13):
+            gdscript = eval(expression.group(1), {"__builtins__": {}}, {"played": played, "interval": interval})  # noqa: S307
+            assert gdscript == is_evaluation_episode(played, interval), (played, interval)
+    act = gd_function(local, "_act")
+    decided = act.index("if _chunk == null:  # a new episode")
+    assert decided < act.index("runner.act(") and "runner.act(_obs, _mask, explore and not evaluating)" in act
+    assert "training_enabled and is_evaluation_episode(_episodes_played, interval)" in act
+    assert "_episodes_played += 1" in gd_function(local, "end_episode")
+
+
+def test_the_thin_session_reads_episode_starteds_evaluation():
+    assert "evaluation" in EpisodeStarted.model_fields
+    thin = gd_function(read(ADDON / "rllink_thin_session.gd"), "poll_step")
+    assert 'var marked = _start.reply.get("evaluation", false)' in thin
+    assert "evaluating = typeof(marked) == TYPE_BOOL and marked" in thin
+    assert '"evaluation"' not in read(ADDON / "rllink_client.gd")  # a thin client sends nothing different
+
+
+def test_the_agents_is_evaluation_episode_is_read_only_documented_and_never_true_for_own_play():
+    session = read(ADDON / "rllink_session.gd")
+    assert re.search(r"^var evaluating := false$", session, flags=re.M)
+    for own_play in ("rllink_heuristic_session.gd", "rllink_model_file_session.gd", "rllink_demo_recorder.gd"):
+        assert "evaluat" not in read(ADDON / own_play), own_play
+    agent = read(ADDON / "rllink_agent.gd")
+    prop = re.search(r"^var is_evaluation_episode: bool:\n((?:\t.*\n)+)", agent, flags=re.M)
+    assert prop, "the agent's is_evaluation_episode property"
+    assert "return session != null and session.evaluating" in prop.group(1)
+    assert re.search(r"\tset\(_value\):\n\t\tpush_error\(.*read-only", prop.group(1))  # nothing is assigned
+    assert "is_evaluation_episode" not in exported_settings()
+    readme = read(KIT / "README.md")
+    assert "**Evaluation episodes**" in readme and "`is_evaluation_episode`" in readme and "`evaluation: true`" in readme
+    main = read(EXAMPLE / "main.gd")
+    assert "if agent.is_evaluation_episode:" in main and '", %d evaluation episodes" % evaluations' in main
+
+
 # -- In a real Godot 4 (skipped without one) ------------------------------------------------------
 
 needs_godot4 = pytest.mark.skipif(GODOT4 is None, reason="no Godot 4 runtime on PATH: install godot4 or set GODOT4 to its binary")
@@ -289,17 +378,20 @@ def test_the_godot4_cartpole_trains_in_thin_mode_over_tcp(project, tmp_path):
         assert "SCRIPT ERROR" not in result.stderr, result.stderr
         line = [line for line in result.stdout.splitlines() if line.startswith("reached the target")][-1]
         words = line.replace(",", "").split()
-        mean, episodes, steps = float(words[5]), int(words[9]), int(words[11])
+        mean, episodes, steps, evaluations = float(words[5]), int(words[9]), int(words[11]), int(words[-3])
 
         def settled() -> dict | None:
             m = metrics(gateway)
-            return m if m["num_env_steps_sampled_lifetime"] >= steps and m["serving"]["open_episodes"] == 0 else None
+            seen = m["num_env_steps_sampled_lifetime"] + m["num_env_steps_evaluated_lifetime"]
+            return m if seen >= steps and m["serving"]["open_episodes"] == 0 else None
 
         after = wait_until(settled, 30, f"the gateway to count {steps} env steps and no open episode")
     assert mean >= TARGET and "inference: thin, transport: tcp" in result.stdout
     # The gateway chose every action and trained on exactly what the game sent.
     assert after["serving"]["actions_served_total"] == steps == after["frames_received"]["GET_ACTION"]
-    assert after["num_episodes_lifetime"] == episodes == after["frames_received"]["END_EPISODE"]
+    assert after["num_episodes_lifetime"] + evaluations == episodes == after["frames_received"]["END_EPISODE"]
+    # The gateway's evaluation_interval (default 10): the episodes it played with the mode, as the game saw them.
+    assert evaluations == after["num_evaluation_episodes_lifetime"] >= 1
     assert after["weights_seq_no"] >= 1 and after["errors"] == {} and after["connections_total"] == {"tcp": 1}
 
 
@@ -364,3 +456,27 @@ def test_the_godot4_masked_pick_learns_with_action_masks_and_never_takes_a_forbi
                            "--target-return", "6.5", "--max-seconds", "240")  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr  # exit 4 at a forbidden action
     assert "reached the target" in result.stdout and ", 0 forbidden actions taken" in result.stdout
+
+
+@needs_godot4
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_godot4_cartpole_plays_every_fifth_local_episode_as_an_evaluation_one(project, tmp_path):
+    """Local inference: SET_CONFIG's evaluation_interval 5, so episodes 5, 10, ... of the one
+    agent are played with the mode and sent as evaluation chunks, which the gateway counts
+    apart and never trains on (the last ones may not have been sent when the game quits)."""
+    settings = gateway_settings(tmp_path, evaluation_interval=5, train_batch_size=64, env_steps_per_sample=64)
+    with running_gateway(settings) as gateway:
+        result = run_godot(project, "--", "--port", str(gateway.tcp_port), "--inference", "local",
+                           "--episodes", "40", "--max-seconds", "240")  # fmt: skip
+        seen = metrics(gateway)
+    assert result.returncode == 0 and "SCRIPT ERROR" not in result.stderr, result.stdout + result.stderr
+    line = [line for line in result.stdout.splitlines() if line.startswith("played ")][-1]
+    words = line.replace(",", "").split()  # played 40 episodes, N env steps, S.Ss, 8 evaluation episodes
+    episodes, steps, evaluations = int(words[1]), int(words[3]), int(words[-3])
+    assert episodes == 40 and evaluations == 8
+    assert 1 <= seen["num_evaluation_episodes_lifetime"] <= evaluations and seen["evaluation_return_mean"] is not None
+    assert seen["num_episodes_lifetime"] + seen["num_evaluation_episodes_lifetime"] <= episodes
+    sent = seen["num_env_steps_sampled_lifetime"] + seen["num_env_steps_evaluated_lifetime"]
+    assert 0 < seen["num_env_steps_evaluated_lifetime"] and sent <= steps
+    assert seen["errors"] == {}

@@ -15,6 +15,8 @@
 # first forbidden action, and prints how many decisions it checked at the end.
 # --inference heuristic --record-demos FILE records the scripted controller's episodes as
 # demonstrations (with --host "": no gateway at all); --episodes N stops after N.
+# Evaluation episodes (the gateway's evaluation_interval: the agent's is_evaluation_episode)
+# count as episodes but stay out of the mean return; the last line says how many there were.
 extends Node2D
 
 const Cli = preload("res://cli.gd")
@@ -34,6 +36,7 @@ var client = null
 var agents: Array = []
 var recent: Array = []
 var episodes := 0
+var evaluations := 0  # of them evaluation episodes (played with the mode, never trained on)
 var env_steps := 0
 var started_msec := 0
 var finished := false
@@ -168,9 +171,12 @@ func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 		print(JSON.stringify({"episode": episodes + 1, "return": episode_return, "steps": steps}))
 	episodes += 1
 	env_steps += steps
-	recent.append(episode_return)
-	if recent.size() > WINDOW:
-		recent.pop_front()
+	if agent.is_evaluation_episode:  # the episode that just ended
+		evaluations += 1
+	else:
+		recent.append(episode_return)
+		if recent.size() > WINDOW:
+			recent.pop_front()
 	var reached: bool = recent.size() == WINDOW and _mean() >= options.target_return
 	if episodes % WINDOW == 0 or reached:
 		var reconnects := 0
@@ -193,13 +199,21 @@ func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 	if reached:
 		print(
 			(
-				"reached the target: mean return %.1f >= %s after %d episodes, %d env steps, %.1fs"
-				% [_mean(), str(options.target_return), episodes, env_steps, _elapsed()]
+				(
+					"reached the target: mean return %.1f >= %s after %d episodes, %d env steps, %.1fs"
+					% [_mean(), str(options.target_return), episodes, env_steps, _elapsed()]
+				)
+				+ ", %d evaluation episodes" % evaluations
 			)
 		)
 		_finish(0)
 	elif options.episodes > 0 and episodes >= options.episodes:
-		print("played %d episodes, %d env steps, %.1fs" % [episodes, env_steps, _elapsed()])
+		print(
+			(
+				"played %d episodes, %d env steps, %.1fs, %d evaluation episodes"
+				% [episodes, env_steps, _elapsed(), evaluations]
+			)
+		)
 		_finish(0)
 	elif _budget_spent():
 		_finish(1)

@@ -94,6 +94,16 @@ var episode_steps := 0  # decisions in this episode
 var episodes := 0
 var weights_seq_no := -1
 var last_action = null
+# Read-only: the episode under way is an evaluation one (the gateway's evaluation_interval:
+# played with the distribution's mode, never trained on, its return reported apart), from
+# its first decision (before set_action) until the next episode's first; so an
+# episode_finished handler reads it for the episode that just ended. thin: the gateway
+# says so; local: every Nth episode of this agent. Never in model_file or heuristic play.
+var is_evaluation_episode: bool:
+	get:
+		return session != null and session.evaluating
+	set(_value):
+		push_error("RLlinkAgent: is_evaluation_episode is read-only")
 
 var _running := false
 var _step_open := false  # an action was asked for and has not arrived

@@ -10,6 +10,12 @@
 # and into the chunk's action_mask, the mask the action was chosen under (all ones for
 # a step the game gave none), which the gateway trains with and checks the action by.
 #
+# Evaluation episodes (RLLINK.md "Evaluation episodes"): with SET_CONFIG's
+# evaluation_interval N > 0, every Nth episode of this agent (the Nth, 2Nth, ...) is
+# played with the distribution's mode and every chunk of it carries evaluation: true, so
+# the gateway never trains on it and reports its return apart. Only when training_enabled
+# (the chunks are what the gateway evaluates).
+#
 # A dropped connection costs nothing but time: the experience not yet acknowledged is
 # sent again once reconnected.
 extends "res://addons/rllink/rllink_session.gd"
@@ -21,6 +27,7 @@ var runner
 var _chunk = null  # the open episode's current chunk
 var _finished: Array = []  # chunks not yet acknowledged by a SET_STATE
 var _steps_since_sample := 0
+var _episodes_played := 0  # episodes this agent finished (for evaluation_interval)
 var _episode_id := ""
 var _obs = null
 var _mask: Array = []  # the step's action mask (empty: all allowed)
@@ -127,7 +134,10 @@ func _state_arrived():
 
 
 func _act() -> Dictionary:
-	var decided: Dictionary = runner.act(_obs, _mask, explore)
+	if _chunk == null:  # a new episode: an evaluation one?
+		var interval := int(client.config.get("evaluation_interval", 0))
+		evaluating = training_enabled and is_evaluation_episode(_episodes_played, interval)
+	var decided: Dictionary = runner.act(_obs, _mask, explore and not evaluating)
 	if decided.has("error"):
 		decided.error["request"] = ""
 		return decided
@@ -160,6 +170,7 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 		_chunk.is_truncated = truncated
 		if training_enabled:
 			_finished.append(_chunk)
+		_episodes_played += 1
 	_chunk = null
 	_episode_id = ""
 
@@ -179,7 +190,15 @@ func _new_chunk(first_obs) -> Dictionary:
 		chunk["agent_id"] = agent_id
 	if module_id != "":
 		chunk["module_id"] = module_id
+	if evaluating:
+		chunk["evaluation"] = true  # every chunk of an evaluation episode says so
 	return chunk
+
+
+# Whether an agent's next episode, after `played` of its own, is an evaluation one: the
+# Nth, 2Nth, ... of every N = evaluation_interval (0: none).
+static func is_evaluation_episode(played: int, interval: int) -> bool:
+	return interval > 0 and played % interval == interval - 1
 
 
 # A SET_STATE's model for this agent's module, into the runtime; an error Dictionary if

@@ -14,6 +14,11 @@ var training_enabled := true
 var max_retries := 3  # reconnects (or restarted episodes) one step may take
 
 var weights_seq_no := -1  # policy version of the last action
+# The episode under way is an evaluation one (RLLINK.md "Evaluation episodes": played with
+# the mode, never trained on), from its first action until the next episode's first one:
+# thin, EPISODE_STARTED says so; local, SET_CONFIG's evaluation_interval. Never in
+# model_file and heuristic play.
+var evaluating := false
 var env_steps := 0
 var reconnects := 0
 

@@ -12,6 +12,8 @@
 # the open episode as truncated, so a new one starts from the current observation) and
 # an episode the gateway no longer knows (episode_timeout_s): a new one starts too.
 # Any other error ends the step with {"error": ...} for the game to handle.
+# An episode the gateway plays as an evaluation one (its evaluation_interval: the mode,
+# never trained on) is marked so in EPISODE_STARTED: `evaluating` from its first action.
 # A thin client gets no SET_STATE unasked: when the gateway sets environment parameters,
 # an episode's end asks for one (GET_STATE) once the policy version has changed, so that
 # get_env_param follows the curriculum's lessons from the next episode on.
@@ -101,6 +103,9 @@ func poll_step():
 		return {"error": error}
 	var reply = _action.reply
 	_action = null
+	if _start != null and _start.reply != null:  # the episode's first action: EPISODE_STARTED
+		var marked = _start.reply.get("evaluation", false)
+		evaluating = typeof(marked) == TYPE_BOOL and marked
 	_acted = true
 	env_steps += 1
 	weights_seq_no = int(reply.get("weights_seq_no", weights_seq_no))
