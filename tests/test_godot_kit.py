@@ -5,6 +5,10 @@
   each SET_STATE model) and non-blocking agents (several carts, as an HTML5 export runs
   them) each reach a mean return of 200 over 20 episodes, and the gateway's metrics
   show it served and trained on exactly what the game sent.
+- Evaluation episodes (SET_CONFIG's evaluation_interval): local inference plays every Nth
+  episode with the mode and marks its chunks `evaluation`, which the gateway counts apart
+  (a third of the episodes at N = 3); in thin mode the agent sees the gateway's own choice
+  (EPISODE_STARTED's `evaluation`) as RLlinkAgent.is_evaluation_episode.
 - The WebSocket transport speaks the same messages.
 - Auth: the right token trains; a wrong or missing one reaches the game as an error
   with the gateway's code (`unauthorized`), and the example exits 3 saying so. A gateway
@@ -106,7 +110,8 @@ def settled_metrics(gateway: RunningGateway, steps: int, token: str | None = Non
 
     def settled() -> dict | None:
         m = metrics(gateway, token)
-        return m if m["num_env_steps_sampled_lifetime"] >= steps and m["serving"]["open_episodes"] == 0 else None
+        received = m["num_env_steps_sampled_lifetime"] + m["num_env_steps_evaluated_lifetime"]
+        return m if received >= steps and m["serving"]["open_episodes"] == 0 else None
 
     return wait_until(settled, 30, f"the gateway to count {steps} env steps and no open episode")
 
@@ -120,24 +125,39 @@ def reached(result: subprocess.CompletedProcess) -> dict:
     return {"mean": float(words[5]), "episodes": int(words[9]), "env_steps": int(words[11])}
 
 
+def evaluated(result: subprocess.CompletedProcess) -> dict:
+    """The example's evaluation line (the episodes its agents flagged is_evaluation_episode):
+    evaluation: E episodes, S env steps, mean return R; zeros where none was played."""
+    lines = [line for line in result.stdout.splitlines() if line.startswith("evaluation: ")]
+    if not lines:
+        return {"episodes": 0, "env_steps": 0}
+    words = lines[-1].replace(",", "").split()
+    return {"episodes": int(words[1]), "env_steps": int(words[3])}
+
+
 # -- Training -------------------------------------------------------------------------
 
 
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_the_godot_cartpole_trains_in_thin_mode_over_tcp(project, tmp_path):
-    with running_gateway(gateway_settings(tmp_path)) as gateway:
+    with running_gateway(gateway_settings(tmp_path, evaluation_interval=10)) as gateway:
         result = cartpole(project, gateway.tcp_port)
         run = reached(result)
         after = settled_metrics(gateway, run["env_steps"])
     assert run["mean"] >= TARGET
     assert "inference: thin, transport: tcp" in result.stdout
+    # The gateway played every 10th episode as an evaluation one and said so in
+    # EPISODE_STARTED: the agent's is_evaluation_episode flagged exactly those.
+    evaluation = evaluated(result)
+    assert evaluation["episodes"] == run["episodes"] // 10 == after["num_evaluation_episodes_lifetime"] >= 1
+    assert evaluation["env_steps"] == after["num_env_steps_evaluated_lifetime"] > 0
     # The gateway chose every action, built the episodes from what the game sent, and
-    # trained on them: the counts match the game's exactly.
+    # trained on them (all but the evaluation ones): the counts match the game's exactly.
     serving = after["serving"]
     assert serving["actions_served_total"] == run["env_steps"]
-    assert after["num_env_steps_sampled_lifetime"] == run["env_steps"]
-    assert after["num_episodes_lifetime"] == run["episodes"]
+    assert after["num_env_steps_sampled_lifetime"] == run["env_steps"] - evaluation["env_steps"]
+    assert after["num_episodes_lifetime"] == run["episodes"] - evaluation["episodes"]
     assert serving["episodes_started_total"] == run["episodes"]
     ended = serving["episodes_ended"]
     assert ended.get("terminated", 0) + ended.get("truncated", 0) == run["episodes"] and "disconnect" not in ended
@@ -151,7 +171,7 @@ def test_the_godot_cartpole_trains_in_thin_mode_over_tcp(project, tmp_path):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_the_godot_cartpole_trains_with_local_inference(project, tmp_path):
-    with running_gateway(gateway_settings(tmp_path)) as gateway:
+    with running_gateway(gateway_settings(tmp_path, evaluation_interval=3)) as gateway:
         result = cartpole(project, gateway.tcp_port, "--inference", "local")
         run = reached(result)
         after = metrics(gateway)
@@ -159,9 +179,19 @@ def test_the_godot_cartpole_trains_with_local_inference(project, tmp_path):
     # The policy ran in GDScript: the gateway served no action, yet trained on the
     # experience, which came in whole EPISODES_AND_GET_STATE batches of 500 steps.
     assert after["serving"]["actions_served_total"] == 0
-    sampled = after["num_env_steps_sampled_lifetime"]
-    assert 0 < sampled <= run["env_steps"] and sampled % 500 == 0
-    assert after["frames_received"]["EPISODES_AND_GET_STATE"] == sampled // 500
+    sampled, evaluated_steps = after["num_env_steps_sampled_lifetime"], after["num_env_steps_evaluated_lifetime"]
+    received = sampled + evaluated_steps
+    assert 0 < received <= run["env_steps"] and received % 500 == 0
+    assert after["frames_received"]["EPISODES_AND_GET_STATE"] == received // 500
+    # evaluation_interval 3: the game played its 3rd, 6th, ... episode with the mode, and
+    # each chunk of those said evaluation, which the gateway counted apart and never
+    # trained on. It received the episodes of every batch sent (the game's first ones):
+    # a third of those that ended are evaluation ones.
+    evaluation = evaluated(result)
+    assert evaluation["episodes"] == run["episodes"] // 3 >= 1
+    assert 0 < evaluated_steps <= evaluation["env_steps"] and sampled > 0
+    received_episodes = after["num_episodes_lifetime"] + after["num_evaluation_episodes_lifetime"]
+    assert after["num_evaluation_episodes_lifetime"] == received_episodes // 3 >= 1
     assert after["weights_seq_no"] >= 1 and after["num_env_steps_trained_lifetime"] > 0
     assert after["errors"] == {}
 
@@ -471,7 +501,8 @@ def test_a_masked_game_learns_and_never_takes_a_forbidden_action(project, tmp_pa
         # action was chosen under, and the action is allowed by it.
         assert after["serving"]["actions_served_total"] == 0
         chunks = [c for m in messages if m["type"] == "EPISODES_AND_GET_STATE" for c in m["episodes"]]
-        assert chunks and sum(len(c["actions"]) for c in chunks) == after["num_env_steps_sampled_lifetime"] >= 500
+        received = after["num_env_steps_sampled_lifetime"] + after["num_env_steps_evaluated_lifetime"]
+        assert chunks and sum(len(c["actions"]) for c in chunks) == received >= 500
         for chunk in chunks:
             assert len(chunk["action_mask"]) == len(chunk["actions"]) == len(chunk["obs"]) - 1
             for obs, mask, action in zip(chunk["obs"], chunk["action_mask"], chunk["actions"]):

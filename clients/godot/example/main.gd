@@ -12,6 +12,10 @@
 # the first forbidden action, and prints how many decisions it checked at the end.
 # --inference heuristic --record-demos FILE records the scripted controller's episodes as
 # demonstrations (with --host "": no gateway at all); --episodes N stops after N.
+#
+# Evaluation episodes (the gateway's evaluation_interval: played with the mode, never
+# trained on) count in the episodes and env steps but not in the mean return; the last
+# line says how many there were.
 extends Node2D
 
 const Cli = preload("res://cli.gd")
@@ -29,6 +33,9 @@ var agents = []
 var recent = []
 var episodes = 0
 var env_steps = 0
+var evaluation_episodes = 0     # of the episodes, those played as evaluation ones
+var evaluation_steps = 0
+var evaluation_return = 0.0
 var started_msec = 0
 var finished = false
 var announced = false
@@ -130,9 +137,14 @@ func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 		print(to_json({"episode": episodes + 1, "return": episode_return, "steps": steps}))
 	episodes += 1
 	env_steps += steps
-	recent.append(episode_return)
-	if recent.size() > WINDOW:
-		recent.pop_front()
+	if agent.is_evaluation_episode:  # the finished one's (it holds until the next one's first decision)
+		evaluation_episodes += 1
+		evaluation_steps += steps
+		evaluation_return += episode_return
+	else:  # the target is the training episodes'
+		recent.append(episode_return)
+		if recent.size() > WINDOW:
+			recent.pop_front()
 	var reached = recent.size() == WINDOW and _mean() >= options.target_return
 	if episodes % WINDOW == 0 or reached:
 		var reconnects = 0
@@ -198,6 +210,9 @@ func _finish(code: int) -> void:
 			decisions += agent.env.total_steps
 			forbidden += agent.env.forbidden_taken
 		print("masked-pick: %d decisions, %d forbidden actions taken" % [decisions, forbidden])
+	if evaluation_episodes > 0:
+		print("evaluation: %d episodes, %d env steps, mean return %.1f" % [
+			evaluation_episodes, evaluation_steps, evaluation_return / evaluation_episodes])
 	for agent in agents:
 		agent.stop()
 	if client != null:

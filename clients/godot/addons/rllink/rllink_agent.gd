@@ -34,6 +34,12 @@
 # it (always in HTML5 exports, which cannot block) the action arrives a tick or more
 # later, and the game keeps its previous action meanwhile.
 #
+# Evaluation episodes (RLLINK.md): while training, every Nth episode (SET_CONFIG's
+# evaluation_interval) is played with the policy's most likely action and never trained
+# on; is_evaluation_episode says so. Local mode: the agent's Nth, 2Nth... episode, marked
+# evaluation in every chunk sent; thin mode: the gateway decides (EPISODE_STARTED's
+# evaluation). Heuristic play never is one.
+#
 # Errors: a dropped connection reconnects by itself and the agent goes on (a new
 # gateway episode from the current state); an episode the gateway timed out restarts.
 # Anything else (unauthorized, too_many_episodes, a wrong observation size, a gateway
@@ -80,6 +86,9 @@ var episode_steps = 0                       # decisions in this episode
 var episodes = 0
 var weights_seq_no = -1
 var last_action = null
+# Read-only: the episode under way is an evaluation one (the mode plays, the gateway never
+# trains on it). Set at an episode's first decision, kept through episode_finished.
+var is_evaluation_episode setget _read_only, _get_is_evaluation_episode
 
 var _running = false
 var _step_open = false                      # an action was asked for and has not arrived
@@ -206,6 +215,14 @@ func stop() -> void:
 
 func is_running() -> bool:
 	return _running
+
+
+func _get_is_evaluation_episode() -> bool:
+	return session != null and session.is_evaluation_episode()
+
+
+func _read_only(_value) -> void:
+	push_error("RLlinkAgent: is_evaluation_episode is read-only")
 
 
 # Stop and close the connection this agent opened (the gateway ends its open episode).

@@ -42,6 +42,10 @@ func mode() -> String:
 	return "heuristic"
 
 
+func is_evaluation_episode() -> bool:
+	return false  # the game's own play is never one
+
+
 func begin_step(obs, mask := []) -> void:
 	_action = heuristic.call_func()
 	if recorder != null:

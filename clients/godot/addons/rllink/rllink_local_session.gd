@@ -10,6 +10,10 @@
 # and into the chunk's action_mask, the mask the action was chosen under (all ones for
 # a step the game gave none), which the gateway trains with and checks the action by.
 #
+# Evaluation episodes (RLLINK.md): with SET_CONFIG's evaluation_interval N > 0, this
+# agent's Nth, 2Nth... episode is played with the distribution's mode (as explore off)
+# and every chunk of it carries evaluation: true (never trained on, reported apart).
+#
 # Same interface as rllink_thin_session.gd. A dropped connection costs nothing but
 # time: the experience not yet acknowledged is sent again once reconnected.
 extends Reference
@@ -30,11 +34,13 @@ var module = {}                 # the module this agent plays (client.module_for
 var weights_seq_no = -1
 var env_steps = 0
 var reconnects = 0
+var episodes_played = 0         # episodes finished (evaluation_interval counts them)
 
 var _chunk = null               # the open episode's current chunk
 var _finished = []              # chunks not yet acknowledged by a SET_STATE
 var _steps_since_sample = 0
 var _episode_id = ""
+var _evaluating = false         # the latest episode is an evaluation one
 var _obs = null
 var _mask = []                  # the step's action mask (empty: all allowed)
 var _state_message = null       # GET_STATE or EPISODES_AND_GET_STATE under way
@@ -55,6 +61,17 @@ func mode() -> String:
 
 func episode_id() -> String:
 	return _episode_id
+
+
+func is_evaluation_episode() -> bool:
+	return _evaluating
+
+
+# Whether the episode starting now is an evaluation one: the Nth, 2Nth... of this agent,
+# N = SET_CONFIG's evaluation_interval (0: none); never when nothing is sent back.
+func _evaluation_turn() -> bool:
+	var interval = int(client.config.get("evaluation_interval", 0))
+	return training_enabled and interval > 0 and episodes_played % interval == interval - 1
 
 
 # mask: the step's action mask, one 0/1 per logit (empty: all allowed).
@@ -133,12 +150,14 @@ func _act() -> Dictionary:
 		return {"error": {"code": "invalid_message", "message": mask_error, "details": {"field": "action_mask"}, "request": ""}}
 	if _chunk == null:
 		_episode_id = client.new_episode_id()
+		_evaluating = _evaluation_turn()
 		_chunk = _new_chunk(_obs)
 	elif not _chunk.actions.empty():
 		_chunk.obs.append(_obs)
-	var outputs = policy.run(_obs, _mask, not explore)  # explore off: a gSDE model's noise-free output
+	var greedy = _evaluating or not explore  # the most likely action (a gSDE model's noise-free output)
+	var outputs = policy.run(_obs, _mask, greedy)
 	var distribution = str(module.get("action_distribution", "categorical"))
-	var sampled = sampler.sample(outputs, distribution, space, explore)
+	var sampled = sampler.sample(outputs, distribution, space, not greedy)
 	if policy.is_masked():
 		if not _chunk.has("action_mask"):
 			_chunk["action_mask"] = []
@@ -183,6 +202,7 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 		_chunk.is_truncated = truncated
 		if training_enabled:
 			_finished.append(_chunk)
+		episodes_played += 1
 	_chunk = null
 	_episode_id = ""
 
@@ -197,6 +217,8 @@ func _new_chunk(first_obs) -> Dictionary:
 		chunk["agent_id"] = agent_id
 	if module_id != "":
 		chunk["module_id"] = module_id
+	if _evaluating:
+		chunk["evaluation"] = true
 	return chunk
 
 

@@ -12,6 +12,9 @@
 # the open episode as truncated, so a new one starts from the current observation) and
 # an episode the gateway no longer knows (episode_timeout_s): a new one starts too.
 # Any other error ends the step with {"error": ...} for the game to handle.
+#
+# Evaluation episodes: the gateway plays every evaluation_interval-th episode with the mode
+# and says so in EPISODE_STARTED (evaluation: true); is_evaluation_episode() passes it on.
 extends Reference
 
 var client                      # rllink_client.gd
@@ -28,6 +31,7 @@ var reconnects = 0
 var _episode_id = ""            # the open gateway episode ("" none)
 var _episode_connection = -1    # client.connection_number it was started on
 var _acted = false              # it has an action a reward can belong to
+var _evaluating = false         # the latest episode is an evaluation one (its EPISODE_STARTED)
 var _pending_reward = 0.0       # reward for the last action, not sent yet
 var _obs = null                 # the observation of the step under way
 var _mask = []                  # its action mask (empty: all allowed)
@@ -49,6 +53,10 @@ func mode() -> String:
 
 func episode_id() -> String:
 	return _episode_id
+
+
+func is_evaluation_episode() -> bool:
+	return _evaluating
 
 
 # Start the step for this observation (its action comes from poll_step / wait_step).
@@ -115,6 +123,8 @@ func poll_step():
 			return poll_step()
 		_action = null
 		return {"error": error}
+	if _start != null and _start.reply != null:  # answered before the action: replies come in order
+		_evaluating = _start.reply.get("evaluation", false) == true
 	var reply = _action.reply
 	_action = null
 	_acted = true
