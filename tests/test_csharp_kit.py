@@ -5,6 +5,10 @@ against a real gateway over TCP.
 - Thin mode (the gateway acts), local inference (the kit's MlpPolicyRuntime runs each
   SET_STATE model in C#), and a batched GET_ACTION for several carts each reach a mean
   return of 200 over 20 episodes, and the gateway trained on what they sent.
+- Evaluation episodes (the gateway's evaluation_interval N): with local inference the kit
+  plays every Nth episode with the mode and marks its chunks `evaluation`; /api/metrics
+  counts exactly those episodes and their steps apart (the sent steps to the step); in thin
+  mode the game hears the gateway's choice from EPISODE_STARTED (IsEvaluationEpisode).
 - Environment parameters: a gateway with a constant and a curriculum whose first lesson
   CartPole completes fast; the example, thin and local, shows at each episode's start what
   GetEnvParam reads: the constant throughout, the first lesson's value, then the second's
@@ -71,7 +75,7 @@ from app.training.demos import DemoFileError, load_demos
 from app.training.policy import ActorCritic
 
 from .gateway_process import gateway_process
-from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, load_script, running_gateway
+from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, load_script, running_gateway, wait_until
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
 PACKAGE = KIT.parent / "unity"
@@ -127,13 +131,26 @@ def reached(result: subprocess.CompletedProcess) -> dict:
 # -- Training -------------------------------------------------------------------------
 
 
+def shown_episodes(stdout: str) -> list[dict]:
+    """The example's --show-episodes lines: one per episode, as it ended."""
+    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"episode"')]
+    return [row for row in rows if "evaluation" in row]
+
+
 @pytest.mark.e2e
 def test_the_csharp_cartpole_trains_in_thin_mode_over_tcp(kit, tmp_path):
     # As a gateway launches it (--env-path): its --rllink-port wins over the example's own --port 1.
-    with running_gateway(gateway_settings(tmp_path)) as gateway:
-        result = cartpole(kit, 1, "--rllink-port", str(gateway.tcp_port), "--rllink-env-index", "1")
-        after = metrics(gateway)
-    run = reached(result)
+    with running_gateway(gateway_settings(tmp_path, evaluation_interval=5)) as gateway:
+        result = cartpole(kit, 1, "--rllink-port", str(gateway.tcp_port), "--rllink-env-index", "1", "--show-episodes")
+        run = reached(result)
+        # Every 5th episode the gateway played as an evaluation one (the mode, never trained on),
+        # and the game heard so from EPISODE_STARTED (AgentSession.IsEvaluationEpisode).
+        episodes = shown_episodes(result.stdout)
+        assert [episode["episode"] for episode in episodes] == list(range(1, run["episodes"] + 1))
+        assert [episode["evaluation"] for episode in episodes] == [i % 5 == 4 for i in range(run["episodes"])]
+        # The last END_EPISODE may still be on its way: wait for every step to be counted.
+        after = wait_until(lambda: (m := metrics(gateway))["num_env_steps_sampled_lifetime"]
+                           + m["num_env_steps_evaluated_lifetime"] == run["env_steps"] and m, 30, "the example's steps")  # fmt: skip
     assert run["mean"] >= TARGET
     assert "inference: thin" in result.stdout
     # The gateway chose every action and trained on the episodes it built from them.
@@ -141,20 +158,37 @@ def test_the_csharp_cartpole_trains_in_thin_mode_over_tcp(kit, tmp_path):
     assert after["num_training_steps"] >= 1 and after["weights_seq_no"] >= 1
     assert after["num_env_steps_trained_lifetime"] > 0
     assert after["serving"]["episodes_ended"]["terminated"] + after["serving"]["episodes_ended"].get("truncated", 0) >= run["episodes"]
+    assert after["num_evaluation_episodes_lifetime"] == run["episodes"] // 5 and after["num_env_steps_evaluated_lifetime"] > 0
 
 
 @pytest.mark.e2e
 def test_the_csharp_cartpole_trains_with_local_inference(kit, tmp_path):
-    with running_gateway(gateway_settings(tmp_path)) as gateway:
-        result = cartpole(kit, gateway.tcp_port, "--inference", "local")
+    # SET_CONFIG's evaluation_interval 3: the kit plays every 3rd episode with the mode and marks its chunks.
+    with running_gateway(gateway_settings(tmp_path, evaluation_interval=3)) as gateway:
+        result = cartpole(kit, gateway.tcp_port, "--inference", "local", "--show-episodes")
         after = metrics(gateway)
     run = reached(result)
     assert "inference: local" in result.stdout
     # The policy ran in C#: the gateway served no action, yet trained on the experience.
     assert after["serving"]["actions_served_total"] == 0
-    assert after["weights_seq_no"] >= 1
-    assert 0 < after["num_env_steps_sampled_lifetime"] <= run["env_steps"]
-    assert after["num_env_steps_sampled_lifetime"] % 500 == 0  # whole EPISODES_AND_GET_STATE batches
+    assert after["weights_seq_no"] >= 1 and after["num_env_steps_trained_lifetime"] > 0
+
+    episodes = shown_episodes(result.stdout)
+    assert [episode["episode"] for episode in episodes] == list(range(1, run["episodes"] + 1))
+    assert [episode["evaluation"] for episode in episodes] == [i % 3 == 2 for i in range(run["episodes"])]
+    assert sum(episode["steps"] for episode in episodes) == run["env_steps"]
+    # Whole EPISODES_AND_GET_STATE batches of 500 went out, each when the step after it was
+    # asked for; the last steps are still in the game. What went out is counted to the step:
+    # the evaluation episodes' steps apart, the ended ones among them as evaluation episodes.
+    sent = 500 * ((run["env_steps"] - 1) // 500)
+    assert after["num_env_steps_sampled_lifetime"] + after["num_env_steps_evaluated_lifetime"] == sent
+    ends = np.cumsum([episode["steps"] for episode in episodes])
+    starts = ends - [episode["steps"] for episode in episodes]
+    evaluated = [(episode, start, end) for episode, start, end in zip(episodes, starts, ends, strict=True) if episode["evaluation"]]
+    assert after["num_env_steps_evaluated_lifetime"] == sum(min(end, sent) - start for _, start, end in evaluated if start < sent) > 0
+    returns = [episode["return"] for episode, _, end in evaluated if end <= sent]
+    assert after["num_evaluation_episodes_lifetime"] == len(returns) == sum(ends <= sent) // 3
+    assert after["evaluation_return_mean"] == pytest.approx(np.mean(returns[-100:]), abs=1e-3)
 
 
 @pytest.mark.e2e
@@ -620,6 +654,7 @@ def test_a_heuristic_agent_plays_itself_and_the_gateway_trains_on_its_logged_act
     assert f"inference: heuristic, connecting to 127.0.0.1:{port}, time scale 8, seed 2000" in result.stdout
     assert run["mean"] >= 450
     assert after["serving"]["actions_served_total"] == 0  # the game chose every action
+    assert after["num_evaluation_episodes_lifetime"] == 0  # the game's own play is never an evaluation episode
     assert after["num_env_steps_sampled_lifetime"] == run["episodes"] * 500  # every episode balanced to the limit
     assert after["weights_seq_no"] >= 1 and after["num_env_steps_trained_lifetime"] > 0
 

@@ -24,6 +24,11 @@
 // as GatewayConfig.GetEnvParam(NAME, null) reads it (a string; a number or bool as JSON
 // writes it; null when the gateway sets none): the values a game would start it with.
 //
+// --show-episodes: after each episode, one JSON line {"episode", "return", "steps",
+// "evaluation"}: whether it was an evaluation episode (AgentSession.IsEvaluationEpisode; with
+// --envs, EPISODE_STARTED's): every Nth of the gateway's evaluation_interval, played with the
+// distribution's mode and never trained on (local mode: the kit plays it so; thin: the gateway).
+//
 // --record-demos FILE [--episodes 20]: no gateway; the env's scripted controller plays
 // (IExampleEnv.Heuristic: the best allowed action; CartPole: push under the falling pole)
 // and each episode is appended to FILE as demonstrations (DemoRecorder: RLlink episode
@@ -61,6 +66,7 @@ namespace RLlink.Example
             public string RecordDemos;
             public int Episodes = 20;
             public string[] ShowEnvParams;
+            public bool ShowEpisodes;
         }
 
         const string Usage =
@@ -68,7 +74,7 @@ namespace RLlink.Example
             "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local|heuristic]\n" +
             "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]\n" +
             "                         [--env cartpole|two-targets|masked-targets|masked-pick]\n" +
-            "                         [--show-env-params NAME[,NAME...]]\n" +
+            "                         [--show-env-params NAME[,NAME...]] [--show-episodes]\n" +
             "       mono CartPole.exe --record-demos demos.jsonl [--episodes 20] [--env ...] [--seed 0]   (no gateway)";
 
         static readonly string[] EnvNames = { "cartpole", "two-targets", "masked-targets", "masked-pick" };
@@ -192,6 +198,7 @@ namespace RLlink.Example
                     if (terminated || truncated)
                     {
                         session.EndEpisode(obs, terminated, truncated);
+                        if (args.ShowEpisodes) ShowEpisode(session.Episodes, episodeReturn, env.Steps, session.IsEvaluationEpisode);
                         break;
                     }
                 }
@@ -209,6 +216,15 @@ namespace RLlink.Example
             Console.WriteLine(Json.Serialize(new Dictionary<string, object>
             {
                 { "episode", session.Episodes + 1 }, { "weights_seq_no", session.WeightsSeqNo }, { "env_params", values },
+            }));
+        }
+
+        /// <summary>--show-episodes: an episode that ended, one JSON line.</summary>
+        static void ShowEpisode(int episode, float episodeReturn, int steps, bool evaluation)
+        {
+            Console.WriteLine(Json.Serialize(new Dictionary<string, object>
+            {
+                { "episode", episode }, { "return", episodeReturn }, { "steps", steps }, { "evaluation", evaluation },
             }));
         }
 
@@ -263,10 +279,12 @@ namespace RLlink.Example
             if (args.Inference != "thin") throw new ArgumentException("--envs needs --inference thin");
             var envs = Enumerable.Range(0, args.Envs).Select(i => NewEnv(args.Env, args.Seed + i)).ToArray();
             var obs = envs.Select(e => e.Reset()).ToArray();
-            var ids = envs.Select(e => client.StartEpisode()).ToArray();
+            var evaluating = new bool[envs.Length]; // the gateway plays that episode as an evaluation one
+            var ids = new string[envs.Length];
+            for (int i = 0; i < envs.Length; i++) ids[i] = client.StartEpisode(null, null, null, true, out evaluating[i]);
             var returns = new float[envs.Length];
             var progress = new Progress(args);
-            int version = 0;
+            int version = 0, ended = 0;
             while (true)
             {
                 var batch = new List<ActionRequest>();
@@ -282,10 +300,11 @@ namespace RLlink.Example
                     client.LogReturns(ids[i], reward);
                     if (!terminated && !truncated) continue;
                     client.EndEpisode(ids[i], obs[i], terminated, truncated);
+                    if (args.ShowEpisodes) ShowEpisode(++ended, returns[i], envs[i].Steps, evaluating[i]);
                     if (progress.Episode(returns[i], envs[i].Steps, version, 0)) { client.Flush(); return true; }
                     obs[i] = envs[i].Reset();
                     returns[i] = 0;
-                    ids[i] = client.StartEpisode();
+                    ids[i] = client.StartEpisode(null, null, null, true, out evaluating[i]);
                 }
                 if (progress.BudgetSpent()) return false;
             }
@@ -343,6 +362,7 @@ namespace RLlink.Example
                 string flag = argv[i];
                 if (flag == "-h" || flag == "--help") return null;
                 if (flag == "--tls") { args.Tls = true; continue; }
+                if (flag == "--show-episodes") { args.ShowEpisodes = true; continue; }
                 if (i + 1 >= argv.Length) throw new ArgumentException(flag + " needs a value");
                 string value = argv[++i];
                 try

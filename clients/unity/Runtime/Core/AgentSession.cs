@@ -22,6 +22,13 @@
 // version changed, and a heuristic one (no ACTION tells it the version) when any episode
 // ends, so the next episode starts with the new values.
 //
+// Evaluation episodes (the gateway's evaluation_interval N, in SET_CONFIG): every Nth episode
+// of a training session is played with the distribution's mode and never trained on; the
+// gateway reports its return apart and picks best.onnx from them. Local mode plays the Nth,
+// 2Nth, ... episode of the session that way and marks each of its chunks `evaluation`; in
+// thin mode the gateway decides (EPISODE_STARTED's `evaluation`). IsEvaluationEpisode says
+// which, from an episode's first Act on; heuristic play is never one.
+//
 // A broken connection costs the session nothing but time: it reconnects (RLlinkClient's
 // AutoReconnect). In thin mode the gateway ended the open episode as truncated, so the
 // session starts a new one on the new connection and goes on; in local mode the
@@ -69,6 +76,12 @@ namespace RLlink
         public int Episodes { get; private set; }
         public int Reconnects { get; private set; }
         public ModuleInfo Module { get; private set; }
+        /// <summary>The episode is an evaluation one (the gateway's evaluation_interval): played
+        /// with the distribution's mode, never trained on, its return reported apart. Set at an
+        /// episode's first Act (local mode: every Nth episode of this session; thin mode: as the
+        /// gateway's EPISODE_STARTED says) and kept until the next episode's first Act, so it
+        /// still describes an episode just ended. Always false in heuristic mode.</summary>
+        public bool IsEvaluationEpisode { get; private set; }
 
         /// <summary>Called with each new policy version (thin mode: the first action of a new
         /// version; local mode: after loading its model).</summary>
@@ -195,7 +208,9 @@ namespace RLlink
                         episodeId = null; // the connection it lived on is gone; the gateway ended it
                     if (episodeId == null)
                     {
-                        episodeId = client.StartEpisode(null, AgentId, ModuleId, TrainingEnabled);
+                        bool evaluation;
+                        episodeId = client.StartEpisode(null, AgentId, ModuleId, TrainingEnabled, out evaluation);
+                        IsEvaluationEpisode = evaluation && Mode == InferenceMode.Thin; // heuristic play is the game's own
                         episodeConnection = client.ConnectionNumber;
                         actedInEpisode = false;
                         pendingReward = 0;
@@ -296,6 +311,7 @@ namespace RLlink
             }
             if (chunk == null)
             {
+                IsEvaluationEpisode = EvaluationTurn();
                 localEpisodeId = Guid.NewGuid().ToString("N");
                 chunk = NewChunk(localEpisodeId, obs);
             }
@@ -312,7 +328,8 @@ namespace RLlink
             }
             else distInputs = runtime.Run(obs);
             float logp;
-            object raw = sampler.Sample(distInputs, Module.ActionDistribution, Module.ActionSpace.Nvec, Explore, out logp);
+            bool explore = Explore && !IsEvaluationEpisode; // an evaluation episode plays the mode
+            object raw = sampler.Sample(distInputs, Module.ActionDistribution, Module.ActionSpace.Nvec, explore, out logp);
             ((List<object>)chunk["actions"]).Add(raw);
             ((List<float>)chunk["rewards"]).Add(0f);
             ((List<float>)chunk["action_logp"]).Add(logp);
@@ -352,7 +369,17 @@ namespace RLlink
             if (Module.ActionMasking) newChunk["action_mask"] = new List<float[]>(); // one row per action
             if (AgentId != null) newChunk["agent_id"] = AgentId;
             if (ModuleId != null) newChunk["module_id"] = ModuleId;
+            if (IsEvaluationEpisode) newChunk["evaluation"] = true; // every chunk of the episode
             return newChunk;
+        }
+
+        /// <summary>Local mode: whether the episode starting now is an evaluation one: the Nth,
+        /// 2Nth, ... of this session's (N the gateway's evaluation_interval; 0: none), as the
+        /// gateway chooses a thin client's. Only for experience that is sent and trained on.</summary>
+        bool EvaluationTurn()
+        {
+            int interval = client.Config.EvaluationInterval;
+            return TrainingEnabled && Module.Trainable && interval > 0 && Episodes % interval == interval - 1;
         }
 
         void Load(PolicyState state)

@@ -159,6 +159,10 @@ namespace RLlink
         /// <summary>The environment parameters the gateway sets (SET_CONFIG's <c>env_params</c>,
         /// updated by a SET_STATE that carries them): name -> a number (double), string or bool.</summary>
         public Dictionary<string, object> EnvParams = new Dictionary<string, object>();
+        /// <summary>SET_CONFIG's <c>evaluation_interval</c>: a client that runs the model itself
+        /// plays every Nth episode of each env as an evaluation episode (the distribution's mode,
+        /// its chunks marked <c>evaluation</c>, never trained on); 0 (also when absent): none.</summary>
+        public int EvaluationInterval;
 
         /// <summary>The default module (the unprefixed spaces and names of SET_CONFIG).</summary>
         public ModuleInfo Default;
@@ -172,6 +176,7 @@ namespace RLlink
                 ForceOnPolicy = Json.GetBool(json, "force_on_policy", true),
                 DefaultModuleId = Json.GetString(json, "default_module_id", "default_policy"),
                 ProtocolVersion = Json.GetString(json, "protocol_version"),
+                EvaluationInterval = Math.Max(0, Json.GetInt(json, "evaluation_interval", 0)),
             };
             config.Default = ModuleInfo.FromJson(config.DefaultModuleId, json);
             if (config.Default.ObservationSpace == null) // RLlib's own server sends no spaces

@@ -475,13 +475,24 @@ namespace RLlink
         /// <summary>START_EPISODE -> EPISODE_STARTED; returns the episode id (valid on this connection only).</summary>
         public string StartEpisode(string episodeId = null, string agentId = null, string moduleId = null, bool trainingEnabled = true)
         {
+            bool evaluation;
+            return StartEpisode(episodeId, agentId, moduleId, trainingEnabled, out evaluation);
+        }
+
+        /// <summary>As <see cref="StartEpisode(string, string, string, bool)"/>; <paramref name="evaluation"/>:
+        /// the gateway plays the episode as an evaluation one (EPISODE_STARTED's <c>evaluation</c>,
+        /// every Nth of its evaluation_interval): the distribution's mode, never trained on.</summary>
+        public string StartEpisode(string episodeId, string agentId, string moduleId, bool trainingEnabled, out bool evaluation)
+        {
             EnsureConnected();
             var message = Message("START_EPISODE");
             if (episodeId != null) message["episode_id"] = episodeId;
             if (agentId != null) message["agent_id"] = agentId;
             if (moduleId != null) message["module_id"] = moduleId;
             if (!trainingEnabled) message["training_enabled"] = false;
-            return Json.GetString(Exchange(message, "EPISODE_STARTED"), "episode_id");
+            var reply = Exchange(message, "EPISODE_STARTED");
+            evaluation = Json.GetBool(reply, "evaluation", false);
+            return Json.GetString(reply, "episode_id");
         }
 
         /// <summary>GET_ACTION -> ACTION: the gateway's policy acts on <paramref name="obs"/>

@@ -112,6 +112,12 @@ namespace RLlink.Unity
         /// <summary>Decisions taken in this episode.</summary>
         public int StepCount { get { return episodeSteps; } }
         public int CompletedEpisodes { get; private set; }
+        /// <summary>This episode is an evaluation one (the gateway's evaluation_interval: every
+        /// Nth episode is played with the distribution's mode, never trained on, its return
+        /// reported apart): known from the episode's first OnActionReceived on, and kept until
+        /// the next episode's, so it still describes an episode just ended. Never for
+        /// Heuristic play or a bundledModel.</summary>
+        public bool IsEvaluationEpisode { get { return link != null && link.IsEvaluationEpisode; } }
 
         // -- The hooks -------------------------------------------------------------------------
 
@@ -418,6 +424,8 @@ namespace RLlink.Unity
         RLlinkException TakeError();
         /// <summary>The gateway's SET_CONFIG (null: no gateway, or not connected yet).</summary>
         GatewayConfig Config { get; }
+        /// <summary>The episode of the last action taken is an evaluation one (RLlinkAgent.IsEvaluationEpisode).</summary>
+        bool IsEvaluationEpisode { get; }
         void Close();
     }
 
@@ -449,6 +457,7 @@ namespace RLlink.Unity
         public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { session.EndEpisode(finalObs, terminated, truncated); }
         public RLlinkException TakeError() { return null; }
         public GatewayConfig Config { get { return session.Client.Config; } }
+        public bool IsEvaluationEpisode { get { return session.IsEvaluationEpisode; } }
         public void Close() { if (release != null) release(); }
     }
 
@@ -508,6 +517,7 @@ namespace RLlink.Unity
 
         public RLlinkException TakeError() { return null; }
         public GatewayConfig Config { get { return session == null ? null : session.Client.Config; } }
+        public bool IsEvaluationEpisode { get { return false; } } // the game's own play
 
         public void Close()
         {
@@ -545,6 +555,7 @@ namespace RLlink.Unity
         public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { }
         public RLlinkException TakeError() { return null; }
         public GatewayConfig Config { get { return null; } }
+        public bool IsEvaluationEpisode { get { return false; } }
 
         /// <summary>Frees the runtime if it holds resources (SentisPolicyRuntime's worker).</summary>
         public void Close()

@@ -216,6 +216,7 @@ namespace RLlink.Unity
         readonly bool explore, trainingEnabled;
         readonly List<WebGLRequest> unanswered = new List<WebGLRequest>(); // no reply wanted; errors only
         WebGLRequest pendingAction;
+        WebGLRequest starting; // the open episode's START_EPISODE, until its EPISODE_STARTED is read
         bool pendingBatch; // pendingAction is a one-item batch (it carries an action mask)
         string episodeId;
         float pendingReward;
@@ -237,7 +238,9 @@ namespace RLlink.Unity
             if (episodeId == null)
             {
                 episodeId = Guid.NewGuid().ToString("N");
-                unanswered.Add(client.StartEpisode(episodeId, agentId, moduleId, trainingEnabled));
+                starting = client.StartEpisode(episodeId, agentId, moduleId, trainingEnabled);
+                unanswered.Add(starting);
+                IsEvaluationEpisode = false; // until EPISODE_STARTED says otherwise
                 acted = false;
                 pendingReward = 0;
             }
@@ -257,6 +260,11 @@ namespace RLlink.Unity
             var request = pendingAction;
             pendingAction = null;
             if (request.Error != null) throw request.Error;
+            if (starting != null && starting.IsDone) // answered before this ACTION (replies come in order)
+            {
+                IsEvaluationEpisode = starting.Reply != null && Json.GetBool(starting.Reply, "evaluation", false);
+                starting = null;
+            }
             acted = true;
             action = pendingBatch ? request.Actions[0] : request.Action;
             return true;
@@ -287,6 +295,10 @@ namespace RLlink.Unity
         }
 
         public GatewayConfig Config { get { return client.IsReady ? client.Config : null; } }
+
+        /// <summary>The gateway plays the episode as an evaluation one (EPISODE_STARTED's
+        /// <c>evaluation</c>), known from its first action on.</summary>
+        public bool IsEvaluationEpisode { get; private set; }
 
         public void Close() { client.Close(); }
     }

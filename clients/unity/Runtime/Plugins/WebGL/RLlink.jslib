@@ -184,8 +184,8 @@ var RLlinkWebGLPlugin = {
   },
 
   // START_EPISODE; options JSON: {episode_id?, agent_id?, module_id?, training_enabled?}
-  // ('' for none). Result: EPISODE_STARTED {episode_id}. Give your own episode_id to send
-  // GET_ACTION for it at once, without waiting for this reply.
+  // ('' for none). Result: EPISODE_STARTED {episode_id, evaluation?}. Give your own
+  // episode_id to send GET_ACTION for it at once, without waiting for this reply.
   RLlink_StartEpisode: function (connectionId, optionsPtr) {
     var options = JSON.parse(RLlinkBridge.str(optionsPtr) || '{}');
     return RLlinkBridge.withClient(connectionId, 'START_EPISODE', function (client) {
