@@ -9,9 +9,15 @@
  *     every action (GET_ACTION) and builds the episodes. onnx_policy.js and
  *     onnxruntime-web are never loaded then: nothing of them is fetched.
  *
+ * Every evaluation_interval-th episode (SET_CONFIG) is an evaluation episode: played with
+ * the policy's mode (locally, or by the gateway in server mode), never trained on; its
+ * return counts apart from the training episodes' (the chart, the target).
+ *
  * For tests and scripts the page reports in the DOM:
- *   #status  (always)        JSON: phase, weights_seq_no, env_steps, episodes,
- *                            first_mean_return, recent_mean_return, best_return, seconds, ...
+ *   #status  (always)        JSON: phase, weights_seq_no, env_steps (evaluation steps too),
+ *                            episodes (training ones), first_mean_return, recent_mean_return,
+ *                            best_return, evaluation_episodes, evaluation_mean_return,
+ *                            evaluation_episode (the one playing now is), seconds, ...
  *   #result  (once, at end)  JSON: the final status plus `reason` ('target', 'max_env_steps',
  *                            'max_seconds', 'stopped') and `reached_target`
  *   #error   (once, on failure) the error's message
@@ -53,7 +59,8 @@ class Progress {
   constructor(options) {
     this.options = options;
     this.startedAt = performance.now();
-    this.returns = []; // every finished episode's return, in order
+    this.returns = []; // every finished training episode's return, in order
+    this.evaluationReturns = []; // every finished evaluation episode's
     this.status = {
       phase: 'starting',
       inference: options.inference,
@@ -67,12 +74,22 @@ class Progress {
       first_mean_return: null, // of the first `window` episodes
       recent_mean_return: null, // of the last `window` episodes
       best_return: null,
+      evaluation_interval: null, // SET_CONFIG's: every Nth episode is an evaluation one
+      evaluation_episode: false, // the episode playing now is an evaluation one
+      evaluation_episodes: 0,
+      evaluation_mean_return: null, // of the last `window` evaluation episodes
       seconds: 0,
     };
   }
 
-  episodeEnded(episodeReturn) {
+  episodeEnded(episodeReturn, evaluation) {
     const { status, options } = this;
+    if (evaluation) {
+      this.evaluationReturns.push(episodeReturn);
+      status.evaluation_episodes = this.evaluationReturns.length;
+      status.evaluation_mean_return = mean(this.evaluationReturns.slice(-options.window));
+      return;
+    }
     this.returns.push(episodeReturn);
     status.episodes = this.returns.length;
     status.best_return = Math.max(status.best_return ?? -Infinity, episodeReturn);
@@ -140,16 +157,27 @@ class DemoPage {
     }
   }
 
-  /** Local inference: collect chunks with the ONNX policy, trade them for new weights. */
+  /**
+   * Local inference: collect chunks with the ONNX policy, trade them for new weights; the
+   * Sampler plays every evaluation_interval-th episode with the mode, marked `evaluation`.
+   */
   async trainLocal(client, { OnnxPolicy }) {
-    const sampler = new Sampler(this.env, {
-      onStep: () => this.pace(),
-      onEpisodeEnd: ({ episodeReturn }) => this.episodeEnded(episodeReturn),
-    });
+    const { status } = this.progress;
+    let sampler = null; // made with the first collect, once SET_CONFIG is known
+    const newSampler = (config) =>
+      new Sampler(this.env, {
+        evaluationInterval: config.evaluation_interval ?? 0,
+        onStep: () => {
+          status.evaluation_episode = sampler.isEvaluationEpisode;
+          return this.pace();
+        },
+        onEpisodeEnd: ({ episodeReturn, evaluation }) => this.episodeEnded(episodeReturn, evaluation),
+      });
     await runTrainingLoop(client, {
       signal: this.stopper.signal,
       onState: (state, config) => this.loadPolicy(OnnxPolicy, state, config),
-      collect: async (numSteps) => {
+      collect: async (numSteps, config) => {
+        sampler ??= newSampler(config);
         const chunks = await sampler.collect(this.policy, numSteps);
         this.progress.status.env_steps += numSteps;
         return chunks;
@@ -165,17 +193,19 @@ class DemoPage {
       signal: this.stopper.signal,
       onConfig: (config) => {
         status.env_steps_per_sample = config.env_steps_per_sample;
+        status.evaluation_interval = config.evaluation_interval ?? 0;
       },
-      onStep: ({ weightsSeqNo }) => {
+      onStep: ({ weightsSeqNo, evaluation }) => {
         status.env_steps += 1;
+        status.evaluation_episode = evaluation; // the gateway plays it with the mode
         if (weightsSeqNo !== status.weights_seq_no) {
           status.weights_seq_no = weightsSeqNo;
           this.logProgress();
         }
         return this.pace();
       },
-      onEpisodeEnd: ({ episodeReturn }) => {
-        this.episodeEnded(episodeReturn);
+      onEpisodeEnd: ({ episodeReturn, evaluation }) => {
+        this.episodeEnded(episodeReturn, evaluation);
         const reason = this.progress.finishReason();
         if (reason) this.stop(reason);
       },
@@ -209,6 +239,7 @@ class DemoPage {
     const { status } = this.progress;
     status.weights_seq_no = state.weights_seq_no;
     status.env_steps_per_sample = config.env_steps_per_sample;
+    status.evaluation_interval = config.evaluation_interval ?? 0;
     this.logProgress();
     this.render();
     const reason = this.progress.finishReason();
@@ -225,8 +256,8 @@ class DemoPage {
     );
   }
 
-  episodeEnded(episodeReturn) {
-    this.progress.episodeEnded(episodeReturn);
+  episodeEnded(episodeReturn, evaluation = false) {
+    this.progress.episodeEnded(episodeReturn, evaluation);
     const returns = this.progress.returns;
     const window = this.options.window;
     if (this.chart) {
@@ -277,6 +308,9 @@ class DemoPage {
       [`mean return (last ${this.options.window})`, formatNumber(status.recent_mean_return, 1)],
       [`mean return (first ${this.options.window})`, formatNumber(status.first_mean_return, 1)],
       ['best return', formatNumber(status.best_return)],
+      ['evaluation episodes', formatNumber(status.evaluation_episodes)],
+      [`evaluation mean return (mode, last ${this.options.window})`, formatNumber(status.evaluation_mean_return, 1)],
+      ['now playing', status.evaluation_episode ? 'evaluation episode' : 'training episode'],
       ['seconds', formatNumber(status.seconds, 1)],
     ]);
   }

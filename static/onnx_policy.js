@@ -15,11 +15,18 @@
  * A masked module's model (SET_CONFIG.onnx_action_mask_input_name set) takes a second
  * input, the action mask [batch, k] float32 (1 allowed, 0 forbidden, one per logit), and
  * outputs logits + (mask - 1) * 1e8: a forbidden action's probability is exactly 0.
+ *
+ * `act(obs, mask, { explore: false })` plays the distribution's mode instead of sampling
+ * (an evaluation episode, see rllink.js isEvaluationEpisode): the most likely action (after
+ * the mask), the most likely one of each sub-action, or the Gaussian's mean (the game clips
+ * it to the box, as it does a sample); from a gSDE model's noise-free output
+ * ("action_dist_inputs_noise_free") where it has one.
  */
 
 import { gaussian } from './random.js';
 
 export const ORT_BASE = '/vendor/ort/';
+const NOISE_FREE_OUTPUT = 'action_dist_inputs_noise_free'; // a gSDE model's output without its exploration noise
 let ortModule = null;
 
 /** Import onnxruntime-web once and set it up for wasm on one thread. */
@@ -48,10 +55,15 @@ export function logSoftmax(logits) {
 /**
  * Sample from a Categorical given by logits; return {action, logp}. An action of
  * probability 0 (a masked one, logit about -1e8) is never drawn, even when rounding
- * leaves the uniform draw above the sum of the probabilities.
+ * leaves the uniform draw above the sum of the probabilities. `explore` false: the most
+ * likely action (the first of equals).
  */
-export function sampleCategorical(logits, random) {
+export function sampleCategorical(logits, random, explore = true) {
   const logp = logSoftmax(logits);
+  if (!explore) {
+    const action = logp.indexOf(Math.max(...logp));
+    return { action, logp: logp[action] };
+  }
   let u = random();
   let action = -1;
   for (let i = 0; i < logp.length; i++) {
@@ -66,14 +78,15 @@ export function sampleCategorical(logits, random) {
 
 /**
  * Sample each sub-action of a MultiDiscrete from the softmax of its own nvec[i] logits
- * (one slice after the other); return {action: one int per sub-action, logp: their sum}.
+ * (one slice after the other; `explore` false: the most likely of each); return
+ * {action: one int per sub-action, logp: their sum}.
  */
-export function sampleMultiCategorical(logits, nvec, random) {
+export function sampleMultiCategorical(logits, nvec, random, explore = true) {
   const action = [];
   let logp = 0;
   let start = 0;
   for (const n of nvec) {
-    const part = sampleCategorical(logits.slice(start, start + n), random);
+    const part = sampleCategorical(logits.slice(start, start + n), random, explore);
     action.push(part.action);
     logp += part.logp;
     start += n;
@@ -81,15 +94,15 @@ export function sampleMultiCategorical(logits, nvec, random) {
   return { action, logp };
 }
 
-/** Sample from a diagonal Gaussian given [mean..., logStd...]; return {action, logp}. */
-export function sampleGaussian(distInputs, random) {
+/** Sample from a diagonal Gaussian given [mean..., logStd...] (`explore` false: the mean); return {action, logp}. */
+export function sampleGaussian(distInputs, random, explore = true) {
   const half = distInputs.length / 2;
   const action = [];
   let logp = 0;
   for (let i = 0; i < half; i++) {
     const mean = distInputs[i];
     const logStd = distInputs[half + i];
-    const z = gaussian(random);
+    const z = explore ? gaussian(random) : 0;
     action.push(mean + Math.exp(logStd) * z);
     logp += -0.5 * z * z - logStd - 0.5 * Math.log(2 * Math.PI);
   }
@@ -152,8 +165,9 @@ export class OnnxPolicy {
    * is an int (categorical), one int per sub-action (multi_categorical) or floats (gaussian).
    * `obs` is as on the wire: a flat list, or nested like its space's shape (an image [C][H][W]).
    * `mask` (a masked model only): 1 allowed, 0 forbidden, one per logit; all allowed if not given.
+   * `explore` false: the distribution's mode (an evaluation episode), not a sample.
    */
-  async act(obs, mask = null) {
+  async act(obs, mask = null, { explore = true } = {}) {
     const feeds = { [this.inputName]: this.obsTensor(obs) };
     if (this.maskInputName) {
       feeds[this.maskInputName] = this.maskTensor(mask);
@@ -161,8 +175,9 @@ export class OnnxPolicy {
       throw new Error('this model takes no action mask (SET_CONFIG.onnx_action_mask_input_name is null)');
     }
     const outputs = await this.session.run(feeds);
-    const distInputs = Array.from(outputs[this.session.outputNames[0]].data);
-    const { action, logp } = this.sample(distInputs);
+    const output = !explore && NOISE_FREE_OUTPUT in outputs ? NOISE_FREE_OUTPUT : this.session.outputNames[0];
+    const distInputs = Array.from(outputs[output].data);
+    const { action, logp } = this.sample(distInputs, explore);
     return { action, logp, distInputs };
   }
 
@@ -186,15 +201,15 @@ export class OnnxPolicy {
     return new this.ort.Tensor('float32', values, [1, this.maskWidth]);
   }
 
-  /** An action and its log-prob from the model's output, by the action distribution. */
-  sample(distInputs) {
+  /** An action and its log-prob from the model's output, by the action distribution (`explore` false: its mode). */
+  sample(distInputs, explore = true) {
     switch (this.distribution) {
       case 'categorical':
-        return sampleCategorical(distInputs, this.random);
+        return sampleCategorical(distInputs, this.random, explore);
       case 'multi_categorical':
-        return sampleMultiCategorical(distInputs, this.nvec, this.random);
+        return sampleMultiCategorical(distInputs, this.nvec, this.random, explore);
       default:
-        return sampleGaussian(distInputs, this.random);
+        return sampleGaussian(distInputs, this.random, explore);
     }
   }
 

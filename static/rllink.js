@@ -30,6 +30,12 @@
  *
  * or `runThinLoop(client, { env })`, which plays episodes that way until stopped.
  *
+ * Evaluation episodes (SET_CONFIG.evaluation_interval N, 0 for none): every Nth episode of
+ * each env is played with the distribution's mode and never trained on. With local
+ * inference the game plays them: `isEvaluationEpisode(played, N)` says which (Sampler in
+ * sampler.js follows it and marks every chunk of them `evaluation: true`). A thin client's
+ * the gateway plays itself: EPISODE_STARTED then says `evaluation: true`.
+ *
  * Requests are answered strictly in the order they were sent, and only requests get
  * answers, so replies are matched to a FIFO of pending requests. The gateway answers a
  * request it refuses with an ERROR frame (`code`, `message`, `details`); the pending
@@ -273,7 +279,8 @@ export class RLlinkClient {
    * EPISODES_AND_GET_STATE -> SET_STATE. With force_on_policy the gateway answers once
    * the policy has trained on these episodes, so this may take a training step.
    * @param {object[]} episodes  chunks: obs (T+1), actions, rewards (T), is_terminated,
-   *                             is_truncated, optional action_logp, episode_id, weights_seq_no
+   *                             is_truncated, optional action_logp, episode_id, weights_seq_no,
+   *                             evaluation (true on every chunk of an evaluation episode)
    */
   episodesAndGetState(episodes, envSteps = countSteps(episodes)) {
     return this.request({ type: 'EPISODES_AND_GET_STATE', episodes, env_steps: envSteps });
@@ -294,10 +301,14 @@ export class RLlinkClient {
    * @param {string} [options.episodeId]  default: the gateway picks a new id
    * @param {string} [options.agentId]    its module is the gateway's policy_mapping's for it
    * @param {string} [options.moduleId]   the module that acts (wins over agentId)
-   * @param {boolean} [options.trainingEnabled=true]  false: served, never trained on (evaluation)
+   * @param {boolean} [options.trainingEnabled=true]  false: served, never trained on
+   * @param {boolean} [options.evaluation=false]  true: an evaluation episode (the mode, never
+   *        trained on, its return reported apart); the gateway also makes every
+   *        evaluation_interval-th episode of a connection one itself, and says so in the reply
    */
-  startEpisode({ episodeId, agentId, moduleId, trainingEnabled = true } = {}) {
+  startEpisode({ episodeId, agentId, moduleId, trainingEnabled = true, evaluation = false } = {}) {
     const message = { type: 'START_EPISODE', training_enabled: trainingEnabled };
+    if (evaluation) message.evaluation = true;
     if (episodeId != null) message.episode_id = episodeId;
     if (agentId != null) message.agent_id = agentId;
     if (moduleId != null) message.module_id = moduleId;
@@ -489,6 +500,16 @@ export function countSteps(episodes) {
 }
 
 /**
+ * Whether an env's next episode, after `episodesPlayed` of its own finished, is an evaluation
+ * episode: the Nth, 2Nth, ... of every N = SET_CONFIG.evaluation_interval (0 or none: never).
+ * Play it with the mode (OnnxPolicy.act's `explore: false`) and send each of its chunks with
+ * `evaluation: true`.
+ */
+export function isEvaluationEpisode(episodesPlayed, interval) {
+  return interval > 0 && episodesPlayed % interval === interval - 1;
+}
+
+/**
  * The RLlink sampling loop: the handshake (PING, GET_CONFIG), GET_STATE, then until
  * stopped: collect env_steps_per_sample steps and trade them for new weights with
  * EPISODES_AND_GET_STATE.
@@ -517,7 +538,8 @@ export async function runTrainingLoop(client, { onState, collect, signal }) {
 
 /**
  * The thin-client loop (server-side inference): the handshake (PING, GET_CONFIG), then
- * episodes until stopped, the gateway choosing every action. Per episode START_EPISODE;
+ * episodes until stopped, the gateway choosing every action. Per episode START_EPISODE
+ * (its EPISODE_STARTED says `evaluation: true` when the gateway plays the mode there);
  * per step GET_ACTION, the env steps, LOG_RETURNS (not waited for: one round trip per
  * step); END_EPISODE with the final observation and flags. A stop mid-episode ends the
  * episode as truncated. Before it returns, `flush()` waits until the gateway has handled
@@ -532,18 +554,22 @@ export async function runTrainingLoop(client, { onState, collect, signal }) {
  * @param {boolean} [options.trainingEnabled=true]  false: the gateway serves but does not train on these episodes
  * @param {(config: object) => Promise<void>|void} [options.onConfig]  with SET_CONFIG, before the first episode
  * @param {(step: object) => Promise<void>|void} [options.onStep]  after every step (render,
- *        pace), with {episodeId, action, obs, reward, weightsSeqNo}
+ *        pace), with {episodeId, action, obs, reward, weightsSeqNo, evaluation}
  * @param {(episode: object) => Promise<void>|void} [options.onEpisodeEnd]  after each episode
- *        that ended in the env, with {episodeId, episodeReturn, length, weightsSeqNo}
+ *        that ended in the env, with {episodeId, episodeReturn, length, weightsSeqNo, evaluation}
+ *        (`evaluation`: the gateway played it as an evaluation episode, never trained on)
  * @param {AbortSignal} [options.signal]  checked before every step
- * @returns {Promise<{episodes: number, envSteps: number, weightsSeqNo: number|null}>} what was played
+ * @returns {Promise<{episodes: number, evaluationEpisodes: number, envSteps: number, weightsSeqNo: number|null}>}
+ *          what was played (`episodes` counts the evaluation ones too)
  */
 export async function runThinLoop(client, options) {
   const { env, explore = true, trainingEnabled = true, onConfig, onStep, onEpisodeEnd, signal } = options;
   await onConfig?.(await client.handshake());
-  const totals = { episodes: 0, envSteps: 0, weightsSeqNo: null };
+  const totals = { episodes: 0, evaluationEpisodes: 0, envSteps: 0, weightsSeqNo: null };
   while (!signal?.aborted) {
-    const { episode_id: episodeId } = await client.startEpisode({ trainingEnabled });
+    const started = await client.startEpisode({ trainingEnabled });
+    const { episode_id: episodeId } = started;
+    const evaluation = started.evaluation === true;
     let obs = await env.reset();
     let episodeReturn = 0;
     let length = 0;
@@ -560,11 +586,12 @@ export async function runThinLoop(client, options) {
       length += 1;
       totals.envSteps += 1;
       await client.logReturns(episodeId, step.reward);
-      await onStep?.({ episodeId, action, obs, reward: step.reward, weightsSeqNo });
+      await onStep?.({ episodeId, action, obs, reward: step.reward, weightsSeqNo, evaluation });
       if (step.terminated || step.truncated) {
         await client.endEpisode(episodeId, obs, { terminated: step.terminated, truncated: step.truncated });
         totals.episodes += 1;
-        await onEpisodeEnd?.({ episodeId, episodeReturn, length, weightsSeqNo });
+        if (evaluation) totals.evaluationEpisodes += 1;
+        await onEpisodeEnd?.({ episodeId, episodeReturn, length, weightsSeqNo, evaluation });
         break;
       }
     }

@@ -2,11 +2,18 @@
  * sampler.js — runs a simulator with a policy and packs what happened as RLlink episode chunks.
  *
  * Works with any env that has reset() -> obs and step(action) -> {obs, reward,
- * terminated, truncated}, and any policy with act(obs) -> {action, logp} and a
- * weightsSeqNo. An episode that is still running when `numSteps` is reached goes on in
+ * terminated, truncated}, and any policy with act(obs, mask, {explore}) -> {action, logp}
+ * and a weightsSeqNo (OnnxPolicy). An episode that is still running when `numSteps` is reached goes on in
  * the next call, as a new chunk with the same episode_id (which lets the gateway join
  * the pieces). Each chunk records the weights_seq_no of the policy that collected it.
+ *
+ * Evaluation episodes (rllink.js isEvaluationEpisode): with `evaluationInterval` N > 0
+ * (SET_CONFIG.evaluation_interval), every Nth episode is played with the policy's mode
+ * (`act(obs, null, { explore: false })`) and every chunk of it carries `evaluation: true`;
+ * `isEvaluationEpisode` says whether the episode now playing is one.
  */
+
+import { isEvaluationEpisode } from './rllink.js';
 
 export class Sampler {
   /**
@@ -14,26 +21,33 @@ export class Sampler {
    * @param {object} [options]
    * @param {string} [options.idPrefix]  makes episode ids unique across pages
    * @param {(env: object) => Promise<void>|void} [options.onStep]  after every step (render, pace)
-   * @param {(episode: {episodeReturn: number, length: number}) => void} [options.onEpisodeEnd]
+   * @param {(episode: {episodeReturn: number, length: number, evaluation: boolean}) => void} [options.onEpisodeEnd]
+   * @param {number} [options.evaluationInterval]  SET_CONFIG.evaluation_interval (0: no evaluation episodes)
    */
-  constructor(env, { idPrefix = Math.random().toString(36).slice(2, 10), onStep = null, onEpisodeEnd = null } = {}) {
+  constructor(
+    env,
+    { idPrefix = Math.random().toString(36).slice(2, 10), onStep = null, onEpisodeEnd = null, evaluationInterval = 0 } = {},
+  ) {
     this.env = env;
     this.idPrefix = idPrefix;
     this.onStep = onStep;
     this.onEpisodeEnd = onEpisodeEnd;
-    this.episodeCount = 0;
+    this.evaluationInterval = evaluationInterval;
+    this.episodeCount = 0; // episodes started
+    this.episodesPlayed = 0; // episodes finished
     this._startEpisode();
   }
 
   _startEpisode() {
     this.obs = this.env.reset();
+    this.isEvaluationEpisode = isEvaluationEpisode(this.episodesPlayed, this.evaluationInterval);
     this.episodeId = `${this.idPrefix}-${this.episodeCount++}`;
     this.episodeReturn = 0;
     this.episodeLength = 0;
   }
 
   _newChunk(policy) {
-    return {
+    const chunk = {
       episode_id: this.episodeId,
       weights_seq_no: policy.weightsSeqNo,
       obs: [this.obs],
@@ -43,6 +57,8 @@ export class Sampler {
       is_terminated: false,
       is_truncated: false,
     };
+    if (this.isEvaluationEpisode) chunk.evaluation = true;
+    return chunk;
   }
 
   /** Run `numSteps` steps with `policy`; resolve with the chunks (the last may be unfinished). */
@@ -50,7 +66,7 @@ export class Sampler {
     const chunks = [];
     let chunk = this._newChunk(policy);
     for (let t = 0; t < numSteps; t++) {
-      const { action, logp } = await policy.act(this.obs);
+      const { action, logp } = await policy.act(this.obs, null, { explore: !this.isEvaluationEpisode });
       const { obs, reward, terminated, truncated } = this.env.step(action);
       chunk.actions.push(action);
       chunk.rewards.push(reward);
@@ -64,7 +80,8 @@ export class Sampler {
         chunk.is_terminated = terminated;
         chunk.is_truncated = truncated;
         chunks.push(chunk);
-        this.onEpisodeEnd?.({ episodeReturn: this.episodeReturn, length: this.episodeLength });
+        this.onEpisodeEnd?.({ episodeReturn: this.episodeReturn, length: this.episodeLength, evaluation: this.isEvaluationEpisode });
+        this.episodesPlayed += 1;
         this._startEpisode();
         chunk = this._newChunk(policy);
       }

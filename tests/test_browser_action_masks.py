@@ -7,7 +7,8 @@ demo does, and samples with onnxruntime-web:
   forbidden action, over thousands of samples;
 - under a few fixed masks, every allowed action does occur (so no constant answer passes);
 - its action_dist_inputs equal onnxruntime's in Python on the same obs and mask, and its
-  log-probs rllink.action_dists's;
+  log-probs rllink.action_dists's; so do its modes (`explore: false`, an evaluation
+  episode's actions: the most likely allowed action of each sub-action) and theirs;
 - without a mask (a masked model fed all ones, or an unmasked one), multi_categorical
   actions are lists of len(nvec) ints, each in range.
 
@@ -20,7 +21,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from rllink.action_dists import actions_logp
+from rllink.action_dists import actions_logp, sample_actions
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page
 from .helpers import OBS_DIM, gateway_settings, running_gateway
@@ -54,13 +55,28 @@ def _as_rows(actions: list, sizes: list[int]) -> np.ndarray:
     return np.asarray(actions)
 
 
+MODES_IN_JS = """async ({ distribution, nvec, rows }) => {
+  const { sampleCategorical, sampleMultiCategorical } = await import('/static/onnx_policy.js');
+  const random = () => { throw new Error('the mode draws no random number'); };
+  return rows.map((row) => distribution === 'multi_categorical'
+    ? sampleMultiCategorical(row, nvec, random, false) : sampleCategorical(row, random, false));
+}"""
+
+
 def _sample_in_page(browser, tmp_path, action_space: dict, masking: bool, obs: np.ndarray, masks: np.ndarray | None):
     """Act in the page once per row of `obs` (with that row's mask, or none); return the
-    page's steps, the distribution it was told, and onnxruntime's (Python) outputs on the same inputs."""
+    page's steps (each with `mode`: the page's mode of its action_dist_inputs), the
+    distribution it was told, and onnxruntime's (Python) outputs on the same inputs."""
     settings = gateway_settings(tmp_path, action_space=action_space, action_masking=masking)
     with running_gateway(settings) as gateway, module_page(browser, gateway) as page:
         result = gateway_policy_acts(page, obs.tolist(), None if masks is None else masks.tolist())
+        modes = page.page.evaluate(MODES_IN_JS, {
+            "distribution": result["config"]["action_distribution"], "nvec": action_space.get("nvec"),
+            "rows": [step["distInputs"] for step in result["steps"]],
+        })
         onnx_bytes = gateway.service.current_state().default.onnx_bytes
+    for step, mode in zip(result["steps"], modes, strict=True):
+        step["mode"] = mode
 
     config = result["config"]
     feed = {config["onnx_input_name"]: obs}
@@ -76,11 +92,17 @@ def _sample_in_page(browser, tmp_path, action_space: dict, masking: bool, obs: n
 def _assert_like_onnxruntime(
     steps: list[dict], distribution: str, expected: np.ndarray, actions: np.ndarray, sizes: list[int]
 ) -> None:
-    """The page's action_dist_inputs are onnxruntime's, its log-probs rllink.action_dists's."""
-    np.testing.assert_allclose(np.array([s["distInputs"] for s in steps], np.float64), expected, rtol=1e-5, atol=1e-5)
+    """The page's action_dist_inputs are onnxruntime's, its log-probs rllink.action_dists's, and
+    so are its modes (the actions of an evaluation episode) and their log-probs."""
+    page_dist_inputs = np.array([s["distInputs"] for s in steps], np.float64)
+    np.testing.assert_allclose(page_dist_inputs, expected, rtol=1e-5, atol=1e-5)
     reference_actions = actions if distribution == "multi_categorical" else actions[:, 0]
     expected_logp = actions_logp(distribution, expected, reference_actions, nvec=tuple(sizes))
     np.testing.assert_allclose([s["logp"] for s in steps], expected_logp, rtol=1e-5, atol=1e-5)
+    rng = np.random.default_rng(0)  # the mode draws none; on the page's own inputs, so no near tie flips
+    expected_modes, expected_mode_logp = sample_actions(distribution, page_dist_inputs, rng, explore=False, nvec=tuple(sizes))
+    assert [s["mode"]["action"] for s in steps] == expected_modes.tolist()
+    np.testing.assert_allclose([s["mode"]["logp"] for s in steps], expected_mode_logp, rtol=1e-5, atol=1e-5)
 
 
 FIXED_MASKS = {  # by space: a few masks, each with at least one allowed action per sub-action

@@ -1,7 +1,9 @@
 """The browser side in a real browser (Debian's Chromium, driven by Playwright) against a real gateway.
 
 - The CartPole demo page connects over WebSocket, runs the policy from SET_STATE with
-  onnxruntime-web, trains through the gateway, and its episode returns rise.
+  onnxruntime-web, trains through the gateway, and its episode returns rise. It follows
+  SET_CONFIG's evaluation_interval: every Nth episode is played with the mode and every
+  chunk of it is sent marked `evaluation`, which the gateway counts apart.
 - cartpole_env.js steps exactly like gymnasium's CartPole-v1.
 - rllink.js frames and unframes like the gateway, turns ERROR frames into rejected
   Promises while the connection stays usable, and unpacks SET_STATE's model byte for byte.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections import defaultdict
 
 import gymnasium as gym
 import httpx
@@ -38,14 +42,31 @@ pytestmark = NEEDS_BROWSER
 # -- The demo ------------------------------------------------------------------------
 
 
+def sent_chunks(payloads: list[str | bytes]) -> list[dict]:
+    """The episode chunks in the RLlink frames a page sent (WebSocket payloads, each one or more frames)."""
+    chunks = []
+    for payload in payloads:
+        data = payload.encode() if isinstance(payload, str) else payload
+        while data:
+            size = int(data[:8])
+            message = json.loads(data[8 : 8 + size])
+            data = data[8 + size :]
+            if message["type"] in ("EPISODES", "EPISODES_AND_GET_STATE"):
+                chunks.extend(message["episodes"])
+    return chunks
+
+
 @pytest.mark.e2e  # real training to a target
 def test_demo_page_trains_cartpole_through_the_gateway_and_returns_rise(browser, tmp_path):
-    # With learning_rate 1e-3 the page reaches a mean return of 150 over 20 episodes in
-    # about 10 s here (a random policy gets ~22).
-    settings = gateway_settings(tmp_path, ppo=PPOConfig(learning_rate=1e-3))
+    # With learning_rate 1e-3 the page reaches a mean return of 150 over 20 training episodes
+    # in about 10 s here (a random policy gets ~22); every 3rd episode is an evaluation one.
+    settings = gateway_settings(tmp_path, ppo=PPOConfig(learning_rate=1e-3), evaluation_interval=3)
     query = "seed=1&target=150&window=20&max_seconds=150"
+    payloads: list[str | bytes] = []
     with running_gateway(settings) as gateway:
-        with open_page(browser, f"{gateway.base_url}/static/cartpole.html?{query}") as demo:
+        with open_page(browser, "about:blank") as demo:
+            demo.page.on("websocket", lambda socket: socket.on("framesent", lambda payload: payloads.append(payload)))
+            demo.page.goto(f"{gateway.base_url}/static/cartpole.html?{query}")
             demo.wait_for("#result, #error", timeout_s=200)
             if demo.page.query_selector("#error"):
                 pytest.fail(f"the demo failed: {demo.page.inner_text('#error')}\n{demo.console_text()}")
@@ -57,10 +78,30 @@ def test_demo_page_trains_cartpole_through_the_gateway_and_returns_rise(browser,
     assert result["reached_target"], f"returns did not rise to 150: {result}\n{demo.console_text()}"
     assert result["first_mean_return"] < 60 <= 150 <= result["recent_mean_return"]
     assert result["weights_seq_no"] >= 1 and status["phase"] == "done"
-    # The gateway saw every step and joined the chunks into the same episodes the page counted.
-    assert metrics["num_env_steps_sampled_lifetime"] == result["env_steps"]
+    # The gateway saw every step and joined the chunks into the same episodes the page counted:
+    # the training ones, and apart, the evaluation ones (the 3rd, 6th, ... of those played).
+    played = result["episodes"] + result["evaluation_episodes"]
+    assert result["evaluation_interval"] == 3 and result["evaluation_episodes"] == played // 3 >= 5
     assert metrics["num_episodes_lifetime"] == result["episodes"]
+    assert metrics["num_evaluation_episodes_lifetime"] == result["evaluation_episodes"]
+    assert metrics["num_env_steps_evaluated_lifetime"] > 0
+    assert metrics["num_env_steps_sampled_lifetime"] + metrics["num_env_steps_evaluated_lifetime"] == result["env_steps"]
     assert metrics["weights_seq_no"] == result["weights_seq_no"]
+    # Every chunk of the 3rd, 6th, ... episode (ids <page>-<n>, n from 0) says `evaluation`, and
+    # played the mode: with two actions, the one of probability at least 1/2 (sampling takes the other too).
+    chunks = sent_chunks(payloads)
+    assert sum(len(chunk["actions"]) for chunk in chunks) == result["env_steps"]
+    for chunk in chunks:
+        assert chunk.get("evaluation", False) == (int(chunk["episode_id"].rsplit("-", 1)[1]) % 3 == 2), chunk["episode_id"]
+    evaluation_logps = [logp for chunk in chunks if chunk.get("evaluation") for logp in chunk["action_logp"]]
+    training_logps = [logp for chunk in chunks if not chunk.get("evaluation") for logp in chunk["action_logp"]]
+    assert min(evaluation_logps) >= math.log(0.5) - 1e-6 > min(training_logps)
+    returns = defaultdict(float)  # of each finished evaluation episode, as the gateway reports their mean
+    finished = [chunk["episode_id"] for chunk in chunks if chunk.get("evaluation") and (chunk["is_terminated"] or chunk["is_truncated"])]
+    for chunk in chunks:
+        returns[chunk["episode_id"]] += sum(chunk["rewards"])
+    assert len(finished) == result["evaluation_episodes"]
+    assert metrics["evaluation_return_mean"] == pytest.approx(np.mean([returns[i] for i in finished][-100:]))
     assert not demo.errors(), "\n".join(demo.errors())
 
 

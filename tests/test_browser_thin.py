@@ -1,12 +1,14 @@
 """Server-side inference from a real browser (Debian's Chromium, driven by Playwright) against a real gateway.
 
-- rllink.js's thin-client calls (startEpisode, getAction, getActions, logAction,
-  logReturns, endEpisode, flush) do what the gateway's counters say they did; an ERROR
+- rllink.js's thin-client calls (startEpisode, an evaluation one included, getAction,
+  getActions, logAction, logReturns, endEpisode, flush) do what the gateway's counters say they did; an ERROR
   reaches the caller as an RLlinkError with its code, for a request with a reply and for
   one without (through each of the three ways the header of rllink.js gives), and the
   connection goes on.
 - The CartPole demo page with `?inference=server` trains through the gateway's actions
-  alone: it never fetches onnxruntime-web, a .wasm, or onnx_policy.js.
+  alone: it never fetches onnxruntime-web, a .wasm, or onnx_policy.js. The episodes the
+  gateway plays as evaluation ones (every evaluation_interval-th: EPISODE_STARTED says
+  `evaluation`) the page counts apart, as the gateway does.
 
 Skipped when Chromium (/usr/bin/chromium) or the npm packages (`npm ci`) are missing.
 """
@@ -68,6 +70,12 @@ THIN_CALLS_IN_JS = """(obs) => Promise.race([
     log.lateAtNextCall = await outcome(client.getConfig());               // rejects, sends nothing
     log.nextCall = await outcome(client.getConfig());
 
+    // An evaluation episode the page asks for: one step of the mode, counted apart.
+    log.startedE = await client.startEpisode({ episodeId: 'page-e', evaluation: true });
+    log.actionE = await client.getAction('page-e', obs);
+    await client.logReturns('page-e', 7);
+    await client.endEpisode('page-e', obs, { terminated: true });
+
     await client.endEpisode(a, obs, { terminated: true });
     await client.endEpisode('page-b', obs, { terminated: false, truncated: true });
     log.endFlush = await outcome(client.flush());
@@ -113,14 +121,20 @@ def test_rllink_js_thin_calls_are_served_counted_and_refused_with_their_error_co
     assert result["endFlush"] == {"resolved": "PONG"}
     refused("endedTwice", "unknown_episode", "GET_ACTION", result["a"], "ended")
 
+    assert result["startedE"] == {"type": "EPISODE_STARTED", "episode_id": "page-e", "evaluation": True}
+    assert result["actionE"]["action"] == result["firstB"]["action"]  # the mode, on the same obs
+
     # A: two served steps (rewards 1 + 0.5), terminated. B: one served step and one logged
-    # (rewards 2 + 3), truncated. The refused requests changed nothing.
+    # (rewards 2 + 3), truncated. E: one served step (reward 7), evaluation, counted apart.
+    # The refused requests changed nothing.
     serving = metrics["serving"]
-    assert serving["actions_served_total"] == 4  # B's first, A's single, the batch of two
+    assert serving["actions_served_total"] == 5  # B's first, A's single, the batch of two, E's
     assert serving["actions_logged_total"] == 1
-    assert serving["episodes_started_total"] == 2 and serving["open_episodes"] == 0
-    assert serving["episodes_ended"] == {"terminated": 1, "truncated": 1}
+    assert serving["episodes_started_total"] == 3 and serving["open_episodes"] == 0
+    assert serving["episodes_ended"] == {"terminated": 2, "truncated": 1}
     assert metrics["num_env_steps_sampled_lifetime"] == 5 and metrics["num_episodes_lifetime"] == 2
+    assert metrics["num_evaluation_episodes_lifetime"] == 1 and metrics["num_env_steps_evaluated_lifetime"] == 1
+    assert metrics["evaluation_return_mean"] == 7
     assert metrics["episode_return_min"] == 1.5 and metrics["episode_return_max"] == 5
     errors = [line for line in page.errors() if "favicon.ico" not in line]  # the module page has no icon
     assert not errors, "\n".join(errors)
@@ -151,10 +165,15 @@ def test_demo_page_in_server_inference_mode_trains_cartpole_without_onnxruntime(
     assert not [url for url in requested if "/vendor/ort/" in url or url.endswith((".wasm", "onnx_policy.js"))], requested
     assert any(url.endswith("/static/rllink.js") for url in requested)
     # Every action came from the gateway, which built the same episodes the page counted
-    # (runThinLoop flushes before the page reports, so all of them were handled).
+    # (runThinLoop flushes before the page reports, so all of them were handled): the
+    # training ones, and apart, the evaluation ones (the 10th, 20th, ...: the default interval).
     serving = metrics["serving"]
-    assert serving["actions_served_total"] == result["env_steps"] == metrics["num_env_steps_sampled_lifetime"]
-    assert serving["episodes_started_total"] == result["episodes"] == metrics["num_episodes_lifetime"]
-    assert sum(serving["episodes_ended"].values()) == result["episodes"] and serving["open_episodes"] == 0
+    played = result["episodes"] + result["evaluation_episodes"]
+    assert result["evaluation_interval"] == 10 and result["evaluation_episodes"] == played // 10 >= 1
+    assert serving["actions_served_total"] == result["env_steps"]
+    assert metrics["num_env_steps_sampled_lifetime"] + metrics["num_env_steps_evaluated_lifetime"] == result["env_steps"]
+    assert serving["episodes_started_total"] == played and sum(serving["episodes_ended"].values()) == played
+    assert metrics["num_episodes_lifetime"] == result["episodes"] and serving["open_episodes"] == 0
+    assert metrics["num_evaluation_episodes_lifetime"] == result["evaluation_episodes"]
     assert metrics["weights_seq_no"] >= result["weights_seq_no"] >= 1  # it trained, and acted with the new versions
     assert not demo.errors(), "\n".join(demo.errors())

@@ -197,6 +197,11 @@ async function trainCartPole(bridge, connection, { agents, target, window, secon
   let weightsSeqNo = null;
   let frames = 0;
   const unanswered = [];
+  const starts = new Set(); // START_EPISODE tickets: their EPISODE_STARTED may say `evaluation`
+  let evaluationStarts = 0;
+  const taken = (ticket, result) => {
+    if (starts.delete(ticket) && result.evaluation === true) evaluationStarts += 1;
+  };
   const getAction = (agent) => bridge.call('RLlink_GetAction', connection, agent.episodeId, Float32Array.from(agent.obs),
                                            agent.obs.length, true);
   const endEpisode = (agent, terminated, truncated) => bridge.call(
@@ -205,7 +210,9 @@ async function trainCartPole(bridge, connection, { agents, target, window, secon
     agent.episodeId = `webgl-${agent.index}-${agent.episodes++}`;
     agent.obs = agent.env.reset();
     agent.episodeReturn = 0;
-    unanswered.push(bridge.call('RLlink_StartEpisode', connection, JSON.stringify({ episode_id: agent.episodeId })));
+    const start = bridge.call('RLlink_StartEpisode', connection, JSON.stringify({ episode_id: agent.episodeId }));
+    starts.add(start);
+    unanswered.push(start);
     agent.ticket = getAction(agent);  // pipelined behind its START_EPISODE
   };
   const carts = Array.from({ length: agents }, (_, index) => ({ index, env: new CartPole(random), episodes: 0 }));
@@ -237,6 +244,7 @@ async function trainCartPole(bridge, connection, { agents, target, window, secon
       if (state === 0) continue;
       const result = JSON.parse(bridge.callString('RLlink_TakeResult', unanswered[i]));
       if (state !== 1) throw new Error(`a no-reply request failed: ${JSON.stringify(result)}`);
+      taken(unanswered[i], result);
       unanswered.splice(i, 1);
     }
     frames += 1;
@@ -257,11 +265,12 @@ async function trainCartPole(bridge, connection, { agents, target, window, secon
   for (const ticket of [...unanswered, ...open]) {
     const [state, result] = await settle(bridge, ticket, deadline + 60_000);
     if (state !== 1) throw new Error(`a no-reply request failed: ${JSON.stringify(result)}`);
+    taken(ticket, result);
   }
   return {
     reached: returns.length >= window && mean() >= target, episodes: returns.length, envSteps, frames,
     weightsSeqNo, firstMean: returns.slice(0, window).reduce((a, b) => a + b, 0) / window, recentMean: mean(),
-    startedEpisodes: carts.reduce((sum, agent) => sum + agent.episodes, 0),
+    startedEpisodes: carts.reduce((sum, agent) => sum + agent.episodes, 0), evaluationStarts,
     seconds: Math.round(performance.now() - started) / 1000,
   };
 }
@@ -388,10 +397,14 @@ def test_the_webgl_bridge_trains_cartpole_in_thin_mode_as_a_unity_build_calls_it
     # Every step of the game's episodes (the ones cut at the end included) reached the
     # gateway: the last ticket of each request settled before the page reported.
     serving = metrics["serving"]
-    assert serving["actions_served_total"] == result["envSteps"] + 2  # + the evaluation batch
+    assert serving["actions_served_total"] == result["envSteps"] + 2  # + the batch (training_enabled false)
     assert serving["episodes_started_total"] == result["startedEpisodes"] + 2 and serving["open_episodes"] == 0
-    assert metrics["num_env_steps_sampled_lifetime"] == result["envSteps"]  # evaluation episodes do not train
     assert sum(serving["episodes_ended"].values()) == result["startedEpisodes"] + 2
+    # The gateway played every 10th episode (its default evaluation_interval) as an evaluation
+    # one; the bridge handed EPISODE_STARTED's `evaluation` to the game; they did not train.
+    assert result["evaluationStarts"] == result["startedEpisodes"] // 10 >= 1
+    assert metrics["num_evaluation_episodes_lifetime"] == result["evaluationStarts"]
+    assert metrics["num_env_steps_sampled_lifetime"] + metrics["num_env_steps_evaluated_lifetime"] == result["envSteps"]
     assert not console_errors, "\n".join(console_errors)
 
 
