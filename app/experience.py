@@ -30,7 +30,9 @@ from app.schemas import CHUNK_FIELDS, EpisodeChunk, PrecheckedChunks, checked_ch
 
 _STEP_ARRAYS = ("actions", "rewards", "action_logp", "action_dist_inputs", "action_mask")  # one entry per step
 _ARRAYS = ("obs", *_STEP_ARRAYS)
-_CHUNK_FIELDS = ("is_terminated", "is_truncated", "weights_seq_no", "episode_id", "agent_id", "outcome", "evaluation")  # EpisodeChunk's
+_CHUNK_FIELDS = (  # EpisodeChunk's
+    "is_terminated", "is_truncated", "weights_seq_no", "episode_id", "agent_id", "outcome", "evaluation", "state_in"
+)
 _PER_CHUNK = ("lengths", *_CHUNK_FIELDS)
 _array_fields, _chunk_fields = itemgetter(*_ARRAYS), itemgetter(*_CHUNK_FIELDS)  # a chunk's, from its __dict__
 
@@ -60,6 +62,7 @@ class ChunkBlock:
     agent_id: tuple[str | None, ...]
     outcome: tuple[str | None, ...]
     evaluation: tuple[bool, ...]
+    state_in: tuple[np.ndarray | None, ...]  # a recurrent module's state at each chunk's first observation (None: zeros)
     action_logp: np.ndarray | None = None
     action_dist_inputs: np.ndarray | None = None
     action_mask: np.ndarray | None = None
@@ -128,6 +131,14 @@ class ChunkBlock:
             ),
             replace(tail, lengths=(self.ends[cut] - steps, *tail.lengths[1:])),
         )
+
+    def split_after_chunk(self, steps: int) -> tuple[ChunkBlock, ChunkBlock | None]:
+        """The first whole chunks that hold at least `steps` steps, and the rest (None: none left):
+        a recurrent module's cut, whose chunks cannot begin mid-way (the state there is unknown)."""
+        last = bisect_left(self.ends, steps)
+        if last + 1 >= self.num_chunks:
+            return self, None
+        return self._chunks(0, last + 1), self._chunks(last + 1, self.num_chunks)
 
     def select(self, keep: Sequence[bool]) -> ChunkBlock:
         """The chunks where `keep` is true, in order."""

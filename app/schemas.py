@@ -142,6 +142,26 @@ class EpisodeChunk(_Message):
     evaluation: StrictBool = Field(
         False, description="An evaluation episode (actions from the distribution's mode): never trained on, its return reported apart."
     )
+    state_in: np.ndarray | None = Field(
+        None,
+        description="A recurrent module's state fed with the chunk's first observation (state_size floats; absent: "
+        "zeros, for a chunk that starts its episode).",
+    )
+
+    @field_validator("state_in", mode="before")
+    @classmethod
+    def _state_in(cls, value: Any, info: ValidationInfo) -> np.ndarray | None:
+        if value is None:
+            return None
+        array = as_array(value, np.float32, "state_in")
+        if array.ndim != 1:
+            raise ValueError("state_in must be a flat list of numbers")
+        module = _spaces(info)
+        if module is not None and len(array) != module.state_size:
+            if not module.state_size:
+                raise ValueError(f"state_in is for recurrent modules; this one{_of(module)} has no state (state_size 0)")
+            raise ValueError(f"state_in must hold state_size = {module.state_size} numbers{_of(module)}, got {len(array)}")
+        return array
 
     @field_validator("module_id")
     @classmethod
@@ -257,7 +277,7 @@ class EpisodeChunk(_Message):
 
 CHUNK_FIELDS = tuple(EpisodeChunk.model_fields)
 # The fields of a chunk that hold numbers per step: JSON decoders may give them as arrays.
-ARRAY_FIELDS = frozenset({"obs", "actions", "rewards", "action_logp", "action_dist_inputs", "action_mask"})
+ARRAY_FIELDS = frozenset({"obs", "actions", "rewards", "action_logp", "action_dist_inputs", "action_mask", "state_in"})
 
 _new_chunk = EpisodeChunk.__new__
 _set = object.__setattr__
@@ -523,12 +543,16 @@ class PolicyDescription(BaseModel):
         None, description="The model's second input, the action mask [batch, k] (1 allowed, 0 not); None: no masking."
     )
     action_distribution: ActionDistribution = Field(description="How to turn the model's output into an action.")
+    state_size: int = Field(
+        0, description="Floats of one agent's recurrent state: the model's state_in and state_out [batch, state_size] "
+        "(RLLINK.md, Recurrent policies); 0: a feed-forward model."
+    )
     trainable: bool = Field(description="False for a frozen self-play opponent: play it, send none of its experience.")
 
 
 class SetConfig(_Message):
     """RLlink's config reply; fields after the first two are gateway extensions. The
-    unprefixed spaces and names are the default module's."""
+    unprefixed spaces and names (and state_size) are the default module's."""
 
     type: Literal["SET_CONFIG"] = "SET_CONFIG"
     env_steps_per_sample: int
@@ -539,6 +563,7 @@ class SetConfig(_Message):
     onnx_output_names: list[str]
     onnx_action_mask_input_name: str | None = None
     action_distribution: ActionDistribution
+    state_size: int = 0
     policies: dict[str, PolicyDescription] = Field(description="Every module, by module_id.")
     policy_mapping: dict[str, str] = Field(description="agent_id glob -> module_id; the first glob that matches wins.")
     default_module_id: str = Field(description="The module of chunks with neither agent_id nor module_id.")

@@ -208,7 +208,7 @@ def test_a_chunk_built_from_checked_values_equals_model_construct():
         "is_terminated": True, "is_truncated": False, "agent_id": "cart_0", "module_id": "cart",
         "episode_id": None, "weights_seq_no": 2, "outcome": None, "evaluation": False,
     }
-    unset = {"action_logp": None, "action_dist_inputs": None, "action_mask": None}
+    unset = {"action_logp": None, "action_dist_inputs": None, "action_mask": None, "state_in": None}
     built, constructed = checked_chunk({**values, **unset}, set(values)), EpisodeChunk.model_construct(**values)
     assert vars(built) == vars(constructed) and built.model_fields_set == constructed.model_fields_set
     assert built.__pydantic_extra__ == constructed.__pydantic_extra__

@@ -206,6 +206,7 @@ class _Columns:
             agent_id=tuple(scalars["agent_id"]),
             outcome=tuple(scalars["outcome"]),
             evaluation=tuple(scalars["evaluation"]),
+            state_in=(None,) * len(self.lengths["actions"]),  # the columns decline chunks that carry one
             action_logp=arrays.get("action_logp"),
             action_dist_inputs=arrays.get("action_dist_inputs"),
         )

@@ -114,6 +114,11 @@ class ServingService:
         except UnknownModule as exc:
             raise refusal(str(exc)) from None
         self._check_playable(module)
+        if module.state_size:
+            raise refusal(
+                f"module {module.module_id!r} is recurrent (state_size {module.state_size}): thin clients cannot play it yet "
+                "(the gateway keeps no episode's state); play it with local inference, which sends state_in"
+            )
         if request.episode_id is not None and request.episode_id in episodes:
             raise refusal(f"episode {request.episode_id!r} is already open on this connection")
         if len(episodes) >= self.settings.max_open_episodes_per_connection:

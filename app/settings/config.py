@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.settings.env_params import EnvParam, curricula
-from app.settings.hyperparameters import MODULE_ID_PATTERN, PolicyConfig
+from app.settings.hyperparameters import MODULE_ID_PATTERN, ModelConfig, PolicyConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE, ObservationSpace, Space
 from app.spaces.onnx_names import input_name_problem
@@ -113,6 +113,11 @@ class Settings(BaseSettings):
         "back (as Reverb's rate limiter) and the update-to-data ratio holds; 0 waits every time.",
     )
     seed: int = Field(0, description="Seed for the policy's initial weights and minibatch order.")
+    model: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="The network's memory (RLLINK.md, Recurrent policies): use_lstm, lstm_cell_size, max_seq_len; for every "
+        "module unless its policies entry sets its own.",
+    )
     algorithm: Algorithm = Field(
         DEFAULT_ALGORITHM, description=" or ".join(f"{name} ({spec.summary})" for name, spec in ALGORITHMS.items()) + "."
     )
@@ -159,7 +164,7 @@ class Settings(BaseSettings):
         "0: none, and no best.onnx.",
     )
     best_model_episodes: int = Field(
-        10,
+        5,
         ge=1,
         le=100_000,
         description="Evaluation episodes best.onnx is chosen over: the newest version of the last this many, when their "
@@ -413,6 +418,11 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"demos: {', '.join(refused)} learn with {algorithms}, which has no behavioural-cloning pre-training; "
                 f"give demos to {cloned} modules only (as {{module_id: path}})"
+            )
+        if recurrent := [module_id for module_id in targets if trainable[module_id].state_size]:
+            raise ValueError(
+                f"demos: {', '.join(recurrent)} have memory (model.use_lstm), which behavioural cloning does not train "
+                "yet; give demos to feed-forward modules only"
             )
         return self
 

@@ -25,6 +25,24 @@ def check_hyperparameter_names(values: dict[str, Any], model: type[BaseModel]) -
     return values
 
 
+class ModelConfig(BaseModel):
+    """The network's memory (RLLINK.md "Recurrent policies"; the names are RLlib's): an LSTM
+    between the observation and the actor and critic heads, its state carried by the clients."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    use_lstm: bool = Field(False, description="An LSTM after the observation (PPO): the policy remembers across steps.")
+    lstm_cell_size: int = Field(64, ge=1, le=1024, description="Width of the LSTM's hidden and cell states.")
+    max_seq_len: int = Field(
+        20, ge=1, le=1000, description="Steps of truncated back-propagation through time: chunks are cut into sequences this long."
+    )
+
+    @property
+    def state_size(self) -> int:
+        """Floats of one agent's recurrent state: the LSTM's hidden and cell states, one after the other (0: none)."""
+        return 2 * self.lstm_cell_size if self.use_lstm else 0
+
+
 DEFAULT_MODULE_ID = "default_policy"
 MODULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # also a directory name under checkpoint_dir
 
@@ -144,6 +162,7 @@ class PolicyConfig(BaseModel):
     action_space: Space
     algorithm: Algorithm | None = Field(None, description=f"{' or '.join(ALGORITHMS)}; unset: the gateway's --algorithm.")
     self_play: SelfPlayConfig | None = Field(None, description="Train against frozen snapshots of itself.")
+    model: ModelConfig | None = Field(None, description="Its network's memory (use_lstm, ...); unset: the gateway's --model.")
     train_batch_size: int | None = Field(
         None, ge=1, description="Env steps of this module per training batch; unset: the gateway's train_batch_size."
     )

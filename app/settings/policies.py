@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from app.settings.hyperparameters import DEFAULT_MODULE_ID, PolicyConfig, SelfPlayConfig, Symmetry
+from app.settings.hyperparameters import DEFAULT_MODULE_ID, ModelConfig, PolicyConfig, SelfPlayConfig, Symmetry
 from app.spaces.models import (
     ActionSpace,
     BoxSpace,
@@ -50,6 +50,8 @@ class ModuleSettings(Protocol):
     def algorithm(self) -> Algorithm: ...
     @property
     def action_masking(self) -> bool: ...
+    @property
+    def model(self) -> ModelConfig: ...
     def hyperparameters(self, algorithm: str) -> BaseModel: ...  # its section of that algorithm (`ppo`)
 
 
@@ -71,6 +73,7 @@ class Module:
     action_masking: bool = False  # chunks and GET_ACTION may carry action_mask; the ONNX takes one
     train_batch_size: int | None = None  # env steps per training batch; None: the gateway's
     symmetries: tuple[Symmetry, ...] = ()  # the learner also trains on each step's images under these
+    model: ModelConfig = field(default_factory=ModelConfig)  # its memory (use_lstm); an opponent's: its learner's
 
     def __post_init__(self) -> None:
         if self.action_masking and not is_discrete(self.action_space):
@@ -92,6 +95,20 @@ class Module:
             )
         if self.symmetries:
             self._check_symmetries()
+        if self.model.use_lstm and not spec.recurrent:
+            raise ValueError(
+                f"module {self.module_id!r}: use_lstm trains with {supporting('recurrent')} only ({self.algorithm} has no "
+                "memory here); set algorithm ppo or drop model.use_lstm"
+            )
+        if self.model.use_lstm and self.symmetries:
+            raise ValueError(f"module {self.module_id!r}: symmetries are for feed-forward policies; drop them or model.use_lstm")
+        if self.model.use_lstm and (self.self_play is not None or self.opponent_of is not None):
+            raise ValueError(f"module {self.module_id!r}: self-play leagues are for feed-forward policies yet; drop model.use_lstm")
+
+    @property
+    def state_size(self) -> int:
+        """Floats of one agent's recurrent state (RLLINK.md "Recurrent policies"); 0: feed-forward."""
+        return self.model.state_size
 
     def _check_symmetries(self) -> None:
         """Each symmetry permutes this module's flat observation and its discrete actions (algorithms with `symmetries`: PPO)."""
@@ -195,7 +212,7 @@ class PolicySet:
             module = Module(
                 DEFAULT_MODULE_ID, settings.observation_space, settings.action_space,
                 settings.hyperparameters(settings.algorithm), algorithm=settings.algorithm,
-                action_masking=settings.action_masking,
+                action_masking=settings.action_masking, model=settings.model,
             )
             return cls([module], settings.policy_mapping)
         modules = []
@@ -209,7 +226,7 @@ class PolicySet:
                     module_id, policy.observation_space, policy.action_space,
                     hyperparameters(settings, algorithm, module_id), policy.self_play,
                     algorithm=algorithm, action_masking=masking, train_batch_size=policy.train_batch_size,
-                    symmetries=tuple(policy.symmetries),
+                    symmetries=tuple(policy.symmetries), model=policy.model or settings.model,
                 )
             )
             if policy.self_play is not None:
@@ -217,7 +234,7 @@ class PolicySet:
                 modules.append(
                     Module(
                         opponent_id, policy.observation_space, policy.action_space, opponent_of=module_id,
-                        algorithm=algorithm, action_masking=masking,
+                        algorithm=algorithm, action_masking=masking, model=policy.model or settings.model,
                     )
                 )
         return cls(modules, settings.policy_mapping)

@@ -6,13 +6,29 @@ terminal state; a chunk cut by the client or by a time limit goes on past its en
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from app.experience import ChunkBlock
 from app.training.policy import ActorCritic, masked_logits
+
+
+class Minibatch(NamedTuple):
+    """One minibatch's steps as PPO's loss takes them: what the policy says now (with
+    gradients) beside what the batch recorded, one row per step."""
+
+    newlogprob: torch.Tensor  # [M] log-prob of each action under the policy now
+    entropy: torch.Tensor  # [M]
+    newvalue: torch.Tensor  # [M]
+    logp: torch.Tensor  # [M] under the policy that chose it
+    advantages: torch.Tensor  # [M]
+    returns: torch.Tensor  # [M]
+    values: torch.Tensor  # [M] when the batch was built
+    masks: torch.Tensor | None  # [M, k] action masks
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,16 @@ class Batch:
     @property
     def num_steps(self) -> int:
         return len(self.logp)
+
+    def minibatches(self, policy: ActorCritic, minibatch_size: int, generator: torch.Generator) -> Iterator[Minibatch]:
+        """One epoch: the steps shuffled, `minibatch_size` at a time, through the policy now."""
+        b_inds = torch.randperm(self.num_steps, generator=generator).to(self.obs.device)
+        for start in range(0, self.num_steps, minibatch_size):
+            mb = b_inds[start : start + minibatch_size]
+            masks = None if self.masks is None else self.masks[mb]
+            newlogprob, entropy = policy.log_prob_and_entropy(self.obs[mb], self.actions[mb], masks)
+            newvalue = policy.value(self.obs[mb])
+            yield Minibatch(newlogprob, entropy, newvalue, self.logp[mb], self.advantages[mb], self.returns[mb], self.values[mb], masks)
 
 
 def behaviour_logp(block: ChunkBlock, policy: ActorCritic) -> torch.Tensor:

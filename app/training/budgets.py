@@ -39,6 +39,7 @@ class StepBudgets:
             min_barrier_batch=min(batch, settings.env_steps_per_sample),
             max_backlog=max(settings.max_backlog_env_steps or 2 * batch, batch),  # else a batch could never fill
             off_policy=module.off_policy,
+            whole_chunks=module.state_size > 0,
         )
 
     def owed_env_steps(self, module_id: str) -> float:

@@ -165,6 +165,11 @@ class TrainingMetrics:
         its last chunk (None where the chunk had none) and its return."""
         self.evaluation_listeners.append(listener)
 
+    def continues_episode(self, client_id: int, block: ChunkBlock, index: int) -> bool:
+        """Whether chunk `index` of the block goes on with an episode this client has sent steps of."""
+        key = (client_id, block.episode_id[index], block.agent_id[index], block.evaluation[index])
+        return key in self._open
+
     def record_chunks(self, client_id: int, block: ChunkBlock) -> None:
         """Count the chunks' steps and add each to its agent's episode; a done chunk ends it.
         Evaluation chunks count apart, their episodes' returns too."""

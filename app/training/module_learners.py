@@ -75,6 +75,8 @@ class ModuleLearners:
             options["action_masking"] = module.action_masking
         if spec.symmetries:
             options["symmetries"] = module.symmetries
+        if spec.recurrent:
+            options["model"] = module.model
         learner = spec.learner_class()(
             module.config,
             module.observation_space,

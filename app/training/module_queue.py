@@ -27,6 +27,7 @@ class QueueLimits:
     min_barrier_batch: int  # when every sampling client waits: train from this many steps, else carry them
     max_backlog: int  # clients that send it experience wait while more steps than this are pending (or owed)
     off_policy: bool  # trains as soon as it has data; never stale
+    whole_chunks: bool = False  # a recurrent module's: a batch ends at a chunk's end (one chunk may pass the size)
 
 
 class ModuleQueue:
@@ -54,7 +55,8 @@ class ModuleQueue:
         self.received += block.num_steps
 
     def take(self, limit: int) -> list[ChunkBlock]:
-        """The oldest pending steps, at most `limit` of them (the last chunk cut to fit)."""
+        """The oldest pending steps, at most `limit` of them (the last chunk cut to fit; with
+        `whole_chunks`, the last chunk whole: up to one chunk more)."""
         taken: list[ChunkBlock] = []
         room = limit
         while self._blocks and room > 0:
@@ -63,6 +65,15 @@ class ModuleQueue:
                 taken.append(self._blocks.popleft())
                 room -= block.num_steps
                 continue
+            if self.limits.whole_chunks:
+                head, rest = block.split_after_chunk(room)
+                if rest is None:
+                    self._blocks.popleft()
+                else:
+                    self._blocks[0] = rest
+                taken.append(head)
+                room -= head.num_steps
+                break
             head, self._blocks[0] = block.split(room)
             taken.append(head)
             room = 0

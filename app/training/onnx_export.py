@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from app.spaces.models import IMAGE_MAX, ActionSpace, BoxSpace, DictSpace
-from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, NOISE_FREE_OUTPUT, OUTPUT_NAME
+from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, NOISE_FREE_OUTPUT, OUTPUT_NAME, STATE_INPUT, STATE_OUTPUT
 from app.training.encoders import ImageEncoder, ObservationEncoder
 from app.training.policy_state import PolicyState, set_state_payload
 from rllink.action_dists import MASK_PENALTY
@@ -43,7 +43,9 @@ class OnnxActor(Protocol):
     @property
     def width(self) -> int: ...  # columns of action_dist_inputs
     @property
-    def action_masking(self) -> bool: ...  # takes the second input, action_mask
+    def action_masking(self) -> bool: ...  # takes the input action_mask
+    @property
+    def state_size(self) -> int: ...  # with memory: takes state_in and gives state_out of this width (0: none)
     @property
     def outputs(self) -> tuple[str, ...]: ...  # OUTPUT_NAME, and NOISE_FREE_OUTPUT where it explores
     @property
@@ -66,7 +68,7 @@ class OnnxGraph:
         self.initializers: list[onnx.TensorProto] = []
 
     def node(self, op: str, inputs: list[str], output: str, **attributes) -> str:
-        output = output if output in (OUTPUT_NAME, NOISE_FREE_OUTPUT) else INTERNAL_PREFIX + output
+        output = output if output in (OUTPUT_NAME, NOISE_FREE_OUTPUT, STATE_OUTPUT) else INTERNAL_PREFIX + output
         self.nodes.append(helper.make_node(op, inputs, [output], **attributes))
         return output
 
@@ -145,14 +147,20 @@ def relu_layers(graph: OnnxGraph, x: str, body: nn.Sequential) -> str:
 
 def export_onnx(actor: OnnxActor, weights_seq_no: int, input_name: str = "obs") -> bytes:
     """The serialized ONNX model: input `input_name` [batch, *obs_shape] float32 (and, with
-    `action_masking`, `action_mask` [batch, k] float32), output `action_dist_inputs` [batch, k] float32
-    (and a gSDE actor's noise-free one). Each algorithm's onnx_head.py exports its actor through this."""
+    `action_masking`, `action_mask` [batch, k] float32; with memory, `state_in` [batch,
+    state_size]), output `action_dist_inputs` [batch, k] float32 (and a gSDE actor's
+    noise-free one; with memory, `state_out` [batch, state_size], last). Each algorithm's
+    onnx_head.py exports its actor through this."""
     obs_shape = list(actor.observation_space.shape)
-    width = actor.width
+    width, state_size = actor.width, actor.state_size
     graph_inputs = [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH_AXIS, *obs_shape])]
     if actor.action_masking:
         graph_inputs.append(helper.make_tensor_value_info(ACTION_MASK_INPUT, TensorProto.FLOAT, [BATCH_AXIS, width]))
+    if state_size:
+        graph_inputs.append(helper.make_tensor_value_info(STATE_INPUT, TensorProto.FLOAT, [BATCH_AXIS, state_size]))
     graph_outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [BATCH_AXIS, width]) for name in actor.outputs]
+    if state_size:
+        graph_outputs.append(helper.make_tensor_value_info(STATE_OUTPUT, TensorProto.FLOAT, [BATCH_AXIS, state_size]))
 
     graph = OnnxGraph()
     x = input_name
@@ -162,6 +170,8 @@ def export_onnx(actor: OnnxActor, weights_seq_no: int, input_name: str = "obs") 
 
     layout = actor.output_layout()
     mask_doc = f", {ACTION_MASK_INPUT} [batch, {width}] (1 allowed, 0 not)" if actor.action_masking else ""
+    if state_size:
+        mask_doc += f", {STATE_INPUT} [batch, {state_size}] (zeros at an episode's start; then the last {STATE_OUTPUT})"
     onnx_graph = helper.make_graph(
         graph.nodes,
         "rllink_policy",
@@ -186,6 +196,7 @@ def export_onnx(actor: OnnxActor, weights_seq_no: int, input_name: str = "obs") 
             "input_names": json.dumps([i.name for i in graph_inputs]),
             "output_names": json.dumps([o.name for o in graph_outputs]),
             "output_layout": layout,
+            "state_size": str(state_size),
             **actor.metadata,
         },
     )

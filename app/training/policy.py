@@ -1,6 +1,8 @@
 """The policy network: separate actor and critic MLPs over flattened observations,
 optionally normalised by running statistics; observations with camera images go first
-through a CNN encoder the actor and the critic share (app/training/encoders.py).
+through a CNN encoder the actor and the critic share (app/training/encoders.py). With
+memory (`lstm_cell_size`), an LSTM the actor and the critic share sits between the
+observation and their MLPs, its state ([h, c]: `state_size` floats) carried step to step.
 
 The actor's output is RLlib's `action_dist_inputs`: the logits for a Discrete action
 space (every sub-action's, one after the other, for a MultiDiscrete), `[mean, log_std]`
@@ -125,6 +127,7 @@ class ActorCritic(nn.Module):
         action_space: ActionSpace,
         hidden_sizes: tuple[int, ...],
         normalize_obs: bool = False,
+        lstm_cell_size: int = 0,
     ) -> None:
         super().__init__()
         self.observation_space = observation_space
@@ -135,12 +138,14 @@ class ActorCritic(nn.Module):
             raise ValueError("normalize_obs is for vector observations; images are scaled to 0..1 instead: turn it off")
         obs_dim = observation_space.flat_dim if self.encoder is None else self.encoder.features_dim
         self.obs_norm = RunningNormalizer(obs_dim) if normalize_obs else None
-        self.critic = mlp(obs_dim, self.hidden_sizes, 1, out_std=1.0)
+        self.lstm = nn.LSTM(obs_dim, lstm_cell_size, batch_first=True) if lstm_cell_size else None
+        head_dim = lstm_cell_size or obs_dim
+        self.critic = mlp(head_dim, self.hidden_sizes, 1, out_std=1.0)
         if is_discrete(action_space):
-            self.actor = mlp(obs_dim, self.hidden_sizes, num_logits(action_space), out_std=0.01)
+            self.actor = mlp(head_dim, self.hidden_sizes, num_logits(action_space), out_std=0.01)
             self.log_std = None
         else:
-            self.actor = mlp(obs_dim, self.hidden_sizes, action_space.flat_dim, out_std=0.01)
+            self.actor = mlp(head_dim, self.hidden_sizes, action_space.flat_dim, out_std=0.01)
             self.log_std = nn.Parameter(torch.zeros(action_space.flat_dim))
         # The entropy floor's bonus (ppo.py), a Lagrange multiplier: not a weight, not checkpointed
         # (after a restart it starts at 0 again and adapts within a few steps).
@@ -160,10 +165,29 @@ class ActorCritic(nn.Module):
         """Width of `action_dist_inputs`: n logits, or mean and log_std per action dimension."""
         return num_dist_inputs(self.action_space)
 
+    @property
+    def state_size(self) -> int:
+        """Floats of one agent's recurrent state: [h, c] of the LSTM (0: none, feed-forward)."""
+        return 0 if self.lstm is None else 2 * self.lstm.hidden_size
+
     def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape]; `mask`
-        [batch, k] (1 allowed, 0 not) masks the logits of a discrete action space."""
-        actor_out = self.actor(self._features(obs))
+        """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape] (feed-forward);
+        `mask` [batch, k] (1 allowed, 0 not) masks the logits of a discrete action space."""
+        return self.dist_inputs(self._features(obs), mask)
+
+    def recurrent(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LSTM over sequences: observations [batch, steps, *obs_shape] from states
+        [batch, state_size] -> the heads' inputs [batch, steps, lstm_cell_size] and the states after."""
+        assert self.lstm is not None, "a feed-forward policy has no state"
+        batch, steps = obs.shape[:2]
+        flat = self._features(obs.reshape(batch * steps, *obs.shape[2:])).reshape(batch, steps, -1)
+        h, c = state.split(self.lstm.hidden_size, dim=-1)
+        out, (h_after, c_after) = self.lstm(flat, (h[None].contiguous(), c[None].contiguous()))
+        return out, torch.cat([h_after[0], c_after[0]], dim=-1)
+
+    def dist_inputs(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`action_dist_inputs` from the actor's input (the observation's features, or the LSTM's output)."""
+        actor_out = self.actor(features)
         if self.log_std is None:
             return masked_logits(actor_out, mask)
         return torch.cat([actor_out, self.log_std.expand_as(actor_out)], dim=-1)
@@ -187,7 +211,11 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of `actions` and the entropy of the (masked) policy, per observation."""
-        dist = self.distribution(self(obs, mask))
+        return self.dist_log_prob_and_entropy(self(obs, mask), actions)
+
+    def dist_log_prob_and_entropy(self, dist_inputs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of `actions` and the entropy, per row of `action_dist_inputs`."""
+        dist = self.distribution(dist_inputs)
         return dist.log_prob(self._flat(actions)), dist.entropy()
 
     def max_entropy(self, batch_size: int, mask: torch.Tensor | None = None) -> torch.Tensor | None:

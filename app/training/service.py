@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,6 +54,7 @@ from app.training.module_configs import ModuleConfigs
 from app.training.module_queue import ModuleQueue
 from app.training.policy_state import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
+from app.training.recurrent_states import check_states
 from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
 from app.training.self_play import Game, League
@@ -238,8 +240,10 @@ class LocalTrainingService:
             return
         blocks = []
         games: dict[str, list[Game]] = {}  # each league's games ended in this message
+        received = blocks_of(episodes, self.policies.default_module_id)
+        check_states(received, self.policies, partial(self.metrics.continues_episode, client.id))  # before any is kept
         # Received, so sampled (or evaluated): from here on trained, dropped or pending.
-        for block in blocks_of(episodes, self.policies.default_module_id):
+        for block in received:
             self.metrics.record_chunks(client.id, block)
             sampled = block.select([not evaluation for evaluation in block.evaluation]) if any(block.evaluation) else block
             training = sampled.with_versions(client.last_weights_seq_no_sent)

@@ -35,6 +35,7 @@ class AlgorithmSpec:
     action_masking: bool = True  # trains with action masks
     symmetries: bool = True  # trains on the steps' images under the game's symmetries
     demos: bool = True  # behavioural cloning from demonstrations
+    recurrent: bool = False  # trains with memory (model.use_lstm): sequences, a state in and out of its ONNX
     fixed_while_training: Mapping[str, str] = field(default_factory=dict)  # hyperparameter: why PATCH cannot change it
     self_play_defaults: Mapping[str, Any] = field(default_factory=dict)  # a self-play learner's values where unset
 
@@ -49,7 +50,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     for spec in (
         AlgorithmSpec(
             "ppo", ppo.PPOConfig, ppo.PPOConfigPatch, "app.training.algorithms.ppo.learner:PPOLearner",
-            summary="on-policy; clients wait for each version",
+            summary="on-policy; clients wait for each version", recurrent=True,
             fixed_while_training=ppo.FIXED_WHILE_TRAINING,
             self_play_defaults={"entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR},
         ),

@@ -34,6 +34,7 @@ from rllink_clients.rllink_client import RLlinkClient
 log = logging.getLogger("rllink_clients")
 
 NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"  # a gSDE exploring model's output without its noise (docs/protocol.md)
+STATE_INPUT, STATE_OUTPUT = "state_in", "state_out"  # a recurrent model's state, fed back step to step (RLLINK.md)
 RLLIB_REFERENCE_INPUT_NAME = "onnx::Gemm_0"  # what RLlib's client feeds when the config names nothing
 _DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_categorical", "box": "gaussian"}
 
@@ -43,7 +44,7 @@ _DEFAULT_DISTRIBUTIONS = {"discrete": "categorical", "multi_discrete": "multi_ca
 # else none: the run goes on until its limits. `target_return=ENV_TARGET` asks for it.
 TARGET_RETURNS = {"CartPole-v1": 450.0}
 ENV_TARGET = "env"
-EVALUATION_WINDOW = 10  # evaluation episodes a target needs too (the gateway's best_model_episodes, by default)
+EVALUATION_WINDOW = 2  # the last evaluation episodes a target needs too (at evaluation_interval 10: those of the last 20 episodes)
 
 
 class UnknownEnv(ValueError):
@@ -193,6 +194,23 @@ class OnnxPolicy:
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), dist_inputs[0].tolist()
 
+    @property
+    def state_size(self) -> int:
+        """Floats of a recurrent model's state (its `state_in` input); 0 for a feed-forward model."""
+        return next((int(i.shape[1]) for i in self.session.get_inputs() if i.name == STATE_INPUT), 0)
+
+    def step(
+        self, obs: np.ndarray, state: np.ndarray, mask: np.ndarray | None = None, explore: bool = True
+    ) -> tuple[Any, float, np.ndarray]:
+        """`act` for a recurrent model: `state` goes in as its state_in; the action, its
+        log-prob and the state_out to feed with the next observation."""
+        feed = self._feed(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None])
+        feed[STATE_INPUT] = np.asarray(state, np.float32)[None]
+        dist_inputs, state_out = self.session.run([self.outputs[explore], STATE_OUTPUT], feed)
+        actions, logps = self.sample(dist_inputs.astype(np.float64), explore)
+        action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
+        return action, float(logps[0]), state_out[0]
+
     def act_batch(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sample an action for each row of `obs` [N, *obs_shape] with one model call."""
         return self.sample(self.dist_inputs(obs))
@@ -201,12 +219,16 @@ class OnnxPolicy:
         """The model's output 0 for a batch of observations (and action masks [N, k], all
         allowed if None, for a model that takes them), as float64 [N, width]; `explore`
         False: a gSDE model's noise-free output instead, where it has one."""
+        (outputs,) = self.session.run([self.outputs[explore]], self._feed(obs, mask))
+        return outputs.astype(np.float64)
+
+    def _feed(self, obs: np.ndarray, mask: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The observations, and the action masks for a model that takes them (all allowed if None)."""
         feed = {self.input_name: obs.astype(np.float32)}
         if self.mask_input is not None:
             width = self.session.get_inputs()[1].shape[1]
             feed[self.mask_input] = np.ones((len(obs), width), np.float32) if mask is None else mask.astype(np.float32)
-        (outputs,) = self.session.run([self.outputs[explore]], feed)
-        return outputs.astype(np.float64)
+        return feed
 
     def sample(
         self, dist_inputs: np.ndarray, explore: bool = True, mask: np.ndarray | None = None
@@ -309,14 +331,20 @@ def run(
     interval = 0 if plain else int(config.get("evaluation_interval", 0) if evaluation_interval is None else evaluation_interval)
     result.evaluation_interval = interval
 
+    state_size = int(config.get("state_size", 0))  # a recurrent module's: its state goes from step to step
+    state = np.zeros(state_size, np.float32)
+
     obs, info = env.reset(seed=seed)
     episode_id, episode_return, episodes_played = uuid.uuid4().hex, 0.0, 0
     evaluating = is_evaluation_episode(episodes_played, interval)
     while True:
-        chunks, chunk = [], _new_chunk(obs, evaluating)
+        chunks, chunk = [], _new_chunk(obs, evaluating, state if state_size else None)
         for _ in range(steps_per_sample):
             mask = np.asarray(info["action_mask"], np.float32) if mask_input is not None else None
-            action, logp, _dist = policy.act(flat_observation(obs), mask, explore=not evaluating)
+            if state_size:
+                action, logp, state = policy.step(flat_observation(obs), state, mask, explore=not evaluating)
+            else:
+                action, logp, _dist = policy.act(flat_observation(obs), mask, explore=not evaluating)
             obs, reward, terminated, truncated, info = env.step(env_action(action, action_space))
             _add_step(chunk, action, float(reward), logp, obs, mask)
             episode_return += float(reward)
@@ -330,7 +358,9 @@ def run(
                 obs, info = env.reset()
                 episodes_played += 1
                 evaluating = is_evaluation_episode(episodes_played, interval)
-                episode_id, episode_return, chunk = uuid.uuid4().hex, 0.0, _new_chunk(obs, evaluating)
+                state = np.zeros(state_size, np.float32)  # a new episode starts with no memory
+                episode_id, episode_return = uuid.uuid4().hex, 0.0
+                chunk = _new_chunk(obs, evaluating, state if state_size else None)
         if chunk["actions"]:
             chunks.append(_finish(chunk, episode_id, policy, plain))  # the episode goes on
         result.env_steps += steps_per_sample
@@ -365,11 +395,16 @@ def budget_spent(
     )
 
 
-def _new_chunk(obs: Any, evaluation: bool = False) -> dict[str, Any]:
-    """An empty chunk from `obs`; every chunk of an evaluation episode says so."""
-    chunk = {"obs": [flat_observation(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
-             "is_terminated": False, "is_truncated": False}
-    return {**chunk, "evaluation": True} if evaluation else chunk
+def _new_chunk(obs: Any, evaluation: bool = False, state: np.ndarray | None = None) -> dict[str, Any]:
+    """An empty chunk from `obs`; every chunk of an evaluation episode says so, and a recurrent
+    module's carries the state fed with `obs` (`state_in`)."""
+    chunk: dict[str, Any] = {"obs": [flat_observation(obs).tolist()], "actions": [], "rewards": [], "action_logp": [],
+                             "is_terminated": False, "is_truncated": False}
+    if evaluation:
+        chunk["evaluation"] = True
+    if state is not None:
+        chunk["state_in"] = state.tolist()
+    return chunk
 
 
 def _add_step(chunk: dict[str, Any], action: Any, reward: float, logp: float, next_obs: Any, mask: np.ndarray | None) -> None:

@@ -19,13 +19,14 @@ import torch
 
 from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
-from app.settings.hyperparameters import Symmetry
+from app.settings.hyperparameters import ModelConfig, Symmetry
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
 from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.loss import ppo_update
 from app.training.algorithms.ppo.onnx_head import policy_state
+from app.training.algorithms.ppo.sequences import SequenceBatch, build_sequence_batch
 from app.training.algorithms.ppo.symmetries import Symmetries
-from app.training.batch import build_batch
+from app.training.batch import Batch, build_batch
 from app.training.behavior_cloning import BCSchedule, Demonstrations, bc_pretrain
 from app.training.checkpoints import Checkpointed
 from app.training.policy import ActorCritic, RewardScaler
@@ -50,16 +51,19 @@ class PPOLearner(Checkpointed):
         device: torch.device = torch.device("cpu"),
         action_masking: bool = False,
         symmetries: tuple[Symmetry, ...] = (),
+        model: ModelConfig | None = None,
     ) -> None:
         self.cfg = cfg
+        self.model = model or ModelConfig()
         self.checkpoint_dir = checkpoint_dir
         self.onnx_input_name = onnx_input_name
         self.action_masking = action_masking
         torch.manual_seed(seed)
         normalize_obs = cfg.normalize_obs
-        if normalize_obs is None:  # on for continuous control, not for images (scaled to 0..1 instead)
-            normalize_obs = isinstance(action_space, BoxSpace) and not has_images(observation_space)
-        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs).to(device)
+        if normalize_obs is None:  # on for continuous control and memory, not for images (scaled to 0..1 instead)
+            normalize_obs = (isinstance(action_space, BoxSpace) or self.model.use_lstm) and not has_images(observation_space)
+        lstm_cell_size = self.model.lstm_cell_size if self.model.use_lstm else 0
+        self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs, lstm_cell_size).to(device)
         self.symmetries = Symmetries(symmetries, device)
         normalize_reward = cfg.normalize_reward if cfg.normalize_reward is not None else isinstance(action_space, BoxSpace)
         self.reward_scaler = RewardScaler(cfg.gamma) if normalize_reward else None
@@ -82,6 +86,8 @@ class PPOLearner(Checkpointed):
             architecture["normalize_obs"] = True
         if self.reward_scaler is not None:
             architecture["normalize_reward"] = True
+        if self.policy.lstm is not None:  # absent for a feed-forward policy, as before there were others
+            architecture["lstm_cell_size"] = self.policy.lstm.hidden_size
         return architecture
 
     def _parts(self) -> dict[str, object]:
@@ -119,9 +125,14 @@ class PPOLearner(Checkpointed):
             observations = torch.from_numpy(np.concatenate([b.obs.reshape(len(b.obs), -1) for b in blocks]))
             self.policy.obs_norm.update(self.symmetries.observations(observations))  # the images are trained on too
         reward_scale = 1.0 if self.reward_scaler is None else self.reward_scaler.update([r for b in blocks for r in b.chunk_rewards()])
-        batch = build_batch(blocks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
+        batch: Batch | SequenceBatch
+        if self.policy.lstm is not None:
+            batch = build_sequence_batch(blocks, self.policy, cfg.gamma, cfg.gae_lambda, self.model.max_seq_len, reward_scale)
+        else:
+            batch = build_batch(blocks, self.policy, cfg.gamma, cfg.gae_lambda, reward_scale)
         env_steps = batch.num_steps
-        batch = self.symmetries.augment(batch)  # and the steps' images, if the game has symmetries
+        if self.symmetries:
+            batch = self.symmetries.augment(batch)  # and the steps' images, if the game has symmetries (feed-forward)
         bc = None if self.bc is None else self.bc.term(self.env_steps_trained)
         stats = ppo_update(self.policy, self.optimizer, batch, cfg, self.generator, bc)
         if self.bc is not None and bc is None:  # decayed to 0: no BC term, its weight still reported

@@ -1,5 +1,9 @@
 """One PPO update on a batch (Schulman et al. 2017), written after CleanRL's ppo.py.
 
+The batch gives each minibatch's steps through the policy now: shuffled steps (batch.py),
+or for a recurrent policy shuffled sequences run through the LSTM from their first
+state, their padding left out (sequences.py); the loss below is the same for both.
+
 Clipped surrogate objective, (optionally clipped) value loss, entropy bonus, several
 epochs of shuffled minibatches, per-minibatch advantage normalisation, global
 gradient clipping and an optional early stop when the policy moved too far (KL).
@@ -24,6 +28,7 @@ import torch
 from torch import nn
 
 from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.sequences import SequenceBatch
 from app.training.batch import Batch
 from app.training.behavior_cloning import BCTerm
 from app.training.policy import ActorCritic
@@ -32,7 +37,7 @@ from app.training.policy import ActorCritic
 def ppo_update(
     policy: ActorCritic,
     optimizer: torch.optim.Optimizer,
-    batch: Batch,
+    batch: Batch | SequenceBatch,
     cfg: PPOConfig,
     generator: torch.Generator,
     bc: BCTerm | None = None,
@@ -44,26 +49,19 @@ def ppo_update(
         sums["bc_loss"] = 0.0
     num_minibatches = 0
     floor = cfg.entropy_floor or 0.0
-    max_entropy = policy.max_entropy(batch.num_steps, batch.masks) if floor > 0 else None
-    if max_entropy is None:
+    if floor <= 0 or not policy.is_discrete:
         policy.entropy_bonus = 0.0
     share_sum = 0.0
     for epoch in range(cfg.update_epochs):  # noqa: B007 - read after the loop (the epochs run)
-        b_inds = torch.randperm(batch.num_steps, generator=generator).to(batch.obs.device)
-        for start in range(0, batch.num_steps, cfg.minibatch_size):
-            mb_inds = b_inds[start : start + cfg.minibatch_size]
-
-            mb_masks = None if batch.masks is None else batch.masks[mb_inds]
-            newlogprob, entropy = policy.log_prob_and_entropy(batch.obs[mb_inds], batch.actions[mb_inds], mb_masks)
-            newvalue = policy.value(batch.obs[mb_inds])
-            logratio = newlogprob - batch.logp[mb_inds]
+        for mb in batch.minibatches(policy, cfg.minibatch_size, generator):
+            logratio = mb.newlogprob - mb.logp
             ratio = logratio.exp()
             with torch.no_grad():
                 approx_kl = ((ratio - 1) - logratio).mean()  # http://joschu.net/blog/kl-approx.html
                 clip_frac = ((ratio - 1.0).abs() > cfg.clip_coef).float().mean()
 
-            mb_advantages = batch.advantages[mb_inds]
-            if cfg.norm_adv and len(mb_inds) > 1:
+            mb_advantages = mb.advantages
+            if cfg.norm_adv and len(mb_advantages) > 1:
                 mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
             # Policy loss: the clipped surrogate objective, negated.
@@ -72,16 +70,14 @@ def ppo_update(
             pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
             # Value loss, optionally clipped around the values the batch was built with.
-            mb_returns = batch.returns[mb_inds]
-            v_loss_unclipped = (newvalue - mb_returns) ** 2
+            v_loss_unclipped = (mb.newvalue - mb.returns) ** 2
             if cfg.clip_vloss:
-                mb_values = batch.values[mb_inds]
-                v_clipped = mb_values + torch.clamp(newvalue - mb_values, -cfg.clip_coef, cfg.clip_coef)
-                v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
+                v_clipped = mb.values + torch.clamp(mb.newvalue - mb.values, -cfg.clip_coef, cfg.clip_coef)
+                v_loss = 0.5 * torch.max(v_loss_unclipped, (v_clipped - mb.returns) ** 2).mean()
             else:
                 v_loss = 0.5 * v_loss_unclipped.mean()
 
-            entropy_loss = entropy.mean()
+            entropy_loss = mb.entropy.mean()
             loss = pg_loss - (cfg.ent_coef + policy.entropy_bonus) * entropy_loss + cfg.vf_coef * v_loss
 
             # Behavioural cloning (optional): the demonstrated actions' negative log-likelihood
@@ -105,8 +101,8 @@ def ppo_update(
             ):
                 sums[name] += value.item()
             num_minibatches += 1
-            if max_entropy is not None:
-                share = entropy_share(entropy.detach(), max_entropy[mb_inds])
+            if floor > 0 and (max_entropy := policy.max_entropy(len(mb.entropy), mb.masks)) is not None:
+                share = entropy_share(mb.entropy.detach(), max_entropy)
                 share_sum += share
                 policy.entropy_bonus = min(1.0, max(0.0, policy.entropy_bonus + cfg.entropy_floor_lr * (floor - share)))
 
@@ -118,7 +114,7 @@ def ppo_update(
     stats["epochs"] = float(epoch + 1)
     if bc is not None:
         stats["bc_weight"] = bc.weight
-    if max_entropy is not None:
+    if floor > 0 and policy.is_discrete:
         stats["entropy_share"] = share_sum / num_minibatches
         stats["entropy_bonus"] = policy.entropy_bonus
     return stats

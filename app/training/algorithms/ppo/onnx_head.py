@@ -1,5 +1,7 @@
 """PPO's policy (app/training/policy.py's ActorCritic) as ONNX: Gemm and Tanh layers (after the image
-encoder, if any), the observation normaliser folded into the first Gemm, the action mask's term."""
+encoder, if any), the observation normaliser folded into the first Gemm, the action mask's term;
+with memory, one step of the LSTM before them, written out (Slice, Gemm, Add, Sigmoid, Tanh, Mul,
+Concat: no LSTM operator, so that the kits' own small runtimes can run it too)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 from torch import nn
 
 from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace
-from app.spaces.onnx_names import OUTPUT_NAME
+from app.spaces.onnx_names import OUTPUT_NAME, STATE_INPUT, STATE_OUTPUT
 from app.training import onnx_export
 from app.training.onnx_export import OnnxGraph, encoder_features, linear_weights, masked_output
 from app.training.policy import ActorCritic
@@ -40,6 +42,10 @@ class ActorCriticHead:
     def width(self) -> int:
         return self.policy.num_dist_inputs
 
+    @property
+    def state_size(self) -> int:
+        return self.policy.state_size
+
     def output_layout(self) -> str:
         policy = self.policy
         if isinstance(policy.action_space, MultiDiscreteSpace):
@@ -63,10 +69,10 @@ class ActorCriticHead:
         if policy.encoder is not None:
             x = encoder_features(graph, x, policy.encoder)
         layers = [linear_weights(m) for m in policy.actor if isinstance(m, nn.Linear)]
-        if policy.obs_norm is not None:  # fold (obs - mean) / std into the first layer
-            inverse_std, mean = (t.detach().cpu().numpy() for t in policy.obs_norm.scale_and_shift())
-            weight, bias = layers[0]
-            layers[0] = (weight * inverse_std, bias - (weight * inverse_std) @ mean)
+        if policy.lstm is not None:
+            x = lstm_step(graph, x, policy)  # the normaliser, if any, folded into its input weights
+        elif policy.obs_norm is not None:  # fold (obs - mean) / std into the first layer
+            layers[0] = folded(*layers[0], policy)
         if policy.log_std is not None:
             weight, bias = layers[-1]
             log_std = policy.log_std.detach().cpu().numpy()
@@ -77,6 +83,40 @@ class ActorCriticHead:
             graph.gemm(x, *layers[-1], OUTPUT_NAME)
             return
         masked_output(graph, graph.gemm(x, *layers[-1], "logits"))
+
+
+def folded(weight: np.ndarray, bias: np.ndarray, policy: ActorCritic) -> tuple[np.ndarray, np.ndarray]:
+    """A layer on the normalised observation as one on the raw one: W / std, b - W @ mean / std."""
+    assert policy.obs_norm is not None
+    inverse_std, mean = (t.detach().cpu().numpy() for t in policy.obs_norm.scale_and_shift())
+    return weight * inverse_std, bias - (weight * inverse_std) @ mean
+
+
+def lstm_step(graph: OnnxGraph, x: str, policy: ActorCritic) -> str:
+    """One step of the policy's LSTM from `state_in` ([h, c]); writes `state_out` ([h', c'])
+    and returns h', the heads' input. PyTorch's gates, i, f, g, o in that order:
+    gates = x W_ih^T + b_ih + h W_hh^T + b_hh; c' = sigmoid(f) c + sigmoid(i) tanh(g);
+    h' = sigmoid(o) tanh(c')."""
+    lstm = policy.lstm
+    assert lstm is not None
+    hidden = lstm.hidden_size
+    w_ih, w_hh = lstm.weight_ih_l0.detach().cpu().numpy(), lstm.weight_hh_l0.detach().cpu().numpy()
+    b_ih, b_hh = lstm.bias_ih_l0.detach().cpu().numpy(), lstm.bias_hh_l0.detach().cpu().numpy()
+    if policy.obs_norm is not None:
+        w_ih, b_ih = folded(w_ih, b_ih, policy)
+
+    def part(tensor: str, index: int, name: str) -> str:
+        start, end = graph.ints([index * hidden], f"{name}_start"), graph.ints([(index + 1) * hidden], f"{name}_end")
+        return graph.node("Slice", [tensor, start, end, graph.ints([1], f"{name}_axis")], name)
+
+    h, c = part(STATE_INPUT, 0, "h"), part(STATE_INPUT, 1, "c")
+    gates = graph.node("Add", [graph.gemm(x, w_ih, b_ih + b_hh, "gates_x"), graph.gemm(h, w_hh, np.zeros_like(b_hh), "gates_h")], "gates")
+    i, f, o = (graph.node("Sigmoid", [part(gates, k, f"gate_{k}")], f"gate_{name}") for k, name in ((0, "i"), (1, "f"), (3, "o")))
+    g = graph.node("Tanh", [part(gates, 2, "gate_2")], "gate_g")
+    c_next = graph.node("Add", [graph.node("Mul", [f, c], "f_c"), graph.node("Mul", [i, g], "i_g")], "c_next")
+    h_next = graph.node("Mul", [o, graph.node("Tanh", [c_next], "tanh_c")], "h_next")
+    graph.node("Concat", [h_next, c_next], STATE_OUTPUT, axis=1)
+    return h_next
 
 
 def export_onnx(policy: ActorCritic, weights_seq_no: int, input_name: str = "obs", action_masking: bool = False) -> bytes:

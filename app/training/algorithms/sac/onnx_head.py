@@ -32,6 +32,7 @@ class SquashedGaussianHead:
     actor: SquashedGaussianActor
     exploration_noise: np.ndarray | None = None
     action_masking: ClassVar[bool] = False
+    state_size: ClassVar[int] = 0  # no memory
 
     @property
     def observation_space(self) -> BoxSpace:

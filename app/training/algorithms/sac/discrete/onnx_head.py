@@ -20,6 +20,7 @@ class CategoricalHead:
 
     actor: CategoricalActor
     action_masking: ClassVar[bool] = False
+    state_size: ClassVar[int] = 0  # no memory
     outputs: ClassVar[tuple[str, ...]] = (OUTPUT_NAME,)
     metadata: ClassVar[Mapping[str, str]] = MappingProxyType({})
 

@@ -1,0 +1,138 @@
+"""Recurrent policies (RLLINK.md "Recurrent policies"): PPO with an LSTM.
+
+- The exported ONNX carries the state (`state_in` in, `state_out` out, its size in the
+  metadata, no LSTM operator) and onnxruntime agrees with torch step by step over an episode.
+- SET_CONFIG says each module's `state_size`; a checkpoint keeps the cell size, and a
+  gateway of another size refuses it.
+- Bad input over a real socket: a chunk whose `state_in` has the wrong length, one of a
+  feed-forward module that carries one, a continued chunk without one: each an ERROR that
+  names the field and both sizes, and the other client loses nothing.
+- Settings: use_lstm with SAC is refused at start, in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from pydantic import ValidationError
+
+from app.settings.config import Settings
+from app.settings.hyperparameters import ModelConfig
+from app.spaces.models import BoxSpace, DiscreteSpace
+from app.training.algorithms.ppo.config import PPOConfig
+from app.training.algorithms.ppo.learner import PPOLearner
+from app.training.checkpoints import CheckpointMismatch
+from app.training.onnx_export import OPSET
+
+from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
+
+LSTM = {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 5}
+
+
+def learner(tmp_path, cell: int = 8, normalize_obs: bool = True) -> PPOLearner:
+    return PPOLearner(
+        PPOConfig(hidden_sizes=(16,), normalize_obs=normalize_obs), BoxSpace(type="box", shape=[3]),
+        DiscreteSpace(type="discrete", n=4), seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs",
+        model=ModelConfig(use_lstm=True, lstm_cell_size=cell),
+    )
+
+
+def test_the_onnx_model_carries_the_state_and_agrees_with_torch_over_an_episode(tmp_path):
+    trained = learner(tmp_path)
+    trained.policy.obs_norm.update(torch.randn(500, 3) * 2 + 1)  # a normaliser that changes something, folded in
+    model = onnx.load_from_string(trained.export().onnx_bytes)
+    assert [i.name for i in model.graph.input] == ["obs", "state_in"]
+    assert [o.name for o in model.graph.output] == ["action_dist_inputs", "state_out"]
+    assert model.opset_import[0].version == OPSET <= 15
+    assert {node.op_type for node in model.graph.node}.isdisjoint({"LSTM", "Scan", "Loop"})
+    assert {p.key: p.value for p in model.metadata_props}["state_size"] == "16"
+    session = ort.InferenceSession(model.SerializeToString())
+    episode = np.random.default_rng(0).normal(size=(1, 60, 3)).astype(np.float32)
+    with torch.no_grad():
+        features, final = trained.policy.recurrent(torch.from_numpy(episode), torch.zeros(1, 16))
+        expected = trained.policy.dist_inputs(features).numpy()[0]
+    state = np.zeros((1, 16), np.float32)
+    for step in range(60):
+        outputs, state = session.run(None, {"obs": episode[:, step], "state_in": state})
+        np.testing.assert_allclose(outputs[0], expected[step], atol=1e-5)
+    np.testing.assert_allclose(state, final.numpy(), atol=1e-5)
+
+
+def test_a_checkpoint_keeps_the_cell_size(tmp_path):
+    trained = learner(tmp_path)
+    trained.save()
+    assert learner(tmp_path).restore() is True  # the same size: restored
+    with pytest.raises(CheckpointMismatch, match="lstm_cell_size"):
+        learner(tmp_path, cell=16).restore()
+
+
+def test_set_config_says_each_modules_state_size(tmp_path):
+    box = {"type": "box", "shape": [4]}
+    policies = {
+        "memory": {"observation_space": box, "action_space": {"type": "discrete", "n": 2}, "model": LSTM},
+        "plain": {"observation_space": box, "action_space": {"type": "discrete", "n": 2}},
+    }
+    settings = gateway_settings(tmp_path, policies=policies, policy_mapping={"m*": "memory", "*": "plain"})
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
+        peer.send(frame({"type": "GET_CONFIG"}))
+        config = peer.receive()
+        peer.send(frame({"type": "GET_STATE"}))
+        state = peer.receive()
+    assert config["policies"]["memory"]["state_size"] == 16 and config["policies"]["plain"]["state_size"] == 0
+    assert config["state_size"] == 16  # the default module's: the first declared
+    assert set(state["onnx_files"]) == {"memory", "plain"}
+
+
+def test_bad_states_are_refused_and_cost_the_other_client_nothing(tmp_path):
+    settings = gateway_settings(tmp_path, model=LSTM, train_batch_size=10_000)
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as bad, TcpPeer.connect(gateway) as good:
+        sampled = lambda: gateway.service.metrics.num_env_steps_sampled_lifetime  # noqa: E731
+        good.send(frame({"type": "EPISODES", "episodes": [chunk(4, episode_id="g", terminated=False, state_in=[0.0] * 16)]}))
+
+        bad.send(frame({"type": "EPISODES", "episodes": [chunk(3, episode_id="b", state_in=[0.0] * 5)]}))
+        reply = bad.receive()
+        assert reply["type"] == "ERROR" and reply["code"] == "invalid_message", reply
+        assert "state_in" in reply["message"] and "16" in reply["message"] and "got 5" in reply["message"]
+
+        bad.send(frame({"type": "EPISODES", "episodes": [chunk(3, episode_id="b2", terminated=False)]}))  # starts: zeros
+        bad.send(frame({"type": "EPISODES", "episodes": [chunk(3, episode_id="b2")]}))  # goes on without a state
+        reply = bad.receive()
+        assert reply["type"] == "ERROR" and reply["code"] == "invalid_message", reply
+        assert "state_in" in reply["message"] and "state_size = 16" in reply["message"] and "b2" in reply["message"]
+
+        good.send(frame({"type": "EPISODES", "episodes": [chunk(4, episode_id="g", state_in=np.ones(16).tolist())]}))
+        good.send(frame({"type": "PING"}))
+        assert good.receive()["type"] == "PONG"
+        wait_until(lambda: sampled() == 11, 10, "the good client's 8 steps and the bad one's 3 first")
+        assert gateway.service.status().pending_env_steps == 11
+
+
+def test_a_feed_forward_module_refuses_a_state(tmp_path):
+    with running_gateway(gateway_settings(tmp_path)) as gateway, TcpPeer.connect(gateway) as peer:
+        peer.send(frame({"type": "EPISODES", "episodes": [chunk(3, state_in=[0.0, 0.0])]}))
+        reply = peer.receive()
+    assert reply["type"] == "ERROR" and "state_in" in reply["message"] and "state_size 0" in reply["message"], reply
+
+
+def test_use_lstm_with_sac_is_refused_at_start():
+    box = {"type": "box", "shape": [1], "low": -1, "high": 1}
+    with pytest.raises(ValidationError, match="use_lstm trains with ppo only"):
+        Settings(algorithm="sac", action_space=box, model=LSTM)
+
+
+def test_what_memory_does_not_do_yet_is_refused_clearly(tmp_path):
+    with pytest.raises(ValidationError, match="self-play leagues are for feed-forward policies"):
+        box = {"type": "box", "shape": [4]}
+        Settings(policies={"duel": {"observation_space": box, "action_space": {"type": "discrete", "n": 2}, "model": LSTM,
+                                    "self_play": {}}})
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("")
+    with pytest.raises(ValidationError, match="behavioural cloning does not train"):
+        Settings(model=LSTM, demos=demos)
+    with running_gateway(gateway_settings(tmp_path, model=LSTM)) as gateway, TcpPeer.connect(gateway) as peer:
+        peer.send(frame({"type": "START_EPISODE"}))
+        reply = peer.receive()
+    assert reply["type"] == "ERROR" and "recurrent" in reply["message"] and "local inference" in reply["message"], reply
