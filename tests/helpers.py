@@ -8,11 +8,15 @@ No test module imports another, nor conftest.py: what two of them share lives he
 
 from __future__ import annotations
 
+import base64
+import functools
+import gzip
 import importlib.util
 import json
 import socket
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -568,3 +573,70 @@ def load_script(path: Path, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- A client that keeps what it sent -------------------------------------------------
+
+
+class RecordingClient(RLlinkClient):
+    """A real client that also keeps every EPISODES_AND_GET_STATE it sent, and the models of
+    every SET_STATE it got (`models[weights_seq_no][module_id]`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[dict] = []
+        self.models: dict[int, dict[str, str]] = {}
+
+    def request(self, message: dict) -> dict:
+        if message["type"] == "EPISODES_AND_GET_STATE":
+            self.sent.append(json.loads(json.dumps(message)))  # as the wire carries it
+        reply = super().request(message)
+        if reply.get("type") == "SET_STATE":
+            self.models[reply["weights_seq_no"]] = reply["onnx_files"]
+        return reply
+
+    def modes(self, chunk: dict, version: int) -> np.ndarray:
+        """The mode of each step's action distribution under the module's model of `version`:
+        the largest (masked) logit of a discrete module, the mean of a Box one."""
+        session = self._session(version, chunk["module_id"])
+        inputs = session.get_inputs()
+        feed = {inputs[0].name: np.asarray(chunk["obs"][:-1], np.float32)}
+        if "action_mask" in chunk:
+            feed[inputs[1].name] = np.asarray(chunk["action_mask"], np.float32)
+        (dist_inputs,) = session.run([session.get_outputs()[0].name], feed)
+        if isinstance(chunk["actions"][0], int):
+            return np.argmax(dist_inputs, axis=1)
+        return dist_inputs[:, : dist_inputs.shape[1] // 2].astype(np.float64)
+
+    def evaluation_returns(self, module_id: str) -> list[float]:
+        """The module's evaluation episodes' returns in the order the gateway saw them end (the
+        client records them as they end, which, across agents, is another order)."""
+        returns: dict[tuple, float] = defaultdict(float)
+        ended = []
+        for chunk in (c for m in self.sent for c in m["episodes"] if c.get("evaluation") and c["module_id"] == module_id):
+            returns[chunk["agent_id"], chunk["episode_id"]] += sum(chunk["rewards"])
+            if chunk["is_terminated"] or chunk["is_truncated"]:
+                ended.append(returns[chunk["agent_id"], chunk["episode_id"]])
+        return ended
+
+    @functools.cache  # noqa: B019 (a client lives for one test)
+    def _session(self, version: int, module_id: str) -> ort.InferenceSession:
+        onnx_file = gzip.decompress(base64.b64decode(self.models[version][module_id]))
+        return ort.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
+
+    def mode_steps(self, chunk: dict) -> list[bool]:
+        """Whether each action of the chunk is its distribution's mode, under the model of the
+        chunk's version or (a move in flight at a send came before the chunk's others) the next."""
+        versions = sorted(self.models)
+        later = versions[versions.index(chunk["weights_seq_no"]) + 1 :][:1]
+        actions = np.asarray(chunk["actions"], np.float64).reshape(len(chunk["actions"]), -1)
+        modes = [self.modes(chunk, version).reshape(actions.shape) for version in [chunk["weights_seq_no"], *later]]
+        return np.logical_or.reduce([np.isclose(actions, mode, rtol=1e-6, atol=1e-7).all(axis=1) for mode in modes]).tolist()
+
+    def played_the_mode(self, chunk: dict) -> bool:
+        return all(self.mode_steps(chunk))
+
+
+def recording_client(gateway: RunningGateway, transport: str = "tcp") -> RecordingClient:
+    port = gateway.tcp_port if transport == "tcp" else gateway.http_port
+    return RecordingClient(transport, "127.0.0.1", port)

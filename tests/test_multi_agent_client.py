@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import functools
 import gzip
-import json
 from collections import defaultdict
 from typing import Any
 
@@ -38,9 +37,8 @@ from rllink_clients.multi_agent import (
     swapped_seatings,
 )
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
-from rllink_clients.rllink_client import RLlinkClient
 
-from .helpers import RunningGateway, gateway_settings, running_gateway
+from .helpers import gateway_settings, recording_client, running_gateway
 
 # --- CoordinationGame ----------------------------------------------------------------------
 
@@ -240,6 +238,31 @@ def test_only_agents_that_are_sent_count_and_appear() -> None:
     assert len(chunk["actions"]) == 6 and chunk["is_terminated"] is True and chunk["obs"][0] == chunks[0]["obs"][-1]
 
 
+def test_every_third_episode_of_a_scene_and_of_an_agent_restarting_alone_is_an_evaluation_one() -> None:
+    collector = SceneCollector(CoordinationGame(), sends=lambda agent: True, seed=0, evaluation_interval=3)
+    flags = []
+    for _ in range(7):  # scene episodes of 10 steps: the 3rd and the 6th are evaluation ones
+        flags.append(collector.evaluating)
+        for _ in range(10):
+            assert collector.evaluating == flags[-1]
+            collector.step({a: played(1) for a in collector.acting})
+    both = {"agent_0", "agent_1"}
+    assert flags == [set(), set(), both, set(), set(), both, set()]
+    assert collector.scene_episodes == 7 and collector.evaluation_scene_episodes == 2
+    chunks = collector.take_chunks()
+    assert [c["agent_id"] for c in chunks if c.get("evaluation")] == ["agent_0", "agent_1"] * 2
+    assert all(c["evaluation"] is True for c in chunks if "evaluation" in c)
+
+    scene = gymnasium_scene({"cart_0": "CartPole-v1", "cart_1": "CartPole-v1"}, seed=0)
+    collector = SceneCollector(scene, sends=lambda agent: True, seed=0, evaluation_interval=2)
+    ended: list = []
+    while sum(t.agent_id == "cart_0" for t in ended) < 5:
+        ended += collector.step({a: played(0) for a in collector.acting})  # always left: falls in ~10 steps
+    assert [t.evaluation for t in ended if t.agent_id == "cart_0"] == [False, True, False, True, False]  # its own 2nd, 4th
+    chunks = [c for c in collector.take_chunks() if c["agent_id"] == "cart_0"]
+    assert [c.get("evaluation", False) for c in chunks if c["is_terminated"]] == [False, True, False, True, False]
+
+
 def test_each_sub_episode_of_a_scene_agent_has_its_own_episode_id() -> None:
     scene = gymnasium_scene({"cart_0": "CartPole-v1", "cart_1": "CartPole-v1"}, seed=0)
     collector = SceneCollector(scene, sends=lambda agent: True, seed=0)
@@ -299,9 +322,12 @@ def test_an_episode_that_drops_an_acting_agent_is_refused() -> None:
 # --- The client loop against a real gateway ----------------------------------------------
 
 
-def constant_model(input_name: str, obs_dim: int, outputs: list[float], mask_input: str | None = None) -> str:
+def constant_model(
+    input_name: str, obs_dim: int, outputs: list[float], mask_input: str | None = None, noise_free: list[float] | None = None
+) -> str:
     """A base64 gzipped ONNX model whose output 0 is `outputs` for every observation; with
-    `mask_input`, masked as the gateway's masked models are: `logits + (mask - 1) * 1e8`."""
+    `mask_input`, masked as the gateway's masked models are: `logits + (mask - 1) * 1e8`;
+    with `noise_free`, a second output of it, as a gSDE model's `action_dist_inputs_noise_free`."""
     width = len(outputs)
     weights = numpy_helper.from_array(np.zeros((obs_dim, width), np.float32), "W")
     bias = numpy_helper.from_array(np.asarray(outputs, np.float32), "b")
@@ -316,20 +342,19 @@ def constant_model(input_name: str, obs_dim: int, outputs: list[float], mask_inp
             helper.make_node("Mul", ["shifted", "penalty"], ["masked_off"]),
             helper.make_node("Add", ["logits", "masked_off"], ["dist_inputs"]),
         ]
-    graph = helper.make_graph(
-        nodes,
-        "policy",
-        inputs,
-        [helper.make_tensor_value_info("dist_inputs", TensorProto.FLOAT, ["batch", width])],
-        initializer=initializers,
-    )
+    graph_outputs = [helper.make_tensor_value_info("dist_inputs", TensorProto.FLOAT, ["batch", width])]
+    if noise_free is not None:
+        initializers.append(numpy_helper.from_array(np.asarray(noise_free, np.float32), "b_noise_free"))
+        nodes.append(helper.make_node("Gemm", [input_name, "W", "b_noise_free"], ["action_dist_inputs_noise_free"]))
+        graph_outputs.append(helper.make_tensor_value_info("action_dist_inputs_noise_free", TensorProto.FLOAT, ["batch", width]))
+    graph = helper.make_graph(nodes, "policy", inputs, graph_outputs, initializer=initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
     model.ir_version = 8
     return base64.b64encode(gzip.compress(model.SerializeToString())).decode()
 
 
-def policy(obs_space: dict, action_space: dict, *, trainable: bool = True) -> dict:
-    distribution = "categorical" if action_space["type"] == "discrete" else "gaussian"
+def policy(obs_space: dict, action_space: dict, *, trainable: bool = True, distribution: str | None = None) -> dict:
+    distribution = distribution or ("categorical" if action_space["type"] == "discrete" else "gaussian")
     return {
         "observation_space": obs_space,
         "action_space": action_space,
@@ -356,52 +381,38 @@ def set_state(models: dict[str, str]) -> dict:
     return {"type": "SET_STATE", "weights_seq_no": 0, "onnx_files": models, "onnx_file": next(iter(models.values()))}
 
 
-class RecordingClient(RLlinkClient):
-    """A real client that also keeps every EPISODES_AND_GET_STATE it sent."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.sent: list[dict] = []
-
-    def request(self, message: dict) -> dict:
-        if message["type"] == "EPISODES_AND_GET_STATE":
-            self.sent.append(json.loads(json.dumps(message)))  # as the wire carries it
-        return super().request(message)
-
-
-def recording_client(gateway: RunningGateway, transport: str = "tcp") -> RecordingClient:
-    port = gateway.tcp_port if transport == "tcp" else gateway.http_port
-    return RecordingClient(transport, "127.0.0.1", port)
-
-
-BOX3, BOX4, BOARD = {"type": "box", "shape": [3]}, {"type": "box", "shape": [4]}, {"type": "box", "shape": [22]}
+BOX2, BOX3, BOX4, BOARD = ({"type": "box", "shape": [n]} for n in (2, 3, 4, 22))
 PEND_ACTIONS = {"type": "box", "shape": [1], "low": -2.0, "high": 2.0}
+REACH_ACTIONS = {"type": "box", "shape": [1], "low": -1.0, "high": 1.0}
 MOVES = {"type": "discrete", "n": 3}
 
 
-def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks(tmp_path) -> None:
+def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks_every_third_episode_evaluated(tmp_path) -> None:
     policies = {
         "cart": {"observation_space": BOX4, "action_space": {"type": "discrete", "n": 2}},
-        "pend": {"observation_space": BOX3, "action_space": PEND_ACTIONS},
+        "reach": {"observation_space": BOX2, "action_space": REACH_ACTIONS},
     }
-    settings = gateway_settings(tmp_path, policies=policies, policy_mapping={"cart_*": "cart", "pend_*": "pend"}, env_steps_per_sample=200)
+    settings = gateway_settings(
+        tmp_path, policies=policies, policy_mapping={"cart_*": "cart", "reach_*": "reach"}, env_steps_per_sample=200, evaluation_interval=3
+    )
     with running_gateway(settings) as gateway, recording_client(gateway, "ws") as client:
-        result = run_scene(client, make_scene("cartpole:8,pendulum:1"), max_env_steps=400, seed=0)
+        result = run_scene(client, make_scene("cartpole:8,reach:1"), max_env_steps=400, seed=0)
         trained = {p["module_id"]: p["num_env_steps_trained_lifetime"] for p in httpx.get(f"{gateway.base_url}/api/policies").json()}
-        pending = httpx.get(f"{gateway.base_url}/api/metrics").json()["pending_env_steps"]
+        metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
     assert result.env_steps >= 400
     # Every agent acts on every step but the one after each of its episodes ends.
-    assert 0 <= result.agent_steps - (9 * result.env_steps - result.episodes) <= 9  # (the last step's ends: not yet)
+    ended = result.episodes + result.evaluation_episodes
+    assert 0 <= result.agent_steps - (9 * result.env_steps - ended) <= 9  # (the last step's ends: not yet)
     assert len(client.sent) == result.weights_seq_no and result.sent_steps == sum(m["timesteps"] for m in client.sent)
-    # Every step sent is trained, or waits for its module's next batch (pend's share of a
-    # message is ~1/9 of 200: it trains once it holds 200, or when it holds the most).
-    assert sum(trained.values()) + pending == result.sent_steps and trained["pend"] > 0
+    # Every training step sent is trained, or waits for its module's next batch (reach's share of
+    # a message is ~1/9 of 200: it trains once it holds 200, or when it holds the most).
+    assert sum(trained.values()) + metrics["pending_env_steps"] == result.sent_steps - result.evaluated_steps and trained["reach"] > 0
     for message in client.sent:
         assert message["timesteps"] == sum(len(c["actions"]) for c in message["episodes"]) >= 200
     chunks = [c for m in client.sent for c in m["episodes"]]
-    pend = [a[0] for c in chunks if c["agent_id"] == "pend_0" for a in c["actions"]]
-    assert trained["pend"] <= len(pend) and max(abs(a) for a in pend) > 2.0  # unclipped samples go into the chunk
-    assert result.mean_return("pend") < 0 and len(result.module_returns["cart"]) == 20
+    reach = [a[0] for c in chunks if c["agent_id"] == "reach_0" and not c.get("evaluation") for a in c["actions"]]
+    assert trained["reach"] <= len(reach) and max(abs(a) for a in reach) > 1.0  # unclipped samples go into the chunk
+    assert result.mean_return("reach") < 0 and len(result.module_returns["cart"]) == 20
     by_agent_episode: dict[tuple, list] = {}
     for chunk in chunks:
         by_agent_episode.setdefault((chunk["agent_id"], chunk["episode_id"]), []).append(chunk)
@@ -409,11 +420,37 @@ def test_run_scene_plays_two_modules_in_batches_and_sends_their_chunks(tmp_path)
         for previous, chunk in zip(pieces, pieces[1:]):
             assert chunk["obs"][0] == previous["obs"][-1] and not previous["is_terminated"]
 
+    # Evaluation episodes: each agent's 3rd, 6th, ... episode (each agent's env its own), every chunk of it marked.
+    for agent_id in make_scene("cartpole:8,reach:1").possible_agents:
+        episodes = [pieces for (agent, _), pieces in by_agent_episode.items() if agent == agent_id]  # in the order played
+        assert all(len({bool(c.get("evaluation")) for c in pieces}) == 1 for pieces in episodes)
+        assert [bool(pieces[0].get("evaluation")) for pieces in episodes] == [i % 3 == 2 for i in range(len(episodes))]
+    assert metrics["num_evaluation_episodes_lifetime"] == result.evaluation_episodes > 8
+    assert metrics["num_episodes_lifetime"] == result.episodes  # every episode that ended was sent
+    for module_id in ("cart", "reach"):  # the gateway counts each module's evaluation episodes and steps as the client played them
+        seen, evaluations = metrics["policies"][module_id], result.evaluations[module_id]
+        sent = [c for c in chunks if c["module_id"] == module_id]
+        evaluated = [c for c in sent if c.get("evaluation")]
+        ended = sum(c["is_terminated"] or c["is_truncated"] for c in evaluated)
+        assert seen["num_evaluation_episodes_lifetime"] == len(evaluations) == ended
+        assert seen["num_env_steps_evaluated_lifetime"] == sum(len(c["actions"]) for c in evaluated) > 0
+        assert seen["num_env_steps_sampled_lifetime"] + seen["num_env_steps_evaluated_lifetime"] == sum(len(c["actions"]) for c in sent)
+        assert sorted(client.evaluation_returns(module_id)) == pytest.approx(sorted(r for _, r in evaluations))
+        assert seen["evaluation_return_mean"] == pytest.approx(np.mean(client.evaluation_returns(module_id)[-100:]))
+        # Evaluation episodes play the mode (a Box module's: its mean), training ones sample.
+        assert all(client.played_the_mode(c) for c in evaluated)
+        training_modes = [mode for c in sent if not c.get("evaluation") for mode in client.mode_steps(c)]
+        assert np.mean(training_modes) < (0.9 if module_id == "cart" else 0.01)  # (a sampled Box action is never its mean)
+    assert len(result.evaluations["reach"]) >= 4 and all(-20 <= r <= 0 for _, r in result.evaluations["reach"])
+    evaluated_steps = sum(len(c["actions"]) for c in chunks if c.get("evaluation"))
+    assert evaluated_steps == result.evaluated_steps == metrics["num_env_steps_evaluated_lifetime"]
+
 
 def test_run_scene_plays_a_frozen_opponent_and_a_local_one_without_sending_them(tmp_path) -> None:
     policies = {"learner": {"observation_space": BOARD, "action_space": MOVES, "self_play": {}}}
-    settings = gateway_settings(
-        tmp_path, policies=policies, env_steps_per_sample=100, policy_mapping={"player_0": "learner", "player_1": "learner_opponent"}
+    settings = gateway_settings(  # no evaluation games (test_pettingzoo_client plays them with a frozen opponent)
+        tmp_path, policies=policies, env_steps_per_sample=100, policy_mapping={"player_0": "learner", "player_1": "learner_opponent"},
+        evaluation_interval=0,
     )
     with running_gateway(settings) as gateway, recording_client(gateway) as client:
         result = run_scene(client, CountdownGame(), max_env_steps=1000, seed=0)
@@ -464,6 +501,39 @@ def test_a_module_acts_on_a_batch_and_the_env_gets_clipped_actions() -> None:
     assert config.module_for("anyone").module_id == "pend"  # no mapping, one module: every agent plays it
     with pytest.raises(ValueError, match="observes shape \\[3\\], the env gave \\[4\\]"):
         policies.act("pend", [np.zeros(4)])
+
+
+def test_greedy_play_of_a_box_module_takes_the_mode_row_by_row() -> None:
+    """explore False (one flag, or one per row, as an evaluation episode's agents mixed with
+    others in one batch): a Gaussian's mean (the env gets it clipped), a squashed Gaussian's
+    tanh(mean) in the bounds, a gSDE model's from its noise-free output; the rest sample."""
+    box = {"type": "box", "shape": [2], "low": -2.0, "high": 2.0}
+    modules = {
+        "gauss": policy(BOX3, box),
+        "squashed": policy(BOX3, box, distribution="squashed_gaussian"),
+        "gsde": policy(BOX3, box, distribution="squashed_gaussian"),
+    }
+    policies = ModulePolicies(GatewayConfig.from_set_config(set_config(modules)), np.random.default_rng(0))
+    policies.load(set_state({
+        "gauss": constant_model("obs", 3, [3.0, -0.5, 0.0, 0.0]),
+        "squashed": constant_model("obs", 3, [0.5, -1.0, 0.0, 0.0]),
+        "gsde": constant_model("obs", 3, [3.0, 3.0, -5.0, -5.0], noise_free=[0.5, -1.0, -5.0, -5.0]),  # the noise: +2.5, +4
+    }))
+    explore = [False, True] * 4
+    gauss = policies.act("gauss", [np.zeros(3)] * 8, explore=explore)
+    assert all(a.chunk_action == [3.0, -0.5] and a.env_action.tolist() == [2.0, -0.5] for a in gauss[0::2])
+    assert all(a.chunk_action != [3.0, -0.5] for a in gauss[1::2])  # sampled
+    expected = -0.5 * np.log(2 * np.pi) * 2  # the mean's log-prob under the unit Gaussians
+    assert all(a.logp == pytest.approx(expected) for a in gauss[0::2])
+    mode = 2.0 * np.tanh([0.5, -1.0])  # the box [-2, 2]: tanh scaled by 2
+    for module_id in ("squashed", "gsde"):
+        played = policies.act(module_id, [np.zeros(3)] * 8, explore=explore)
+        np.testing.assert_allclose([a.env_action for a in played[0::2]], [mode] * 4, rtol=1e-6)
+        assert all(np.all(np.abs(a.env_action) <= 2.0) and not np.allclose(a.env_action, mode) for a in played[1::2])
+    greedy = policies.act("gsde", [np.zeros(3)] * 2, explore=False)
+    np.testing.assert_allclose([a.env_action for a in greedy], [mode] * 2, rtol=1e-6)
+    sampled = np.array([a.env_action for a in policies.act("gsde", [np.zeros(3)] * 2)])  # exploring: the noise's mean, std e^-5
+    np.testing.assert_allclose(sampled, [2.0 * np.tanh([3.0, 3.0])] * 2, rtol=1e-3)
 
 
 def test_a_categorical_module_samples_its_softmax() -> None:

@@ -27,7 +27,7 @@ from rllink_clients.pettingzoo import (
 )
 from rllink_clients.trajectory import PlayedAction
 
-from .helpers import RunningGateway, gateway_settings, running_gateway
+from .helpers import RunningGateway, gateway_settings, recording_client, running_gateway
 
 TICTACTOE = {"observation_space": {"type": "box", "shape": [18]}, "action_space": {"type": "discrete", "n": 9}}
 CONNECT_FOUR = {"observation_space": {"type": "box", "shape": [84]}, "action_space": {"type": "discrete", "n": 7}}
@@ -118,14 +118,17 @@ def test_tictactoe_self_play_plays_legal_moves_swaps_seats_and_reports_each_game
         result = run_scene(client, scene, max_env_steps=3000, seed=0, seatings=seatings_for(None, SEATS))
         policies = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
-    games = result.scene_episodes
-    assert games > 100 and result.sent_steps > 0
+    games = result.scene_episodes - result.evaluation_scene_episodes  # the training games (every 10th is an evaluation one)
+    assert games > 100 and result.sent_steps > 0 and result.evaluation_scene_episodes == result.scene_episodes // 10
     learner_games = policies["ttt"]["games"]
     assert sum(learner_games[k] for k in ("win", "draw", "loss")) == games  # each game reported once, by the learner
     assert sum(policies["ttt_opponent"]["games"][k] for k in ("win", "draw", "loss")) == 0  # never sent
-    # The learner played each seat in every other game (the first game: player_1).
+    # The learner played each seat in every other game (the first game: player_1), and in
+    # every other evaluation game (the 10th, 20th, ... games: not always the same seat).
     by_seat = {seat: sum(result.outcome_counts("ttt", seat).values()) for seat in SEATS}
     assert by_seat["player_1"] + by_seat["player_2"] == min(games, 2 * 100) and abs(by_seat["player_1"] - by_seat["player_2"]) <= 1
+    evaluated = [sum(result.outcome_counts("ttt", seat, evaluation=True).values()) for seat in SEATS]
+    assert sum(evaluated) == result.evaluation_scene_episodes and abs(evaluated[0] - evaluated[1]) <= 1
     assert set(metrics["agents"]) == set(SEATS) and metrics["errors"] == {}
     returns = [r for agent in SEATS for r in result.agent_returns[agent]]
     assert set(returns) <= {-1.0, 0.0, 1.0}
@@ -137,18 +140,34 @@ def test_games_side_by_side_are_each_reported_once_and_share_out_the_seats(tmp_p
         policies={"ttt": TICTACTOE | {"action_masking": True, "self_play": {}}},
         policy_mapping={"player_*": "ttt"},
         env_steps_per_sample=200,
+        evaluation_interval=3,
     )
     scenes = [AECScene(load_env("pettingzoo.classic.tictactoe_v3")) for _ in range(4)]
-    with running_gateway(settings) as gateway, connect(gateway, "tcp") as client:
+    with running_gateway(settings) as gateway, recording_client(gateway, "tcp") as client:
         result = run_scene(client, scenes, max_env_steps=3000, seed=0, seatings=seatings_for(None, SEATS))
         (ttt,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies").json() if p["module_id"] == "ttt"]
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
-    games = result.scene_episodes
+    games, evaluation_games = result.scene_episodes, result.evaluation_scene_episodes
     assert games > 200 and result.env_steps >= 3000 and metrics["errors"] == {}
-    assert sum(ttt["games"][k] for k in ("win", "draw", "loss")) == games  # each game of each board reported once
-    assert ttt["num_env_steps_sampled_lifetime"] == result.sent_steps
+    # Every 3rd game of each board is an evaluation one: a third of them, less those each board has under way.
+    assert (games - 4 * 2) / 3 <= evaluation_games <= games / 3
+    # Each training game of each board reported once; evaluation games are never counted as games (nor rated).
+    assert sum(ttt["games"][k] for k in ("win", "draw", "loss")) == games - evaluation_games
+    assert ttt["num_env_steps_sampled_lifetime"] + ttt["num_env_steps_evaluated_lifetime"] == result.sent_steps
+    assert ttt["num_env_steps_evaluated_lifetime"] == result.evaluated_steps > 0
+    # The learner's evaluation games, each sent once; its frozen opponent's are played (the mode too), never sent.
+    assert ttt["num_evaluation_episodes_lifetime"] == len(result.evaluations["ttt"]) == evaluation_games
+    assert metrics["policies"]["ttt_opponent"]["num_evaluation_episodes_lifetime"] == 0
+    assert sorted(client.evaluation_returns("ttt")) == pytest.approx(sorted(r for _, r in result.evaluations["ttt"]))
+    assert ttt["evaluation_return_mean"] == pytest.approx(np.mean(client.evaluation_returns("ttt")[-100:]))  # the gateway's window
+    chunks = [c for m in client.sent for c in m["episodes"]]
+    evaluated = [c for c in chunks if c.get("evaluation")]
+    assert {c["module_id"] for c in chunks} == {"ttt"} and sum(len(c["actions"]) for c in evaluated) == result.evaluated_steps
+    # Their moves are the mode: the legal move of the largest logit (boards in evaluation and in training in one model call).
+    assert all(client.played_the_mode(c) for c in evaluated)
     # From the first moves on, the boards seat the learner in both seats (board k starts k games on).
     assert all(sum(result.outcome_counts("ttt", seat).values()) == 100 for seat in SEATS)
+    assert all(sum(result.outcome_counts("ttt", seat, evaluation=True).values()) > 10 for seat in SEATS)
 
 
 def test_connect_four_plays_whole_games_against_the_local_random_player_over_websocket(tmp_path) -> None:
@@ -162,8 +181,11 @@ def test_connect_four_plays_whole_games_against_the_local_random_player_over_web
         (c4,) = httpx.get(f"{gateway.base_url}/api/policies").json()
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
     assert result.scene_episodes >= 4 and result.sent_steps >= 200
-    assert sum(c4["games"][k] for k in ("win", "draw", "loss")) == result.scene_episodes
-    assert c4["num_env_steps_sampled_lifetime"] == result.sent_steps  # only the learner's moves: 84-float chunks
+    # (the 10th game, were there one, an evaluation one: the gateway's evaluation_interval)
+    assert sum(c4["games"][k] for k in ("win", "draw", "loss")) == result.scene_episodes - result.evaluation_scene_episodes
+    assert c4["num_evaluation_episodes_lifetime"] == result.evaluation_scene_episodes
+    # only the learner's moves: 84-float chunks
+    assert c4["num_env_steps_sampled_lifetime"] + c4["num_env_steps_evaluated_lifetime"] == result.sent_steps
     assert result.sent_steps < result.agent_steps  # the random player's moves are not sent
     assert set(result.seat_outcomes["c4"]) == set(scene.possible_agents) and metrics["errors"] == {}
 

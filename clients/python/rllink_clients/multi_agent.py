@@ -10,6 +10,8 @@ complete, one EPISODES_AND_GET_STATE sends a chunk per agent: its own obs, actio
 rewards and flags, under the episode id its episode's agents share, naming the module
 that played it (`module_id`). Frozen self-play opponents (`trainable: false`) and local `opponents` are
 played, never sent. `seatings` swap who plays which seat game by game (self-play seats).
+Every Nth episode of each env (SET_CONFIG's `evaluation_interval`) is an evaluation
+episode: the modules' agents play the mode, and its chunks say `evaluation`.
 
     python -m rllink_clients.multi_agent --scene cartpole:8,pendulum:1 --target-return 150
     python -m rllink_clients.multi_agent --transport ws --port 8000 --scene countdown --opponent random
@@ -34,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from rllink_clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
-from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent
+from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent, is_evaluation_episode
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
 from rllink_clients.rllink_client import GatewayUnreachable, RLlinkClient
 from rllink_clients.trajectory import AgentTrajectory, PlayedAction
@@ -276,9 +278,14 @@ class ModulePolicies:
             )
         self.playing_scripted[module_id] = name
 
-    def act(self, module_id: str, observations: list[Any], masks: list[Any] | None = None, explore: bool = True) -> list[PlayedAction]:
+    def act(
+        self, module_id: str, observations: list[Any], masks: list[Any] | None = None, explore: bool | Sequence[bool] = True
+    ) -> list[PlayedAction]:
         """An action for each observation, among those its mask allows (None: all), with one
-        call of the module's model: sampled, or the distribution's mode unless `explore`."""
+        call of the module's model: sampled, or the distribution's mode unless `explore` (one
+        flag for all, or one per observation: an evaluation episode's agents play the mode).
+        The mode of a Box module: the mean (the env gets it clipped to the bounds), tanh of the
+        mean scaled to the bounds (`squashed_gaussian`), from a gSDE model's noise-free output."""
         spec = self.config.modules[module_id]
         masks = list(masks) if masks is not None else [None] * len(observations)
         if module_id in self.playing_scripted:
@@ -290,16 +297,28 @@ class ModulePolicies:
         if batch.shape[1:] != expected:
             raise ValueError(f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}")
         mask_batch = _mask_batch(module_id, spec, masks)
-        policy = self.policies[module_id]
-        dist_inputs = policy.dist_inputs(batch, mask_batch, explore)
-        if not explore and spec.action_space["type"] not in ("discrete", "multi_discrete"):
-            raise ValueError("greedy play (explore=False) is for discrete action spaces")
-        actions, logps = policy.sample(dist_inputs, explore, mask_batch if not explore else None)
+        explores = np.broadcast_to(np.asarray(explore, dtype=bool), (len(observations),))
+        dist_inputs = _dist_inputs(self.policies[module_id], batch, mask_batch, explores)
+        # The mode where not exploring, among the mask's actions (as the model's logits are already masked: to be sure).
+        mode_mask = None if explores.all() else mask_batch
+        actions, logps = self.policies[module_id].sample(dist_inputs, explores, mode_mask)
         version = self.weights_seq_no
         return [
             PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask)
             for action, logp, mask in zip(actions, logps, masks)
         ]
+
+
+def _dist_inputs(policy: OnnxPolicy, batch: np.ndarray, masks: np.ndarray | None, explores: np.ndarray) -> np.ndarray:
+    """The model's distribution inputs for each row: a gSDE model's noise-free output (its
+    mode, `OnnxPolicy.dist_inputs` with explore False) for the rows that do not explore,
+    output 0 for the others; one model call unless the batch mixes both with such a model."""
+    if not explores.any() or explores.all() or policy.outputs[True] == policy.outputs[False]:
+        return policy.dist_inputs(batch, masks, bool(explores.any()))
+    dist_inputs = policy.dist_inputs(batch, masks)
+    greedy = ~explores
+    dist_inputs[greedy] = policy.dist_inputs(batch[greedy], None if masks is None else masks[greedy], explore=False)
+    return dist_inputs
 
 
 def _mask_batch(module_id: str, spec: ModuleSpec, masks: list[Any]) -> np.ndarray | None:
@@ -347,10 +366,19 @@ class SceneCollector:
     sent (`sends`), which `take_chunks` then cuts off.
 
     Who plays a trajectory is settled when it starts: `on_game(index)` is called as each
-    game (episode) starts, before its agents are asked about; `sends(agent_id)` says
+    game (episode) starts, before its agents are asked about, with its index among the
+    env's training games, or among its evaluation games for an evaluation one (so that
+    seats swapped game by game alternate in each kind, whatever N); `sends(agent_id)` says
     whether its chunks are sent, and `module_of(agent_id)` (if given) names the module
     playing it, which its chunks carry as `module_id`. An acting agent's action mask is
     `infos[agent]["action_mask"]`, kept in `masks`.
+
+    Evaluation episodes (RLLINK.md, "Evaluation episodes"), with `evaluation_interval` N
+    above 0: every Nth episode of the scene (the Nth, 2Nth, ...: `is_evaluation_episode` of
+    the scene episodes before it) is one, and so is every Nth episode of an agent that
+    restarts alone (of the episodes that agent played before it): its trajectories are
+    `evaluation` ones, whose chunks say so, and `evaluating` names its acting agents, which
+    play the mode.
     """
 
     def __init__(
@@ -361,10 +389,15 @@ class SceneCollector:
         *,
         module_of: Callable[[str], str | None] | None = None,
         on_game: Callable[[int], None] | None = None,
+        evaluation_interval: int = 0,
     ) -> None:
         self.env, self.sends, self.module_of, self.on_game = env, sends, module_of, on_game
+        self.evaluation_interval = evaluation_interval
         self.scene_steps = self.agent_steps = self.scene_episodes = 0
+        self.evaluation_scene_episodes = 0  # of the scene episodes that ended, the evaluation ones
         self.ready_steps = 0
+        self.evaluation = False  # whether the scene's episode under way is an evaluation one
+        self._played: dict[str, int] = defaultdict(int)  # agent -> its episodes (with an action) that ended
         self.live: dict[str, AgentTrajectory] = {}  # each agent's latest trajectory this episode
         self.finished: list[AgentTrajectory] = []  # ended, with steps maybe not yet taken
         self.acting: dict[str, Any] = {}  # agent -> the observation it acts on next
@@ -372,9 +405,18 @@ class SceneCollector:
         self._sent: set[AgentTrajectory] = set()  # the trajectories whose chunks are sent
         self._start_episode(seed)
 
+    @property
+    def evaluating(self) -> set[str]:
+        """The acting agents whose episode is an evaluation one: they play the mode."""
+        if not self.evaluation_interval:
+            return set()
+        return {agent_id for agent_id in self.acting if self.live[agent_id].evaluation}
+
     def _start_episode(self, seed: int | None) -> None:
-        if self.on_game is not None:
-            self.on_game(self.scene_episodes)
+        self.evaluation = is_evaluation_episode(self.scene_episodes, self.evaluation_interval)
+        if self.on_game is not None:  # its index among the games of its kind, so that seats alternate in each
+            evaluations = self.evaluation_scene_episodes
+            self.on_game(evaluations if self.evaluation else self.scene_episodes - evaluations)
         self.episode_id, self.live, self.acting = uuid.uuid4().hex, {}, {}
         obs, infos = self.env.reset(seed=seed)
         self._observe(obs, {}, {}, infos)
@@ -398,6 +440,7 @@ class SceneCollector:
             if unfinished:
                 raise ValueError(f"the episode ended without a final observation for {unfinished}, which acted")
             self.scene_episodes += 1
+            self.evaluation_scene_episodes += self.evaluation
             self._start_episode(None)
         return [trajectory for trajectory in ended if trajectory.num_steps]
 
@@ -407,9 +450,14 @@ class SceneCollector:
         for agent_id, ob in obs.items():
             trajectory = self.live.get(agent_id)
             if trajectory is None or trajectory.done:
-                episode_id = self.episode_id if trajectory is None else uuid.uuid4().hex
+                if trajectory is None:  # its first in the scene's episode
+                    episode_id, evaluation = self.episode_id, self.evaluation
+                else:  # back on its own after its episode ended: an episode of its own
+                    episode_id = uuid.uuid4().hex
+                    evaluation = is_evaluation_episode(self._played[agent_id], self.evaluation_interval)
                 module_id = None if self.module_of is None else self.module_of(agent_id)
-                trajectory = self.live[agent_id] = AgentTrajectory(episode_id, agent_id, ob, module_id)
+                trajectory = AgentTrajectory(episode_id, agent_id, ob, module_id, evaluation=evaluation)
+                self.live[agent_id] = trajectory
                 if self.sends(agent_id):
                     self._sent.add(trajectory)
             else:
@@ -419,6 +467,7 @@ class SceneCollector:
             truncated = bool(truncateds.get(agent_id) or truncateds.get(ALL))
             if terminated or truncated:
                 trajectory.end(terminated, truncated, (infos.get(agent_id) or {}).get("outcome"))
+                self._played[agent_id] += trajectory.num_steps > 0
                 self.finished.append(trajectory)
                 ended.append(trajectory)
             else:
@@ -453,13 +502,18 @@ def _window(size: int) -> Callable[[], deque]:
 @dataclass
 class SceneResult:
     """Counts, returns and outcomes of a run. A module's episode return is one agent's
-    return in one episode (eight CartPole agents give eight returns per scene episode)."""
+    return in one episode (eight CartPole agents give eight returns per scene episode).
+    Evaluation episodes (the mode, never trained on) are kept apart: the returns, outcomes,
+    `episodes` and targets are the training episodes'; `evaluations` has theirs."""
 
     env_steps: int = 0  # scene steps
     agent_steps: int = 0  # actions of every agent, sent or not
     sent_steps: int = 0  # agent steps sent to the gateway (the sum of every send's `timesteps`)
-    episodes: int = 0  # agent episodes that ended, each giving one return
-    scene_episodes: int = 0  # times the whole scene ended (`__all__`) and was reset
+    evaluated_steps: int = 0  # of the sent steps, those of evaluation episodes
+    episodes: int = 0  # agent training episodes that ended, each giving one return
+    evaluation_episodes: int = 0  # agent evaluation episodes that ended
+    scene_episodes: int = 0  # times the whole scene ended (`__all__`) and was reset, evaluation episodes too
+    evaluation_scene_episodes: int = 0  # of those, the evaluation ones
     seconds: float = 0.0
     weights_seq_no: int = 0
     module_returns: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(_window(RETURN_WINDOW)))
@@ -470,10 +524,28 @@ class SceneResult:
     seat_outcomes: dict[str, dict[str, deque[str]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(_window(OUTCOME_WINDOW)))
     )
+    # module -> (version, return) of each of its evaluation episodes (a version of the last chunk's, as the gateway counts)
+    evaluations: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
+    evaluation_outcomes: dict[str, deque[str]] = field(default_factory=lambda: defaultdict(_window(OUTCOME_WINDOW)))
+    evaluation_seat_outcomes: dict[str, dict[str, deque[str]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(_window(OUTCOME_WINDOW)))
+    )
     reached_target: bool = False
 
-    def record(self, agent_id: str, module_id: str | None, episode_return: float, outcome: str | None) -> None:
-        """One agent's ended episode; `module_id` None for a local opponent (kept per agent only)."""
+    def record(
+        self, agent_id: str, module_id: str | None, episode_return: float, outcome: str | None,
+        evaluation: bool = False, weights_seq_no: int = 0,
+    ) -> None:
+        """One agent's ended episode; `module_id` None for a local opponent (kept per agent only);
+        an `evaluation` one (played by version `weights_seq_no`) apart from the training ones."""
+        if evaluation:
+            self.evaluation_episodes += 1
+            if module_id is not None:
+                self.evaluations[module_id].append((weights_seq_no, episode_return))
+                if outcome is not None:
+                    self.evaluation_outcomes[module_id].append(outcome)
+                    self.evaluation_seat_outcomes[module_id][agent_id].append(outcome)
+            return
         self.episodes += 1
         self.agent_returns[agent_id].append(episode_return)
         if module_id is None:
@@ -490,9 +562,18 @@ class SceneResult:
         returns = self.module_returns.get(module_id)
         return float(np.mean(returns)) if returns else float("nan")
 
-    def outcome_counts(self, module_id: str, seat: str | None = None) -> dict[str, int]:
-        """Wins, losses and draws among the module's last 100 outcomes (in one seat, if named)."""
-        recent = list(self.outcomes.get(module_id, ()) if seat is None else self.seat_outcomes[module_id].get(seat, ()))
+    def evaluation_return_mean(self, module_id: str) -> float:
+        """Mean of the module's last 20 evaluation returns (nan before the first)."""
+        recent = [episode_return for _, episode_return in self.evaluations.get(module_id, [])[-RETURN_WINDOW:]]
+        return float(np.mean(recent)) if recent else float("nan")
+
+    def outcome_counts(self, module_id: str, seat: str | None = None, *, evaluation: bool = False) -> dict[str, int]:
+        """Wins, losses and draws among the module's last 100 outcomes of training episodes, or
+        of evaluation ones (`evaluation`); in one seat, if named."""
+        outcomes, seat_outcomes = self.outcomes, self.seat_outcomes
+        if evaluation:
+            outcomes, seat_outcomes = self.evaluation_outcomes, self.evaluation_seat_outcomes
+        recent = list(outcomes.get(module_id, ()) if seat is None else seat_outcomes[module_id].get(seat, ()))
         return {outcome: recent.count(outcome) for outcome in ("win", "loss", "draw")}
 
     def reached(self, targets: dict[str, float]) -> bool:
@@ -510,6 +591,7 @@ class SceneResult:
             "agent_steps": self.agent_steps,
             "sent_steps": self.sent_steps,
             "episodes": self.episodes,
+            "evaluation_episodes": self.evaluation_episodes,
             "scene_episodes": self.scene_episodes,
             "seconds": round(self.seconds, 2),
             "weights_seq_no": self.weights_seq_no,
@@ -517,6 +599,10 @@ class SceneResult:
             "first_20_mean_return": {m: round(float(np.mean(r)), 2) for m, r in self.first_returns.items() if r},
             "outcomes": {m: self.outcome_counts(m) for m in self.outcomes},
             "seat_outcomes": {m: {s: self.outcome_counts(m, s) for s in sorted(seats)} for m, seats in self.seat_outcomes.items()},
+            **({"evaluation_return_mean_last_20": {m: round(self.evaluation_return_mean(m), 2) for m in self.evaluations}}
+               if self.evaluations else {}),
+            **({"evaluation_outcomes": {m: self.outcome_counts(m, evaluation=True) for m in self.evaluation_outcomes}}
+               if self.evaluation_outcomes else {}),
         }
 
 
@@ -536,9 +622,10 @@ def run_scene(
     module_filter: Collection[str] | None = None,
     seatings: Callable[[GatewayConfig], Sequence[Seating]] | None = None,
     scripted: Mapping[str, Opponent] | None = None,
+    evaluation_interval: int | None = None,
 ) -> SceneResult:
     """Play `env` with the gateway's modules and train them until every targeted module's
-    mean return (last 20 episodes) reaches its target, a limit passes (`max_env_steps`
+    mean return (last 20 training episodes) reaches its target, a limit passes (`max_env_steps`
     counts scene steps), or `stop` is set; all are checked after each SET_STATE.
 
     `target_return`: one value for every module this client sends experience for, or
@@ -549,10 +636,18 @@ def run_scene(
     self-play league's scripted references (see ModulePolicies). Several envs (copies of one scene) are stepped side by side, each
     module's acting agents of all of them in one model call; env k is seeded `seed + k`
     and starts its seatings k games on, so that seats are shared out from the start.
+
+    Every Nth episode of each env is an evaluation episode (RLLINK.md, "Evaluation episodes";
+    `SceneCollector` says which): its agents that play a gateway module play the mode, local
+    and scripted players as ever, and every chunk of it says `evaluation` (the gateway never
+    trains on it and reports its return apart); N is SET_CONFIG's `evaluation_interval`
+    unless `evaluation_interval` is given (0: none). Its returns stay out of the targets.
     """
     result, started = SceneResult(), time.monotonic()
     envs = list(env) if isinstance(env, Sequence) else [env]
-    config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
+    set_config = client.request({"type": "GET_CONFIG"})
+    config = GatewayConfig.from_set_config(set_config)
+    interval = int(set_config.get("evaluation_interval", 0) if evaluation_interval is None else evaluation_interval)
     castings = [Casting(config, opponents, module_filter, None if seatings is None else seatings(config)) for _ in envs]
     trained = castings[0].trained(envs[0].possible_agents)
     if not trained:
@@ -563,23 +658,28 @@ def run_scene(
     collectors = [
         SceneCollector(
             scene, casting.sends, seed=seed + k, module_of=casting.module_id,
-            on_game=lambda game, casting=casting, k=k: casting.start_game(game + k),
+            on_game=lambda game, casting=casting, k=k: casting.start_game(game + k), evaluation_interval=interval,
         )
         for k, (scene, casting) in enumerate(zip(envs, castings))
     ]
     while True:
         for collector, actions in zip(collectors, choose_actions_in(collectors, castings, policies)):
             for trajectory in collector.step(actions):
-                result.record(trajectory.agent_id, trajectory.module_id, trajectory.episode_return, trajectory.outcome)
+                result.record(
+                    trajectory.agent_id, trajectory.module_id, trajectory.episode_return, trajectory.outcome,
+                    trajectory.evaluation, min(trajectory.versions, default=policies.weights_seq_no),
+                )
         if sum(collector.ready_steps for collector in collectors) < config.env_steps_per_sample:
             continue
         chunks = [chunk for collector in collectors for chunk in collector.take_chunks()]
         steps = sum(len(chunk["actions"]) for chunk in chunks)
         policies.load(client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps}))
         result.sent_steps += steps
+        result.evaluated_steps += sum(len(chunk["actions"]) for chunk in chunks if chunk.get("evaluation"))
         result.env_steps = sum(collector.scene_steps for collector in collectors)
         result.agent_steps = sum(collector.agent_steps for collector in collectors)
         result.scene_episodes = sum(collector.scene_episodes for collector in collectors)
+        result.evaluation_scene_episodes = sum(collector.evaluation_scene_episodes for collector in collectors)
         result.weights_seq_no = policies.weights_seq_no
         result.seconds = time.monotonic() - started
         _log_progress(result, trained)
@@ -602,27 +702,35 @@ def _targets(target_return: float | dict[str, float] | None, trained: list[str])
 
 
 def choose_actions(
-    acting: dict[str, Any], masks: dict[str, Any], casting: Casting, policies: ModulePolicies, *, explore: bool = True
+    acting: dict[str, Any],
+    masks: dict[str, Any],
+    casting: Casting,
+    policies: ModulePolicies,
+    *,
+    explore: bool = True,
+    evaluating: Collection[str] = (),
 ) -> dict[str, PlayedAction]:
     """Every acting agent's action (among its mask's, if it has one): local opponents one by
-    one (given the mask too, if there is one), each module in one batch (greedy unless `explore`)."""
-    (actions,) = _choose([(acting, masks, casting)], policies, explore)
+    one (given the mask too, if there is one), each module in one batch (greedy unless
+    `explore`; the agents in `evaluating`, of an evaluation episode, greedy anyway)."""
+    (actions,) = _choose([(acting, masks, casting, evaluating)], policies, explore)
     return actions
 
 
 def choose_actions_in(
     collectors: Sequence[SceneCollector], castings: Sequence[Casting], policies: ModulePolicies, *, explore: bool = True
 ) -> list[dict[str, PlayedAction]]:
-    """`choose_actions` for several scenes at once: each module's agents of all of them in one batch."""
-    return _choose([(c.acting, c.masks, casting) for c, casting in zip(collectors, castings)], policies, explore)
+    """`choose_actions` for several scenes at once: each module's agents of all of them in one
+    batch, those of an evaluation episode (`SceneCollector.evaluating`) with the mode."""
+    return _choose([(c.acting, c.masks, casting, c.evaluating) for c, casting in zip(collectors, castings)], policies, explore)
 
 
 def _choose(
-    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting]], policies: ModulePolicies, explore: bool
+    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting, Collection[str]]], policies: ModulePolicies, explore: bool
 ) -> list[dict[str, PlayedAction]]:
     actions: list[dict[str, PlayedAction]] = [{} for _ in scenes]
     by_module: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for k, (acting, masks, casting) in enumerate(scenes):
+    for k, (acting, masks, casting, _) in enumerate(scenes):
         for agent_id, obs in acting.items():
             opponent = casting.opponent(agent_id)
             if opponent is None:
@@ -632,7 +740,8 @@ def _choose(
                 actions[k][agent_id] = PlayedAction(action, _chunk_action(action), 0.0, policies.weights_seq_no)
     for module_id, agents in by_module.items():
         observations = [scenes[k][0][agent_id] for k, agent_id in agents]
-        played = policies.act(module_id, observations, [scenes[k][1].get(agent_id) for k, agent_id in agents], explore)
+        explores = [explore and agent_id not in scenes[k][3] for k, agent_id in agents]
+        played = policies.act(module_id, observations, [scenes[k][1].get(agent_id) for k, agent_id in agents], explores)
         for (k, agent_id), action in zip(agents, played):
             actions[k][agent_id] = action
     return actions
@@ -708,6 +817,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-env-steps", type=int, help="stop after this many scene steps")
     parser.add_argument("--max-seconds", type=float, help="stop after this long")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--evaluation-interval", type=int, metavar="N",
+        help="play every Nth episode of each env greedily as an evaluation episode (reported apart, never trained on; "
+        "0: none); default: the gateway's SET_CONFIG evaluation_interval",
+    )
     return parser.parse_args(argv)
 
 
@@ -739,6 +853,7 @@ def main(argv: list[str] | None = None) -> int:
             max_seconds=args.max_seconds,
             seed=args.seed,
             opponents=opponents,
+            evaluation_interval=args.evaluation_interval,
         )
     print(json.dumps(result.summary()))
     return 0 if result.reached_target or target is None else 1

@@ -25,6 +25,11 @@ instead (never sent). Chunks name their `module_id`. When the league draws one o
 scripted references, the opponent's model names it and the player given as `--scripted
 NAME=module:function` takes the opponent's seat.
 
+Evaluation games: every Nth game of each board (SET_CONFIG's `evaluation_interval`, or
+`--evaluation-interval`) the gateway's modules play the mode, its chunks say `evaluation`,
+and the gateway neither trains on it nor rates it. Seats alternate among the evaluation
+games, and among the training games, apart (a game's "even" or "odd" is in its kind).
+
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.tictactoe_v3
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --opponent random --transport ws
     python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 16   # 16 games side by side
@@ -298,6 +303,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--num-envs", type=int, default=1,
         help="play this many games side by side, each module's moves of all of them in one model call (default 1)",
     )
+    parser.add_argument(
+        "--evaluation-interval", type=int, metavar="N",
+        help="play every Nth game of each board greedily as an evaluation game (reported apart, never trained on nor "
+        "rated; 0: none); default: the gateway's SET_CONFIG evaluation_interval",
+    )
     parser.add_argument("--print-spaces", action="store_true", help="print the env's spaces as a gateway `policies` entry, and exit")
     return parser.parse_args(argv)
 
@@ -329,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 seatings=seatings_for(rival, scene.possible_agents),
                 scripted=scripted,
+                evaluation_interval=args.evaluation_interval,
             )
     except (EnvError, ValueError, GatewayUnreachable) as exc:  # a problem a person can fix: the env, the gateway's settings, its address
         print(f"error: {exc}", file=sys.stderr)

@@ -38,9 +38,10 @@ class AgentTrajectory:
     CartPole chunk: 23 vs 85 us), and no list per step lingers for the collector.
     """
 
-    def __init__(self, episode_id: str, agent_id: str, obs: Any, module_id: str | None = None) -> None:
+    def __init__(self, episode_id: str, agent_id: str, obs: Any, module_id: str | None = None, *, evaluation: bool = False) -> None:
         self.episode_id, self.agent_id = episode_id, agent_id
         self.module_id = module_id  # named on its chunks (it wins over the gateway's policy_mapping)
+        self.evaluation = evaluation  # an evaluation episode's: played with the mode, every chunk says so
         first = np.asarray(obs, dtype=np.float32)
         self._obs = np.empty((INITIAL_ROWS, *first.shape), np.float32)
         self._obs[0] = first
@@ -120,6 +121,8 @@ class AgentTrajectory:
             chunk["action_mask"] = [[1] * width if m is None else np.asarray(m, np.int8).tolist() for m in masks]
         if self.module_id is not None:
             chunk["module_id"] = self.module_id
+        if self.evaluation:
+            chunk["evaluation"] = True
         if self.done and self.outcome is not None:
             chunk["outcome"] = self.outcome
         self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
