@@ -26,6 +26,7 @@ from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.learner import PPOLearner
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import OPSET
+from rllink_clients.gym_client import run
 
 from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 
@@ -136,3 +137,14 @@ def test_what_memory_does_not_do_yet_is_refused_clearly(tmp_path):
         peer.send(frame({"type": "START_EPISODE"}))
         reply = peer.receive()
     assert reply["type"] == "ERROR" and "recurrent" in reply["message"] and "local inference" in reply["message"], reply
+
+
+@pytest.mark.e2e
+def test_an_lstm_learns_stateless_cartpole_through_a_real_socket(tmp_path):
+    """CartPole seeing only the cart's position and the pole's angle: the reference client
+    carries the state step to step and sends each chunk's state_in; the gateway trains the
+    LSTM on sequences. A feed-forward policy cannot hold the pole here (bench/memory.py)."""
+    with running_gateway(gateway_settings(tmp_path, model={"use_lstm": True})) as gateway, gateway.client("tcp") as client:
+        assert client.request({"type": "GET_CONFIG"})["state_size"] == 128
+        result = run(client, "rllink_clients.memory_envs:StatelessCartPole-v1", target_return=200, max_env_steps=150_000, seed=0)
+    assert result.reached_target, f"mean of the last 20 returns {result.mean_return:.1f} < 200 after {result.env_steps} env steps"
