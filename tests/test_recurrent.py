@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import httpx
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -27,6 +28,7 @@ from app.training.algorithms.ppo.learner import PPOLearner
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import OPSET
 from rllink_clients.gym_client import run
+from rllink_clients.thin_client import run_thin_envs
 
 from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 
@@ -133,18 +135,52 @@ def test_what_memory_does_not_do_yet_is_refused_clearly(tmp_path):
     demos.write_text("")
     with pytest.raises(ValidationError, match="behavioural cloning does not train"):
         Settings(model=LSTM, demos=demos)
-    with running_gateway(gateway_settings(tmp_path, model=LSTM)) as gateway, TcpPeer.connect(gateway) as peer:
-        peer.send(frame({"type": "START_EPISODE"}))
-        reply = peer.receive()
-    assert reply["type"] == "ERROR" and "recurrent" in reply["message"] and "local inference" in reply["message"], reply
+
+
+def test_a_thin_clients_episodes_keep_their_own_states(tmp_path):
+    """The gateway keeps each thin-client episode's state: its greedy actions are those of
+    the model run step by step with the state carried, from zeros at each START_EPISODE,
+    whether the episode's requests come alone or batched with another's."""
+    rng = np.random.default_rng(0)
+    observations = rng.normal(size=(30, 4)).astype(np.float32)
+    with running_gateway(gateway_settings(tmp_path, model=LSTM, evaluation_interval=0)) as gateway, TcpPeer.connect(gateway) as peer:
+        model = httpx.get(f"{gateway.base_url}/api/model.onnx").content
+        ids = []
+        for _ in range(3):
+            peer.send(frame({"type": "START_EPISODE"}))
+            ids.append(peer.receive()["episode_id"])
+        alone, batched = [], []
+        for obs in observations:
+            peer.send(frame({"type": "GET_ACTION", "episode_id": ids[0], "obs": obs.tolist(), "explore": False}))
+            alone.append(peer.receive()["action"])
+            batch = [{"episode_id": ids[1], "obs": obs.tolist(), "explore": False},
+                     {"episode_id": ids[2], "obs": (-obs).tolist(), "explore": False}]
+            peer.send(frame({"type": "GET_ACTION", "batch": batch}))
+            batched.append(peer.receive()["actions"])
+    session, expected = ort.InferenceSession(model), {}
+    for sign in (1, -1):
+        state, actions = np.zeros((1, 16), np.float32), []
+        for obs in observations:
+            logits, state = session.run(None, {"obs": sign * obs[None], "state_in": state})
+            actions.append(int(np.argmax(logits)))
+        expected[sign] = actions
+    assert alone == [first for first, _ in batched] == expected[1]
+    assert [second for _, second in batched] == expected[-1]
+    assert expected[1] != expected[-1]  # the two episodes' states differ, and each got its own
 
 
 @pytest.mark.e2e
-def test_an_lstm_learns_stateless_cartpole_through_a_real_socket(tmp_path):
-    """CartPole seeing only the cart's position and the pole's angle: the reference client
-    carries the state step to step and sends each chunk's state_in; the gateway trains the
-    LSTM on sequences. A feed-forward policy cannot hold the pole here (bench/memory.py)."""
+@pytest.mark.parametrize("inference", ["local", "thin"])
+def test_an_lstm_learns_stateless_cartpole_through_a_real_socket(tmp_path, inference):
+    """CartPole seeing only the cart's position and the pole's angle. Local: the reference
+    client carries the state step to step and sends each chunk's state_in; thin: 8 envs in
+    one batched GET_ACTION per step, the gateway keeping each episode's state. The gateway
+    trains the LSTM on sequences. A feed-forward policy cannot hold the pole here (bench/memory.py)."""
+    env_id = "rllink_clients.memory_envs:StatelessCartPole-v1"
     with running_gateway(gateway_settings(tmp_path, model={"use_lstm": True})) as gateway, gateway.client("tcp") as client:
-        assert client.request({"type": "GET_CONFIG"})["state_size"] == 128
-        result = run(client, "rllink_clients.memory_envs:StatelessCartPole-v1", target_return=200, max_env_steps=150_000, seed=0)
+        if inference == "local":
+            assert client.request({"type": "GET_CONFIG"})["state_size"] == 128
+            result = run(client, env_id, target_return=200, max_env_steps=150_000, seed=0)
+        else:
+            result = run_thin_envs(client, env_id, 8, target_return=200, max_env_steps=150_000, seed=0)
     assert result.reached_target, f"mean of the last 20 returns {result.mean_return:.1f} < 200 after {result.env_steps} env steps"

@@ -46,8 +46,11 @@ def test_a_thin_client_that_runs_no_model_trains_cartpole_to_450(tmp_path, trans
     assert result.reached_target, (result.env_steps, result.mean_return)
     assert np.mean(result.first_returns) < 60  # it started from scratch
     assert serving["actions_served_total"] == result.env_steps and serving["open_episodes"] == 0
-    assert serving["episodes_ended"]["terminated"] + serving["episodes_ended"].get("truncated", 0) == result.episodes
-    assert counts["sampled"] == counts["accounted"] == result.env_steps  # every step of every ended episode
+    played = result.episodes + len(result.evaluations)  # every 10th the gateway played as an evaluation episode
+    assert serving["episodes_ended"]["terminated"] + serving["episodes_ended"].get("truncated", 0) == played
+    assert len(result.evaluations) == played // 10
+    evaluated = gateway.service.metrics.num_env_steps_evaluated_lifetime
+    assert counts["sampled"] == counts["accounted"] == result.env_steps - evaluated  # every step of every ended episode
 
 
 def test_batched_and_single_requests_give_the_same_deterministic_actions(tmp_path):

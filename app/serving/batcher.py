@@ -6,7 +6,8 @@ current ONNX model runs with onnxruntime on the event loop: an MLP on a few thou
 observations takes well under a millisecond, less than a hop to a thread would cost.
 The actions of a whole pass are sampled at once too (clients/python/rllink/action_dists.py), and so are
 the log-probs of actions clients chose themselves (LOG_ACTION). The session of a
-published version is built once, when a request first needs it.
+published version is built once, when a request first needs it. A recurrent module's
+requests bring their episodes' states (state_in) and take back the states after (state_out).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import onnxruntime as ort
 
 from app.settings.policies import Module
 from app.spaces.models import ActionSpace, BoxSpace, MultiDiscreteSpace
+from app.spaces.onnx_names import ACTION_MASK_INPUT, STATE_INPUT, STATE_OUTPUT
 from app.training.policy_state import PolicyState
 from app.training.policy_store import PolicySetState
 from rllink.action_dists import actions_logp, sample_actions
@@ -34,6 +36,7 @@ class Actions:
     actions: np.ndarray  # [n] int64 (Discrete) or [n, *shape] float (Box, unclipped)
     logp: np.ndarray  # [n]
     weights_seq_no: int
+    state_out: np.ndarray | None = None  # [n, state_size]: a recurrent model's state after each step
 
 
 @dataclass
@@ -43,6 +46,7 @@ class _Pending:
     explore: np.ndarray  # [n] bool
     mask: np.ndarray | None  # [n, k] float32 action masks (a module with action_masking)
     given: np.ndarray | None  # actions the client chose (LOG_ACTION): their log-probs, no sampling
+    state: np.ndarray | None  # [n, state_size] a recurrent model's state_in
     future: asyncio.Future[Actions]
 
 
@@ -54,11 +58,20 @@ class _Runner:
         options.intra_op_num_threads = 1  # the learner has the other core
         self.state = state
         self.session = ort.InferenceSession(state.onnx_bytes, options, providers=["CPUExecutionProvider"])
-        self.input_names = [model_input.name for model_input in self.session.get_inputs()]  # obs, then a mask if masked
-        self.output_names = [self.session.get_outputs()[0].name]  # named: onnxruntime then skips listing them per run
+        self.obs_name = self.session.get_inputs()[0].name
+        self.recurrent = any(model_input.name == STATE_INPUT for model_input in self.session.get_inputs())
+        # named: onnxruntime then skips listing them per run
+        self.output_names = [self.session.get_outputs()[0].name, *([STATE_OUTPUT] if self.recurrent else [])]
 
-    def run(self, obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-        return self.session.run(self.output_names, dict(zip(self.input_names, (obs, mask))))[0].astype(np.float64)
+    def run(self, obs: np.ndarray, mask: np.ndarray | None, state: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+        """action_dist_inputs (float64), and a recurrent model's state_out."""
+        feed = {self.obs_name: obs}
+        if mask is not None:
+            feed[ACTION_MASK_INPUT] = mask
+        if self.recurrent:
+            feed[STATE_INPUT] = state
+        outputs = self.session.run(self.output_names, feed)
+        return outputs[0].astype(np.float64), outputs[1] if self.recurrent else None
 
 
 class ActionBatcher:
@@ -87,23 +100,29 @@ class ActionBatcher:
     # act, log_prob and _queue return the future itself, not a coroutine awaiting it: each
     # level of coroutines is crossed twice per request (suspending, resuming).
 
-    def act(self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None) -> asyncio.Future[Actions]:
+    def act(
+        self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None, state: np.ndarray | None = None
+    ) -> asyncio.Future[Actions]:
         """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
         model: sampled, or the most likely one (the mean) where `explore` [n] is False;
-        never one `mask` [n, k] forbids (given for a module with action_masking, else None)."""
-        return self._queue(module, obs, explore, mask, None)
+        never one `mask` [n, k] forbids (given for a module with action_masking, else None);
+        `state` [n, state_size]: a recurrent module's state_in (its state_out comes back)."""
+        return self._queue(module, obs, explore, mask, None, state)
 
-    def log_prob(self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None) -> asyncio.Future[Actions]:
+    def log_prob(
+        self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None, state: np.ndarray | None = None
+    ) -> asyncio.Future[Actions]:
         """The log-probs of actions the client chose itself, under the current model."""
-        return self._queue(module, obs, np.zeros(len(obs), bool), mask, actions)
+        return self._queue(module, obs, np.zeros(len(obs), bool), mask, actions, state)
 
     def _queue(
-        self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None
+        self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None,
+        state: np.ndarray | None,
     ) -> asyncio.Future[Actions]:
         if self._loop is None:  # noted once: get_running_loop() makes a getpid() system call each time
             self._loop = asyncio.get_running_loop()
         future = self._loop.create_future()
-        self._pending.append(_Pending(module, obs, explore, mask, given, future))
+        self._pending.append(_Pending(module, obs, explore, mask, given, state, future))
         self._pending_rows += len(obs)
         if self._pending_rows >= self.max_batch:
             self._run_pending()
@@ -133,9 +152,10 @@ class ActionBatcher:
         for module_id, requests in by_module.items():
             try:
                 module = requests[0].module
-                dist_inputs = self._runner(module_id, published.modules[module_id]).run(
+                dist_inputs, state_out = self._runner(module_id, published.modules[module_id]).run(
                     _joined([request.obs for request in requests]),
                     _joined([request.mask for request in requests]) if module.action_masking else None,
+                    _joined([request.state for request in requests]) if module.state_size else None,
                 )
                 actions, logp = self._sample(module, dist_inputs, _joined([request.explore for request in requests]))
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
@@ -149,10 +169,12 @@ class ActionBatcher:
                 start = part.stop
                 if request.future.done():  # the client has gone
                     continue
+                states = None if state_out is None else state_out[part]
                 if request.given is None:
-                    result = Actions(actions[part], logp[part], published.weights_seq_no)
+                    result = Actions(actions[part], logp[part], published.weights_seq_no, states)
                 else:
-                    result = Actions(request.given, self._log_prob(module, dist_inputs[part], request.given), published.weights_seq_no)
+                    logged = self._log_prob(module, dist_inputs[part], request.given)
+                    result = Actions(request.given, logged, published.weights_seq_no, states)
                 request.future.set_result(result)
         if self._on_pass is not None:
             self._on_pass(rows)

@@ -114,11 +114,6 @@ class ServingService:
         except UnknownModule as exc:
             raise refusal(str(exc)) from None
         self._check_playable(module)
-        if module.state_size:
-            raise refusal(
-                f"module {module.module_id!r} is recurrent (state_size {module.state_size}): thin clients cannot play it yet "
-                "(the gateway keeps no episode's state); play it with local inference, which sends state_in"
-            )
         if request.episode_id is not None and request.episode_id in episodes:
             raise refusal(f"episode {request.episode_id!r} is already open on this connection")
         if len(episodes) >= self.settings.max_open_episodes_per_connection:
@@ -137,7 +132,7 @@ class ServingService:
         turn = module.trainable and not request.evaluation and self._evaluation_turn(client, request)
         evaluation = module.trainable and (request.evaluation or turn)
         training = request.training_enabled and module.trainable and not evaluation
-        steps = self._tables.setdefault(module.module_id, StepTable())
+        steps = self._tables.setdefault(module.module_id, StepTable(module.state_size))
         episodes[episode_id] = ServedEpisode(
             episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation, turn
         )
@@ -189,10 +184,11 @@ class ServingService:
         actions: list = [None] * len(ids)
         version = 0
         for module, indices, obs, group_explore, masks in groups:
-            chosen = await self.batcher.act(module, obs, group_explore, masks)
+            group = [episodes[i] for i in indices]
+            chosen = await self.batcher.act(module, obs, group_explore, masks, group[0].steps.states([episode.slot for episode in group]))
             version = chosen.weights_seq_no
             # the chunks record the actions as sampled; the client gets them clipped to a box
-            self._record(client, [episodes[i] for i in indices], obs, chosen.actions, chosen.logp, version, masks)
+            self._record(client, group, obs, chosen.actions, chosen.logp, version, masks, chosen.state_out)
             for i, action in zip(indices, env_actions(module, chosen.actions)):
                 actions[i] = action
         self.metrics.record_served(len(ids), time.perf_counter() - received_at)
@@ -212,13 +208,13 @@ class ServingService:
         masks = stack_masks(episode.module, [request.action_mask])
         if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
             raise refusal(f"action {request.action!r} is one its action_mask forbids")
-        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks)
+        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks, episode.steps.states([episode.slot]))
         if not abs(float(logged.logp[0])) <= FLOAT32_MAX:  # the chunk holds it as a float32
             raise refusal(
                 f"action {request.action!r} has log-prob {float(logged.logp[0])} under the current policy "
                 "(too far from its distribution for float32); not recorded"
             )
-        self._record(client, [episode], request.obs[None], action[None], logged.logp, logged.weights_seq_no, masks)
+        self._record(client, [episode], request.obs[None], action[None], logged.logp, logged.weights_seq_no, masks, logged.state_out)
         self.metrics.actions_logged_total += 1
 
     def log_returns(self, client: ClientInfo, request: LogReturns) -> None:
@@ -295,26 +291,30 @@ class ServingService:
         logp: np.ndarray,
         version: int,
         masks: np.ndarray | None,
+        state_out: np.ndarray | None = None,
     ) -> None:
         """A step of each episode (all of one module): the observation completes its last
-        step (or starts it); the complete steps go to training if due; then the action."""
+        step (or starts it); the complete steps go to training if due; then the action, and
+        a recurrent module's state after it."""
         if len(episodes) == 1:  # one slot: its values without the batch axis
             slots = episodes[0].slot
             if slots is None:
                 return  # ended while its action was chosen (the client left)
             obs, actions, logp, masks = obs[0], actions[0], logp[0], None if masks is None else masks[0]
+            state_out = None if state_out is None else state_out[0]
         else:
             listed = [episode.slot for episode in episodes]
             if None in listed:  # some ended while their actions were chosen (the client left)
                 if keep := [row for row, slot in enumerate(listed) if slot is not None]:
                     masks = None if masks is None else masks[keep]
-                    self._record(client, [episodes[r] for r in keep], obs[keep], actions[keep], logp[keep], version, masks)
+                    states = None if state_out is None else state_out[keep]
+                    self._record(client, [episodes[r] for r in keep], obs[keep], actions[keep], logp[keep], version, masks, states)
                 return
             slots = np.array(listed)
         steps = episodes[0].steps
         due = steps.observe(slots, obs, self.settings.env_steps_per_sample, version)
         chunks = [(episodes[row], steps.take_chunk(episodes[row].slot)) for row in due]
-        steps.act(slots, actions, logp, version, masks)
+        steps.act(slots, actions, logp, version, masks, state_out)
         for episode, data in chunks:  # last: the table has its steps, whatever happens here
             self._send(client, episode, data)
 

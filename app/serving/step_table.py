@@ -12,6 +12,11 @@ one more than its complete steps, the last being the one its episode acts on nex
 action waiting for its next observation is "in flight", and rewards add to it. The
 gateway's requests always observe, then act: chunks are taken after an observation,
 when nothing is in flight.
+
+A recurrent module's table also holds each slot's state (RLLINK.md "Recurrent policies"):
+`state`, the one to feed with the slot's latest observation (zeros when its episode
+opens; the caller puts each step's state_out there after it acts), and the state its
+unsent chunk began from, which the chunk carries as `state_in`.
 """
 
 from __future__ import annotations
@@ -41,13 +46,16 @@ class StepTable:
     `observe`): `version` holds it, per slot.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, state_size: int = 0) -> None:
         self._columns: dict[str, np.ndarray] = {}
         self._slots, self._steps = INITIAL_SLOTS, INITIAL_STEPS
         self.num_obs = np.zeros(self._slots, np.int64)
         self.num_actions = np.zeros(self._slots, np.int64)
         self.version = np.zeros(self._slots, np.int64)
         self._free = list(range(self._slots - 1, -1, -1))
+        # A recurrent module's: each slot's state now, and at its unsent chunk's first observation.
+        self.state = np.zeros((self._slots, state_size), np.float32) if state_size else None
+        self._chunk_state = np.zeros((self._slots, state_size), np.float32) if state_size else None
 
     # -- Slots ----------------------------------------------------------------------
 
@@ -57,6 +65,8 @@ class StepTable:
             self._grow(slots=2 * self._slots)
         slot = self._free.pop()
         self.num_obs[slot] = self.num_actions[slot] = 0
+        if self.state is not None and self._chunk_state is not None:
+            self.state[slot] = self._chunk_state[slot] = 0.0  # a new episode starts with no memory
         return slot
 
     def close(self, slot: int) -> dict[str, Any] | None:
@@ -95,8 +105,16 @@ class StepTable:
             return np.flatnonzero(due).tolist() if due.any() else []
         return [0] if due else []
 
-    def act(self, slots: Slots, actions: np.ndarray, logp: np.ndarray, version: int, masks: np.ndarray | None) -> None:
-        """Each slot's action on its latest observation (then in flight)."""
+    def states(self, slots: list[int]) -> np.ndarray | None:
+        """The states to feed with these slots' latest observations (a recurrent module's; else None)."""
+        return None if self.state is None else self.state[slots]
+
+    def act(
+        self, slots: Slots, actions: np.ndarray, logp: np.ndarray, version: int, masks: np.ndarray | None,
+        state_out: np.ndarray | None = None,
+    ) -> None:
+        """Each slot's action on its latest observation (then in flight), and a recurrent
+        module's state after it."""
         count = self.num_actions[slots]  # one less than their observations: observe made the room
         columns = self._columns
         if "actions" not in columns:
@@ -110,6 +128,8 @@ class StepTable:
         self.version[slots] = version
         if masks is not None:
             columns["masks"][slots, count] = masks
+        if self.state is not None and state_out is not None:
+            self.state[slots] = state_out
         self.num_actions[slots] = count + 1
 
     def reward(self, slot: int, reward: float) -> bool:
@@ -141,6 +161,9 @@ class StepTable:
         }
         if "masks" in columns:
             chunk["action_mask"] = columns["masks"][slot, :steps].copy()
+        if self.state is not None and self._chunk_state is not None:
+            chunk["state_in"] = self._chunk_state[slot].copy()
+            self._chunk_state[slot] = self.state[slot]  # the next chunk begins at the latest observation, not yet acted on
         columns["obs"][slot, 0] = columns["obs"][slot, steps]
         self.num_obs[slot], self.num_actions[slot] = 1, 0
         return chunk
@@ -178,5 +201,8 @@ class StepTable:
             self.num_obs = np.concatenate([self.num_obs, np.zeros(self._slots - old_slots, np.int64)])
             self.num_actions = np.concatenate([self.num_actions, np.zeros(self._slots - old_slots, np.int64)])
             self.version = np.concatenate([self.version, np.zeros(self._slots - old_slots, np.int64)])
+            if self.state is not None and self._chunk_state is not None:
+                more = np.zeros((self._slots - old_slots, self.state.shape[1]), np.float32)
+                self.state, self._chunk_state = np.concatenate([self.state, more]), np.concatenate([self._chunk_state, more])
             self._free.extend(range(self._slots - 1, old_slots - 1, -1))
 
