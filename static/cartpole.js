@@ -4,7 +4,9 @@
  * Reads URL options (see cartpole.html), draws the cart, and charts the episode returns.
  * Two ways to act:
  *   - local (default): runs the RLlink loop from rllink.js with a Sampler over CartPole
- *     and the OnnxPolicy (onnxruntime-web) from each SET_STATE;
+ *     and the OnnxPolicy (onnxruntime-web) from each SET_STATE; with a recurrent module
+ *     (the gateway's `model.use_lstm`, SET_CONFIG.state_size > 0) the Sampler carries the
+ *     policy's state from step to step and sends each chunk's `state_in`;
  *   - `?inference=server`: a thin client (rllink.js runThinLoop): the gateway chooses
  *     every action (GET_ACTION) and builds the episodes. onnx_policy.js and
  *     onnxruntime-web are never loaded then: nothing of them is fetched.
@@ -16,7 +18,7 @@
  * For tests and scripts the page reports in the DOM:
  *   #status  (always)        JSON: phase, weights_seq_no, env_steps (evaluation steps too),
  *                            episodes (training ones), first_mean_return, recent_mean_return,
- *                            best_return, evaluation_episodes, evaluation_mean_return,
+ *                            best_return, evaluation_episodes, evaluation_mean_return, state_size,
  *                            evaluation_episode (the one playing now is), seconds, ...
  *   #result  (once, at end)  JSON: the final status plus `reason` ('target', 'max_env_steps',
  *                            'max_seconds', 'stopped') and `reached_target`
@@ -78,6 +80,7 @@ class Progress {
       evaluation_episode: false, // the episode playing now is an evaluation one
       evaluation_episodes: 0,
       evaluation_mean_return: null, // of the last `window` evaluation episodes
+      state_size: null, // SET_CONFIG's (local inference): > 0, a recurrent policy whose state the page carries
       seconds: 0,
     };
   }
@@ -233,6 +236,7 @@ class DemoPage {
       actionSpace: config.action_space ?? { type: 'discrete' },
       weightsSeqNo: state.weights_seq_no,
       random: this.random,
+      stateSize: config.state_size ?? 0, // > 0: a recurrent module (model.use_lstm); the Sampler carries its state
     });
     this.policy?.release();
     this.policy = policy;
@@ -240,6 +244,7 @@ class DemoPage {
     status.weights_seq_no = state.weights_seq_no;
     status.env_steps_per_sample = config.env_steps_per_sample;
     status.evaluation_interval = config.evaluation_interval ?? 0;
+    status.state_size = policy.stateSize;
     this.logProgress();
     this.render();
     const reason = this.progress.finishReason();

@@ -16,6 +16,14 @@
  * input, the action mask [batch, k] float32 (1 allowed, 0 forbidden, one per logit), and
  * outputs logits + (mask - 1) * 1e8: a forbidden action's probability is exactly 0.
  *
+ * A recurrent module's model (SET_CONFIG.state_size > 0: `model.use_lstm` on the gateway) takes
+ * a further input "state_in" [batch, state_size] (float32) and gives a further output
+ * "state_out" of the same shape, the state after the step. `act(obs, mask, { state })` feeds
+ * `state` (zeros when not given: an episode's start) and resolves with `state` too, the
+ * state_out to feed with the episode's next observation; `stateSize` says its length (0 for a
+ * feed-forward model). The caller keeps it per episode (Sampler in sampler.js does), across
+ * model versions too.
+ *
  * `act(obs, mask, { explore: false })` plays the distribution's mode instead of sampling
  * (an evaluation episode, see rllink.js isEvaluationEpisode): the most likely action (after
  * the mask), the most likely one of each sub-action, or the Gaussian's mean (the game clips
@@ -27,6 +35,8 @@ import { gaussian } from './random.js';
 
 export const ORT_BASE = '/vendor/ort/';
 const NOISE_FREE_OUTPUT = 'action_dist_inputs_noise_free'; // a gSDE model's output without its exploration noise
+export const STATE_INPUT = 'state_in'; // a recurrent model's state, fed back step to step (RLLINK.md)
+export const STATE_OUTPUT = 'state_out';
 let ortModule = null;
 
 /** Import onnxruntime-web once and set it up for wasm on one thread. */
@@ -122,6 +132,26 @@ function observationShape(session, inputName) {
   return dims.length > 0 && dims.every((n) => Number.isInteger(n) && n > 0) ? dims : null;
 }
 
+/**
+ * The length of a recurrent model's state (its state_in input [batch, state_size]); 0 for a
+ * feed-forward model. `expected` (SET_CONFIG.state_size, if given) must agree with the model.
+ */
+function recurrentStateSize(session, expected) {
+  if (!session.inputNames.includes(STATE_INPUT)) {
+    if (expected > 0) throw new Error(`SET_CONFIG says state_size ${expected}, but the model has no ${STATE_INPUT} input`);
+    return 0;
+  }
+  if (!session.outputNames.includes(STATE_OUTPUT)) throw new Error(`the model has ${STATE_INPUT} but no ${STATE_OUTPUT} output`);
+  const meta = session.inputMetadata?.find?.((m) => m.name === STATE_INPUT);
+  const declared = meta?.isTensor ? meta.shape[1] : undefined;
+  const size = Number.isInteger(declared) && declared > 0 ? declared : expected;
+  if (!(Number.isInteger(size) && size > 0)) {
+    throw new Error(`the model's ${STATE_INPUT} has no fixed size: give stateSize (SET_CONFIG.state_size)`);
+  }
+  if (expected > 0 && expected !== size) throw new Error(`SET_CONFIG says state_size ${expected}, the model's ${STATE_INPUT} has ${size}`);
+  return size;
+}
+
 /** One policy version: an inference session plus how to sample from its output. */
 export class OnnxPolicy {
   /**
@@ -130,9 +160,11 @@ export class OnnxPolicy {
    *                          (SET_CONFIG.action_space), weightsSeqNo, random ([0,1) generator);
    *                          optional distribution (SET_CONFIG.action_distribution; by the
    *                          space if not given) and maskInputName
-   *                          (SET_CONFIG.onnx_action_mask_input_name; null: no mask input)
+   *                          (SET_CONFIG.onnx_action_mask_input_name; null: no mask input);
+   *                          optional stateSize (SET_CONFIG.state_size: checked against the
+   *                          model's state_in, which says whether the model is recurrent)
    */
-  static async create(onnxBytes, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName }) {
+  static async create(onnxBytes, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName, stateSize }) {
     const ort = await loadOrt();
     const session = await ort.InferenceSession.create(onnxBytes, { executionProviders: ['wasm'] });
     for (const name of [inputName, maskInputName ?? inputName]) {
@@ -140,10 +172,10 @@ export class OnnxPolicy {
         throw new Error(`the model has inputs ${session.inputNames.join(', ')}, not ${name}`);
       }
     }
-    return new OnnxPolicy(ort, session, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName });
+    return new OnnxPolicy(ort, session, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName, stateSize });
   }
 
-  constructor(ort, session, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName }) {
+  constructor(ort, session, { inputName, actionSpace, weightsSeqNo, random, distribution, maskInputName, stateSize = 0 }) {
     this.ort = ort;
     this.session = session;
     this.inputName = inputName;
@@ -158,17 +190,31 @@ export class OnnxPolicy {
     this.maskWidth = this.nvec ? this.nvec.reduce((sum, n) => sum + n, 0) : actionSpace.n;
     this.weightsSeqNo = weightsSeqNo;
     this.random = random;
+    this.stateSize = recurrentStateSize(session, stateSize ?? 0); // 0: feed-forward, no state_in
+  }
+
+  /** A recurrent model's state at an episode's start: stateSize zeros. */
+  initialState() {
+    return new Float32Array(this.stateSize);
   }
 
   /**
-   * Run the model on one observation; resolve with {action, logp, distInputs}: the action
+   * Run the model on one observation; resolve with {action, logp, distInputs, state}: the action
    * is an int (categorical), one int per sub-action (multi_categorical) or floats (gaussian).
    * `obs` is as on the wire: a flat list, or nested like its space's shape (an image [C][H][W]).
    * `mask` (a masked model only): 1 allowed, 0 forbidden, one per logit; all allowed if not given.
    * `explore` false: the distribution's mode (an evaluation episode), not a sample.
+   * `state` (a recurrent model only): the episode's state to feed as state_in (stateSize
+   * floats; zeros if not given: an episode's start); the result's `state` is the state_out
+   * (a Float32Array) to feed with the next observation. A feed-forward model's: null.
    */
-  async act(obs, mask = null, { explore = true } = {}) {
+  async act(obs, mask = null, { explore = true, state = null } = {}) {
     const feeds = { [this.inputName]: this.obsTensor(obs) };
+    if (this.stateSize > 0) {
+      feeds[STATE_INPUT] = this.stateTensor(state);
+    } else if (state != null && state.length > 0) {
+      throw new Error('this model takes no state (it has no state_in input: SET_CONFIG.state_size is 0)');
+    }
     if (this.maskInputName) {
       feeds[this.maskInputName] = this.maskTensor(mask);
     } else if (mask != null) {
@@ -178,7 +224,17 @@ export class OnnxPolicy {
     const output = !explore && NOISE_FREE_OUTPUT in outputs ? NOISE_FREE_OUTPUT : this.session.outputNames[0];
     const distInputs = Array.from(outputs[output].data);
     const { action, logp } = this.sample(distInputs, explore);
-    return { action, logp, distInputs };
+    const nextState = this.stateSize > 0 ? Float32Array.from(outputs[STATE_OUTPUT].data) : null;
+    return { action, logp, distInputs, state: nextState };
+  }
+
+  /** The state input [1, stateSize] for `state` (or zeros: an episode's start). */
+  stateTensor(state) {
+    if (state != null && state.length !== this.stateSize) {
+      throw new Error(`the state has ${state.length} values, the model's ${STATE_INPUT} takes ${this.stateSize}`);
+    }
+    const values = state == null ? this.initialState() : Float32Array.from(state);
+    return new this.ort.Tensor('float32', values, [1, this.stateSize]);
   }
 
   /** The observation input [1, ...the model's observation shape] for one observation, flat or nested. */

@@ -16,6 +16,10 @@
  *     async collect(numSteps, config) { return episodeChunks; }, // numSteps = env_steps_per_sample
  *   });
  *
+ * A recurrent module (SET_CONFIG.state_size > 0, the gateway's `model.use_lstm`): the model
+ * takes and gives the episode's state (onnx_policy.js), and every chunk carries `state_in`,
+ * the state fed with its first observation; Sampler (sampler.js) does both.
+ *
  * or step by step: `await client.handshake()` (PING, then GET_CONFIG -> SET_CONFIG),
  * `await client.getState()`, `await client.episodesAndGetState(chunks)`.
  *
@@ -280,7 +284,10 @@ export class RLlinkClient {
    * the policy has trained on these episodes, so this may take a training step.
    * @param {object[]} episodes  chunks: obs (T+1), actions, rewards (T), is_terminated,
    *                             is_truncated, optional action_logp, episode_id, weights_seq_no,
-   *                             evaluation (true on every chunk of an evaluation episode)
+   *                             evaluation (true on every chunk of an evaluation episode),
+   *                             state_in (a recurrent module's, SET_CONFIG.state_size > 0: the
+   *                             state fed with obs[0]; required on a chunk that goes on with an
+   *                             episode, see sampler.js)
    */
   episodesAndGetState(episodes, envSteps = countSteps(episodes)) {
     return this.request({ type: 'EPISODES_AND_GET_STATE', episodes, env_steps: envSteps });
