@@ -22,14 +22,21 @@ what runs everywhere is static:
   fields (`evaluation` among them), the thin session reads EpisodeStarted's `evaluation`;
   the local session's turn is the Python reference client's `is_evaluation_episode` (its
   expression evaluated here), played with the mode; heuristic and model_file play never
-  evaluate; the agent's read-only `is_evaluation_episode` is documented.
+  evaluate; the agent's read-only `is_evaluation_episode` is documented;
+- memory (RLLINK.md "Recurrent policies"): the names the kit uses (`state_size`,
+  `state_in`, `state_out`) are the gateway's SetConfig / PolicyDescription / EpisodeChunk
+  fields and ONNX tensor names, the GDScript runtime supports every operator, tensor type
+  and Slice form of the gateway's recurrent export, and the local and model_file sessions
+  carry each agent's state (zeros at an episode's start, state_out fed back, kept across
+  model versions, every local chunk's `state_in`).
 
 With a Godot 4 binary (`godot4` on PATH, or `GODOT4` naming it) the example trains
 CartPole headless against a real gateway in thin mode, masked-pick with action masks, the
 GDScript ONNX runtime is compared with onnxruntime, and heuristic masked-pick play is
-recorded with no gateway and loaded by the gateway's loader, and local-mode CartPole plays
-every 5th episode as an evaluation one, which the gateway counts apart; without one these
-are skipped, saying so.
+recorded with no gateway and loaded by the gateway's loader, local-mode CartPole plays
+every 5th episode as an evaluation one, which the gateway counts apart, and a recurrent
+model stepped through an episode in the GDScript runtime matches onnxruntime stepped the
+same way (outputs and state_out); without one these are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -53,8 +60,10 @@ from app.schemas import (
     EpisodeChunk,
     EpisodeStarted,
     GetConfig,
+    PolicyDescription,
     SetConfig,
 )
+from app.spaces.onnx_names import STATE_INPUT, STATE_OUTPUT
 from rllink.errors import ErrorCode
 from rllink_clients import demos as python_demos
 from rllink_clients.choice_envs import MaskedPickEnv
@@ -300,7 +309,7 @@ def test_the_local_session_plays_the_python_clients_evaluation_turn_with_the_mod
             assert gdscript == is_evaluation_episode(played, interval), (played, interval)
     act = gd_function(local, "_act")
     decided = act.index("if _chunk == null:  # a new episode")
-    assert decided < act.index("runner.act(") and "runner.act(_obs, _mask, explore and not evaluating)" in act
+    assert decided < act.index("runner.act(") and "runner.act(_obs, _mask, explore and not evaluating, _state)" in act
     assert "training_enabled and is_evaluation_episode(_episodes_played, interval)" in act
     assert "_episodes_played += 1" in gd_function(local, "end_episode")
 
@@ -328,6 +337,122 @@ def test_the_agents_is_evaluation_episode_is_read_only_documented_and_never_true
     assert "**Evaluation episodes**" in readme and "`is_evaluation_episode`" in readme and "`evaluation: true`" in readme
     main = read(EXAMPLE / "main.gd")
     assert "if agent.is_evaluation_episode:" in main and '", %d evaluation episodes" % evaluations' in main
+
+
+# -- Memory (RLLINK.md "Recurrent policies") ---------------------------------------------------
+
+
+def gd_list(source: str, name: str) -> list[str]:
+    """The strings of a GDScript `const NAME = [...]`."""
+    found = re.search(rf"^const {name} = \[(.*?)\]", source, flags=re.M | re.S)
+    assert found, name
+    return re.findall(r'"(\w+)"', found.group(1))
+
+
+def recurrent_model(action_masking: bool = False, normalize_obs: bool = True, cell: int = 5, seed: int = 0) -> bytes:
+    """The gateway's ONNX export of a PPO policy with an LSTM (random weights, so that
+    every gate matters), as SET_STATE and model.onnx carry it."""
+    import torch
+
+    from app.spaces.models import BoxSpace, DiscreteSpace
+    from app.training.algorithms.ppo.onnx_head import export_onnx
+    from app.training.policy import ActorCritic
+
+    torch.manual_seed(seed)
+    policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=3), (16,), normalize_obs=normalize_obs, lstm_cell_size=cell)
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.uniform_(-0.5, 0.5)
+    return export_onnx(policy, 7, action_masking=action_masking)
+
+
+def test_the_kits_recurrent_names_are_the_gateways():
+    mlp = read(ADDON / "rllink_mlp_policy.gd")
+    consts = dict(re.findall(r'^const (STATE_\w+) = "(\w+)"$', mlp, flags=re.M))
+    assert consts == {"STATE_INPUT": STATE_INPUT, "STATE_OUTPUT": STATE_OUTPUT}
+    # state_size: SET_CONFIG's (the default module's, top level) and each policies entry's.
+    assert "state_size" in SetConfig.model_fields and "state_size" in PolicyDescription.model_fields
+    fallback = re.search(r"for key in \[(.*?)\]:", gd_function(read(ADDON / "rllink_client.gd"), "module_for"), flags=re.S)
+    assert fallback and "state_size" in re.findall(r'"(\w+)"', fallback.group(1))
+    runner = read(ADDON / "rllink_policy_runner.gd")
+    assert 'module_info.get("state_size")' in runner  # checked against the model's state_in
+    assert set(re.findall(r'module_info\.get\("(\w+)"', runner)) <= set(PolicyDescription.model_fields) | {"module_id"}
+    # state_in on every local chunk, an EpisodeChunk field.
+    assert "state_in" in EpisodeChunk.model_fields
+    new_chunk = gd_function(read(ADDON / "rllink_local_session.gd"), "_new_chunk")
+    assert re.search(r'^\tif runner\.state_size > 0:.*\n\t\tchunk\["state_in"\] = _state\.duplicate\(\)$', new_chunk, flags=re.M)
+
+
+@pytest.mark.parametrize("action_masking", [False, True], ids=["plain", "masked"])
+def test_the_gdscript_runtime_supports_everything_the_gateways_recurrent_export_uses(action_masking):
+    """Every operator of the export is in the runtime's SUPPORTED and none is an image
+    op; every initializer is float32 or int64 (the two _read_tensor reads); every Slice
+    has the form _check_slices accepts (starts, ends, axes as int64 initializers, no
+    steps); the inputs and outputs are the ones the runtime feeds and reads."""
+    import onnx
+
+    mlp = read(ADDON / "rllink_mlp_policy.gd")
+    supported, image_ops = set(gd_list(mlp, "SUPPORTED")), set(gd_list(mlp, "IMAGE_OPS"))
+    model = onnx.load_from_string(recurrent_model(action_masking))
+    ops = {node.op_type for node in model.graph.node}
+    assert {"Slice", "Gemm", "Add", "Sigmoid", "Tanh", "Mul", "Concat"} <= ops  # the LSTM step, written out
+    assert ops <= supported, sorted(ops - supported)
+    assert not ops & image_ops and "Slice" not in image_ops
+    assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [13]
+    initializers = {t.name: t for t in model.graph.initializer}
+    assert {t.data_type for t in initializers.values()} == {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64}
+    assert re.search(r"^const FLOAT32 = 1\b", mlp, flags=re.M) and re.search(r"^const INT64 = 7$", mlp, flags=re.M)
+    for node in model.graph.node:
+        if node.op_type == "Slice":
+            assert 3 <= len(node.input) <= 4, node  # data, starts, ends, axes: no steps
+            for name in node.input[1:]:
+                assert initializers[name].data_type == onnx.TensorProto.INT64, name
+            assert onnx.numpy_helper.to_array(initializers[node.input[3]]).tolist() in ([1], [-1])  # 2-D, on axis 1
+            assert not node.attribute  # opset 10+: no starts/ends attributes
+    inputs = [i.name for i in model.graph.input]
+    assert inputs == ["obs", "action_mask", STATE_INPUT] if action_masking else ["obs", STATE_INPUT]
+    assert [o.name for o in model.graph.output] == ["action_dist_inputs", STATE_OUTPUT]
+    dims = [d.dim_value for d in model.graph.input[-1].type.tensor_type.shape.dim]
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert dims[1] == int(meta["state_size"]) == 10  # a fixed state_size, as _read_state_size wants
+    # The mask is found among the inputs that are neither the observation nor the state.
+    assert "\t\t\tif name != input_name and name != STATE_INPUT:\n\t\t\t\tmask_input_name = name" in mlp
+
+
+def test_the_local_and_model_file_sessions_carry_each_agents_state():
+    local = read(ADDON / "rllink_local_session.gd")
+    act = gd_function(local, "_act")
+    new_episode = act.index("if _chunk == null:  # a new episode")
+    zeros = act.index("_state = runner.zero_state()  # a new episode starts with no memory")
+    fed = act.index("runner.act(_obs, _mask, explore and not evaluating, _state)")
+    chunk = act.index("_chunk = _new_chunk(_obs)")
+    back = act.index("_state = decided.state")
+    assert new_episode < zeros < fed < chunk < back  # the chunk's state_in is the state fed with its first obs
+    # A chunk after a sample goes on from the last state_out (the state fed with _obs): untouched there.
+    begin_step = gd_function(local, "begin_step")
+    assert "_chunk = _new_chunk(_obs)" in begin_step and not re.search(r"(?<!\w)_state\b", begin_step)
+    assert "_state = []" in gd_function(local, "end_episode")
+    for kept in ("_load", "_state_arrived"):  # a new model version keeps the state
+        assert not re.search(r"(?<!\w)_state\b", gd_function(local, kept)), kept
+    model_file = read(ADDON / "rllink_model_file_session.gd")
+    poll = gd_function(model_file, "poll_step")
+    assert poll.index("_state = runner.zero_state()") < poll.index("runner.act(_obs, _mask, explore, _state)")
+    assert poll.index("runner.act(_obs, _mask, explore, _state)") < poll.index("_state = decided.state")
+    assert "_state = []" in gd_function(model_file, "end_episode")
+    runner = read(ADDON / "rllink_policy_runner.gd")
+    act = gd_function(runner, "act")
+    assert act.startswith("func act(obs, mask: Array, explore: bool, state := []) -> Dictionary:")
+    assert "policy.step(obs, state, mask, not explore)" in act and '"state": stepped.state' in act
+
+
+def test_the_readme_says_memory_was_never_run_in_godot4():
+    readme = read(KIT / "README.md")
+    assert "**Memory**" in readme
+    memory = readme[readme.index("\n**Memory** (") :].split("\n\n")[0]
+    for name in ("state_size", "state_in", "state_out"):
+        assert f"`{name}`" in memory, name
+    assert "**local**" in memory and "**model_file**" in memory and "**thin**" in memory
+    assert "never run in a Godot 4" in memory
 
 
 # -- In a real Godot 4 (skipped without one) ------------------------------------------------------
@@ -480,3 +605,40 @@ def test_the_godot4_cartpole_plays_every_fifth_local_episode_as_an_evaluation_on
     sent = seen["num_env_steps_sampled_lifetime"] + seen["num_env_steps_evaluated_lifetime"]
     assert 0 < seen["num_env_steps_evaluated_lifetime"] and sent <= steps
     assert seen["errors"] == {}
+
+
+@needs_godot4
+@pytest.mark.parametrize("action_masking", [False, True], ids=["plain", "masked"])
+def test_the_gdscript_runtime_steps_a_recurrent_model_as_onnxruntime_does_in_godot4(project, tmp_path, action_masking):
+    """One episode of 12 steps: zeros as the first state_in, then each state_out fed back,
+    in the GDScript runtime (tools/onnx_run.gd) and in onnxruntime; the outputs and the
+    states agree at every step (the state's error does not grow over the episode)."""
+    import onnxruntime as ort
+
+    model = recurrent_model(action_masking)
+    rng = np.random.default_rng(2)
+    observations = rng.uniform(-3, 3, (12, 4)).astype(np.float32)
+    masks = [[1, 1, 1]] + [[1, 0, 1] if i % 2 else [0, 1, 1] for i in range(11)]
+    (tmp_path / "model.onnx").write_bytes(model)
+    (tmp_path / "obs.json").write_text(json.dumps(observations.tolist()))
+    args = [str(tmp_path / "model.onnx"), str(tmp_path / "obs.json"), "4"]
+    if action_masking:
+        (tmp_path / "masks.json").write_text(json.dumps(masks))
+        args.append(str(tmp_path / "masks.json"))
+    result = run_godot(project, "-s", "res://tools/onnx_run.gd", "--", *args)
+    assert result.returncode == 0 and "SCRIPT ERROR" not in result.stderr, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
+    assert meta["state_size"] == 10 and meta["mask_input_name"] == ("action_mask" if action_masking else "")
+    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
+    states = np.array([json.loads(line[6:]) for line in lines if line.startswith("STATE ")])
+    assert outputs.shape == (12, 3) and states.shape == (12, 10)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    state = np.zeros((1, 10), np.float32)
+    for i, obs in enumerate(observations):
+        feed = {"obs": obs[None], STATE_INPUT: state}
+        if action_masking:
+            feed["action_mask"] = np.asarray(masks[i], np.float32)[None]
+        expected, state = session.run(["action_dist_inputs", STATE_OUTPUT], feed)
+        np.testing.assert_allclose(outputs[i], expected[0], rtol=1e-5, atol=1e-5, err_msg=f"step {i}")
+        np.testing.assert_allclose(states[i], state[0], rtol=1e-5, atol=1e-5, err_msg=f"step {i}")

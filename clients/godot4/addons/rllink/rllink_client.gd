@@ -637,7 +637,7 @@ func end_episode(episode_id: String, obs, terminated := true, truncated := false
 
 # The module an agent plays, from SET_CONFIG: {module_id, observation_space,
 # action_space, onnx_input_name, onnx_output_names, onnx_action_mask_input_name,
-# action_distribution}. module_id wins, then the first policy_mapping glob matching
+# action_distribution, state_size}. module_id wins, then the first policy_mapping glob matching
 # agent_id, then the default module.
 func module_for(agent_id := "", module_id := "") -> Dictionary:
 	var policies: Dictionary = config.get("policies", {})
@@ -661,6 +661,7 @@ func module_for(agent_id := "", module_id := "") -> Dictionary:
 			"onnx_output_names",
 			"onnx_action_mask_input_name",
 			"action_distribution",
+			"state_size",
 		]:
 			if config.has(key):
 				info[key] = config[key]

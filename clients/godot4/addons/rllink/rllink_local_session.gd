@@ -16,6 +16,12 @@
 # the gateway never trains on it and reports its return apart. Only when training_enabled
 # (the chunks are what the gateway evaluates).
 #
+# Memory (RLLINK.md "Recurrent policies"; SET_CONFIG's state_size > 0): the agent's
+# state goes into the model with each observation (state_in: zeros at an episode's
+# start) and the model's state_out is fed with the next one; a new model version keeps
+# the state. Every chunk carries state_in, the state fed with its first observation,
+# so the gateway can run its LSTM from there.
+#
 # A dropped connection costs nothing but time: the experience not yet acknowledged is
 # sent again once reconnected.
 extends "res://addons/rllink/rllink_session.gd"
@@ -31,6 +37,7 @@ var _episodes_played := 0  # episodes this agent finished (for evaluation_interv
 var _episode_id := ""
 var _obs = null
 var _mask: Array = []  # the step's action mask (empty: all allowed)
+var _state: Array = []  # a recurrent module's state to feed with _obs ([]: feed-forward)
 var _state_message = null  # GET_STATE or EPISODES_AND_GET_STATE under way
 var _state_request = null
 var _retries := 0
@@ -137,7 +144,10 @@ func _act() -> Dictionary:
 	if _chunk == null:  # a new episode: an evaluation one?
 		var interval := int(client.config.get("evaluation_interval", 0))
 		evaluating = training_enabled and is_evaluation_episode(_episodes_played, interval)
-	var decided: Dictionary = runner.act(_obs, _mask, explore and not evaluating)
+		_state = runner.zero_state()  # a new episode starts with no memory
+	elif _state.size() != runner.state_size:  # cannot happen with one gateway's modules
+		_state = runner.zero_state()
+	var decided: Dictionary = runner.act(_obs, _mask, explore and not evaluating, _state)
 	if decided.has("error"):
 		decided.error["request"] = ""
 		return decided
@@ -153,6 +163,7 @@ func _act() -> Dictionary:
 	_chunk.actions.append(decided.sampled)
 	_chunk.rewards.append(0.0)
 	_chunk.action_logp.append(decided.logp)
+	_state = decided.state  # fed with the next observation (after the chunk took its state_in)
 	_steps_since_sample += 1
 	env_steps += 1
 	return {"action": decided.action, "weights_seq_no": weights_seq_no}
@@ -173,6 +184,7 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 		_episodes_played += 1
 	_chunk = null
 	_episode_id = ""
+	_state = []  # the next episode starts from zeros (_act)
 
 
 func _new_chunk(first_obs) -> Dictionary:
@@ -192,6 +204,8 @@ func _new_chunk(first_obs) -> Dictionary:
 		chunk["module_id"] = module_id
 	if evaluating:
 		chunk["evaluation"] = true  # every chunk of an evaluation episode says so
+	if runner.state_size > 0:  # the state fed with first_obs: zeros or the last state_out
+		chunk["state_in"] = _state.duplicate()
 	return chunk
 
 

@@ -4,8 +4,13 @@
 # for SAC's actor, and Sub, Mul and Add for an action mask (a masked module's model
 # takes a second input, action_mask [batch, k], and outputs
 # logits + (action_mask - 1) * 1e8); this also runs MatMul, Sigmoid and Identity. A
-# model with any other operator is refused at load() with its name: the CNN (Conv) of
-# image observations, which is too slow for GDScript, needs thin mode. Values are
+# recurrent module's model (an LSTM, RLLINK.md "Recurrent policies") takes a further
+# input, state_in [batch, state_size], and gives a further output, state_out, the state
+# after the step: one LSTM step written out in Slice (opset 13: starts, ends and axes as
+# int64 initializers), Gemm, Add, Sigmoid, Tanh, Mul and Concat, all run here; step()
+# feeds the state and returns state_out. A model with any other operator is refused at
+# load() with its name: the CNN (Conv) of image observations, which is too slow for
+# GDScript, needs thin mode. Values are
 # computed in double precision from the float32 weights (elementwise Add, Sub and Mul
 # round to float32, as onnxruntime does), so the outputs match onnxruntime's to ~1e-6.
 #
@@ -19,6 +24,9 @@ const Protobuf = preload("res://addons/rllink/rllink_protobuf.gd")
 # A gSDE actor's exploring SET_STATE model also outputs its action_dist_inputs without this
 # version's exploration noise: the most likely action (explore off) is played from it.
 const NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"
+# A recurrent model's state input and output (the gateway's app/spaces/onnx_names.py).
+const STATE_INPUT = "state_in"
+const STATE_OUTPUT = "state_out"
 const SUPPORTED = [
 	"Gemm",
 	"Tanh",
@@ -30,10 +38,13 @@ const SUPPORTED = [
 	"Sub",
 	"Mul",
 	"Concat",
+	"Slice",
 	"Identity"
 ]
 # An image observation's CNN (app/training/onnx_export.py).
-const IMAGE_OPS = ["Conv", "Reshape", "Slice"]
+const IMAGE_OPS = ["Conv", "Reshape"]
+const FLOAT32 = 1  # ONNX TensorProto data types
+const INT64 = 7
 const LIST_TYPES = [
 	TYPE_ARRAY,
 	TYPE_PACKED_FLOAT32_ARRAY,
@@ -48,6 +59,7 @@ var output_name = ""
 var noise_free_output = ""  # a gSDE exploring model's second output, "" if it has none
 var mask_input_name = ""  # a masked model's second input (action_mask), "" for an unmasked one
 var mask_width = 0  # its values per row: one per logit
+var state_size = 0  # a recurrent model's state_in / state_out width; 0: feed-forward
 var observation_shape = []
 var error_message = ""  # why load() failed
 
@@ -108,7 +120,7 @@ func load_model(
 		error_message = "not an ONNX model: " + reader.error_message
 	elif nodes.is_empty():
 		error_message = "the ONNX model has no graph nodes"
-	elif error_message == "":  # else set while reading (a tensor that is not float32)
+	elif error_message == "":  # else set while reading (a tensor neither float32 nor int64)
 		error_message = _unsupported(nodes)
 	if error_message != "":
 		return false
@@ -119,10 +131,16 @@ func load_model(
 	mask_input_name = mask_input
 	if mask_input_name == "":
 		for name in names:
-			if name != input_name:
-				mask_input_name = name  # the gateway's models have at most one more input: the mask
+			if name != input_name and name != STATE_INPUT:
+				mask_input_name = name  # besides state_in, at most one more input: the mask
 				break
-	error_message = _read_mask_width(graph_inputs, names)
+	error_message = _read_state_size(graph_inputs, names, graph_outputs, meta)
+	if error_message == "":
+		error_message = _read_mask_width(graph_inputs, names)
+	if error_message == "":
+		error_message = _check_inputs(names)
+	if error_message == "":
+		error_message = _check_slices(nodes, initializers)
 	if error_message != "":
 		return false
 	_nodes = nodes
@@ -132,6 +150,80 @@ func load_model(
 	noise_free_output = NOISE_FREE_OUTPUT if NOISE_FREE_OUTPUT in graph_outputs else ""
 	observation_shape = obs_shape
 	return true
+
+
+# Sets state_size from a recurrent model's state_in [batch, state_size] (0 without one);
+# why the model's state cannot be carried ("" if fine).
+func _read_state_size(
+	graph_inputs: Array, names: Array, graph_outputs: Array, meta: Dictionary
+) -> String:
+	state_size = 0
+	if not STATE_INPUT in names:
+		if STATE_OUTPUT in graph_outputs:
+			return "the model has an output %s but no input %s" % [STATE_OUTPUT, STATE_INPUT]
+		return ""
+	var dims = graph_inputs[names.find(STATE_INPUT)].shape
+	var size = int(dims[1]) if dims.size() == 2 and dims[1] > 0 else 0
+	if size == 0:
+		return (
+			"the model's input %s is not [batch, state_size] with a fixed state_size"
+			% STATE_INPUT
+		)
+	if not STATE_OUTPUT in graph_outputs:
+		return (
+			"the model has a recurrent state input %s but no output %s to carry it"
+			% [STATE_INPUT, STATE_OUTPUT]
+		)
+	if meta.has("state_size") and int(str(meta.state_size)) != size:
+		return (
+			"the model's metadata says state_size %s but its input %s holds %d"
+			% [str(meta.state_size), STATE_INPUT, size]
+		)
+	state_size = size
+	return ""
+
+
+# Why an input of the graph would go unfed ("" if each is the observation, the mask or
+# the state).
+func _check_inputs(names: Array) -> String:
+	for name in names:
+		if name != input_name and name != mask_input_name and name != STATE_INPUT:
+			var fed := PackedStringArray([input_name])
+			if mask_input_name != "":
+				fed.append(mask_input_name)
+			fed.append(STATE_INPUT)
+			return (
+				"the model has an input %s this runtime cannot feed (it feeds %s)"
+				% [name, ", ".join(fed)]
+			)
+	return ""
+
+
+# Why a Slice node cannot run here ("" if each can): starts, ends and (optional) axes
+# must be int64 initializers (opset 10+), steps absent or all 1.
+static func _check_slices(nodes: Array, initializers: Dictionary) -> String:
+	for node in nodes:
+		if node.op != "Slice":
+			continue
+		if node.inputs.size() < 3:
+			return "a Slice node without starts/ends inputs (opset < 10): this runtime runs opset 10+"
+		for i in range(1, node.inputs.size()):
+			var name: String = node.inputs[i]
+			if name == "":
+				continue
+			if not initializers.has(name) or not initializers[name].get("ints", false):
+				return (
+					"a Slice node's %s is not a constant int64 tensor: this runtime cannot run it"
+					% name
+				)
+			if i == 4:
+				for stride in initializers[name].data:
+					if stride != 1:
+						return (
+							"a Slice node has a step of %d: this runtime slices with step 1"
+							% stride
+						)
+	return ""
 
 
 # Sets mask_width from the mask input's [batch, k]; why it cannot ("" if fine).
@@ -156,18 +248,50 @@ func is_masked() -> bool:
 	return mask_input_name != ""
 
 
+func is_recurrent() -> bool:
+	return state_size > 0
+
+
+# A recurrent model's state at an episode's start: state_size zeros.
+func zero_state() -> Array:
+	var zeros: Array = []
+	zeros.resize(state_size)
+	zeros.fill(0.0)
+	return zeros
+
+
 # The model's first output for one observation (numbers, any nesting, flattened in
 # row-major order): an Array of floats (logits, or means then log stds). mask: a masked
 # model's action mask, one 0/1 per logit (empty: all allowed); the forbidden logits come
 # out about -1e8, so their probability is 0. noise_free: a gSDE exploring model's
 # noise-free output instead (the most likely action's), where it has one.
 func run(observation, mask := [], noise_free := false) -> Array:
-	return run_batch([observation], [mask], noise_free)[0]
+	var outputs := run_batch([observation], [mask], noise_free)
+	return outputs[0] if not outputs.is_empty() else []
 
 
 # The outputs for several observations at once: one Array of floats per observation.
-# masks: one mask per observation (or none: all allowed), for a masked model.
+# masks: one mask per observation (or none: all allowed), for a masked model. A recurrent
+# model is fed zeros as its state here (an episode's first step): use step_batch().
 func run_batch(observations: Array, masks := [], noise_free := false) -> Array:
+	return step_batch(observations, [], masks, noise_free).get("outputs", [])
+
+
+# One step of a recurrent model (or of any: state is ignored by a feed-forward one):
+# {"output": the first output as run() gives it, "state": state_out, the state to feed
+# with the next observation ([] for a feed-forward model)}; state: the state fed with
+# this observation (state_size floats; empty: zeros, an episode's start). {} on an error
+# (pushed).
+func step(observation, state := [], mask := [], noise_free := false) -> Dictionary:
+	var result := step_batch([observation], [state], [mask], noise_free)
+	if result.is_empty():
+		return {}
+	return {"output": result.outputs[0], "state": result.states[0]}
+
+
+# step() for several observations at once, one state and one mask per observation:
+# {"outputs": [...], "states": [...]} ({} on an error, pushed).
+func step_batch(observations: Array, states := [], masks := [], noise_free := false) -> Dictionary:
 	var rows = observations.size()
 	var flat = []
 	for obs in observations:
@@ -194,22 +318,53 @@ func run_batch(observations: Array, masks := [], noise_free := false) -> Array:
 						% [mask.size(), mask_width]
 					)
 				)
-				return []
+				return {}
 			else:
 				for m in mask:
 					mask_data.append(float(m))
 		values[mask_input_name] = {"shape": [rows, mask_width], "data": mask_data}
+	if state_size > 0:
+		var state_data = []
+		for r in range(rows):
+			var state = states[r] if r < states.size() else []
+			if state.is_empty():
+				state = zero_state()
+			elif state.size() != state_size:
+				push_error(
+					(
+						"RLlink: a recurrent state of %d values for a model whose state_size is %d"
+						% [state.size(), state_size]
+					)
+				)
+				return {}
+			for v in state:
+				state_data.append(float(v))
+		values[STATE_INPUT] = {"shape": [rows, state_size], "data": state_data}
 	for node in _nodes:
 		values[node.outputs[0]] = _evaluate(node, values)
 	var name = noise_free_output if noise_free and noise_free_output != "" else output_name
 	var output = values.get(name)
 	if output == null:
 		push_error("RLlink: the model computed no output named " + name)
-		return []
-	var columns = output.data.size() / rows
+		return {}
+	var result = {"outputs": _rows(output, rows), "states": []}
+	if state_size > 0:
+		var state_out = values.get(STATE_OUTPUT)
+		if state_out == null or state_out.data.size() != rows * state_size:
+			push_error("RLlink: the model computed no %s of %d values" % [STATE_OUTPUT, state_size])
+			return {}
+		result.states = _rows(state_out, rows)
+	else:
+		for r in range(rows):
+			result.states.append([])
+	return result
+
+
+static func _rows(tensor: Dictionary, rows: int) -> Array:
+	var columns = tensor.data.size() / max(rows, 1)
 	var result = []
 	for r in range(rows):
-		result.append(output.data.slice(r * columns, (r + 1) * columns))
+		result.append(Array(tensor.data.slice(r * columns, (r + 1) * columns)))
 	return result
 
 
@@ -254,6 +409,8 @@ func _evaluate(node: Dictionary, values: Dictionary) -> Dictionary:
 			result = _broadcast(a, b, node.op)
 		"Concat":
 			result = _concat(node, values)
+		"Slice":
+			result = _slice(node, values)
 		"Identity":
 			pass
 		_:
@@ -377,6 +534,40 @@ static func _concat(node: Dictionary, values: Dictionary) -> Dictionary:
 	return {"shape": [rows, width], "data": y}
 
 
+# Slice (opset 10+) of a 2-D tensor: starts, ends and axes (default [0, 1]) from int64
+# initializers, steps 1 (load() checks both); negative indices count from the end, and
+# out-of-range ones are clamped, as ONNX says.
+static func _slice(node: Dictionary, values: Dictionary) -> Dictionary:
+	var a: Dictionary = values[node.inputs[0]]
+	var starts: Array = values[node.inputs[1]].data
+	var ends: Array = values[node.inputs[2]].data
+	var axes: Array = [0, 1]
+	if node.inputs.size() > 3 and node.inputs[3] != "":
+		axes = values[node.inputs[3]].data
+	if a.shape.size() != 2:
+		push_error("RLlink: Slice of a %d-D tensor (this runtime slices 2-D ones)" % a.shape.size())
+		return a
+	var dims: Array = [int(a.shape[0]), int(a.data.size() / max(int(a.shape[0]), 1))]
+	var lo: Array = [0, 0]
+	var hi: Array = dims.duplicate()
+	for i in range(starts.size()):
+		var axis := int(axes[i])
+		if axis < 0:
+			axis += 2
+		var dim: int = dims[axis]
+		var start := int(starts[i])
+		var stop := int(ends[i])
+		start = clampi(start + dim if start < 0 else start, 0, dim)
+		stop = clampi(stop + dim if stop < 0 else stop, 0, dim)
+		lo[axis] = start
+		hi[axis] = maxi(stop, start)
+	var y = []
+	for r in range(lo[0], hi[0]):
+		var offset: int = r * dims[1]
+		y += Array(a.data.slice(offset + lo[1], offset + hi[1]))
+	return {"shape": [hi[0] - lo[0], hi[1] - lo[1]], "data": y}
+
+
 # -- The ONNX protobuf, as far as these models need it ------------------------------------------
 
 
@@ -389,7 +580,9 @@ func _read_graph(
 				nodes.append(_read_node(graph.sub_reader()))
 			5:
 				var tensor = _read_tensor(graph.sub_reader())
-				initializers[tensor.name] = {"shape": tensor.shape, "data": tensor.data}
+				initializers[tensor.name] = {
+					"shape": tensor.shape, "data": tensor.data, "ints": tensor.ints
+				}
 			11:
 				inputs.append(_read_value_info(graph.sub_reader()))
 			12:
@@ -467,11 +660,13 @@ func _read_node(reader) -> Dictionary:
 	return node
 
 
+# A float32 tensor, or an int64 one (Slice's starts, ends and axes; "ints": true).
 func _read_tensor(reader) -> Dictionary:
-	var tensor = {"name": "", "shape": [], "data": []}
+	var tensor = {"name": "", "shape": [], "data": [], "ints": false}
 	var data_type = 1
 	var raw = null
 	var floats = []
+	var ints = []
 	while reader.next():
 		match reader.field:
 			1:
@@ -489,17 +684,37 @@ func _read_tensor(reader) -> Dictionary:
 					floats += _floats(reader.data, s[0], s[1])
 				else:
 					floats.append(reader.float32())
+			7:  # int64_data
+				if reader.wire_type == 2:  # packed
+					var packed = reader.sub_reader()
+					while packed.pos < packed.end and packed.error_message == "":
+						ints.append(packed.varint())
+				else:
+					ints.append(reader.varint())
 			8:
 				tensor.name = reader.string()
 			9:
 				var s = reader.span()
-				raw = _floats(reader.data, s[0], s[1])
+				raw = reader.data.slice(s[0], s[1])
 			_:
 				reader.skip()
-	if data_type != 1:
-		error_message = "tensor %s is not float32 (ONNX data type %d)" % [tensor.name, data_type]
-	tensor.data = raw if raw != null else floats
+	if data_type == INT64:
+		tensor.ints = true
+		tensor.data = _int64s(raw) if raw != null else ints
+	elif data_type == FLOAT32:
+		tensor.data = _floats(raw, 0, raw.size()) if raw != null else floats
+	else:
+		error_message = (
+			"tensor %s is neither float32 nor int64 (ONNX data type %d)" % [tensor.name, data_type]
+		)
 	return tensor
+
+
+static func _int64s(bytes: PackedByteArray) -> Array:
+	var values = []
+	for offset in range(0, bytes.size() - 7, 8):
+		values.append(bytes.decode_s64(offset))
+	return values
 
 
 static func _floats(bytes: PackedByteArray, start: int, stop: int) -> Array:

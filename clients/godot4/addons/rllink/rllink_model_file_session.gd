@@ -2,6 +2,8 @@
 # gateway's GET /api/model.onnx, or runs/<run_id>/models/<module_id>/latest.onnx), with
 # no gateway at all: nothing is sent, nothing trains. The model's metadata (written by
 # the gateway's export) gives its spaces and the output layout, hence the distribution.
+# A recurrent model (a state_in input) plays with its state carried: zeros at an
+# episode's start, each step's state_out fed with the next observation.
 extends "res://addons/rllink/rllink_session.gd"
 
 const PolicyRunner = preload("res://addons/rllink/rllink_policy_runner.gd")
@@ -13,6 +15,7 @@ var model_path := ""
 var _load_error = null  # why the model could not be loaded (null: loaded)
 var _obs = null
 var _mask: Array = []
+var _state: Array = []  # a recurrent model's state to feed with _obs ([]: zeros)
 
 
 # path: res://, user:// or an absolute path to the .onnx file.
@@ -42,12 +45,19 @@ func begin_step(obs, mask := []) -> void:
 func poll_step():
 	if _load_error != null:
 		return {"error": _load_error}
-	var decided: Dictionary = runner.act(_obs, _mask, explore)
+	if _state.size() != runner.state_size:  # an episode's start
+		_state = runner.zero_state()
+	var decided: Dictionary = runner.act(_obs, _mask, explore, _state)
 	if decided.has("error"):
 		decided.error["request"] = ""
 		return decided
+	_state = decided.state
 	env_steps += 1
 	return {"action": decided.action, "weights_seq_no": weights_seq_no}
+
+
+func end_episode(_final_obs, _terminated: bool, _truncated: bool) -> void:
+	_state = []  # the next episode starts with no memory
 
 
 func _load():

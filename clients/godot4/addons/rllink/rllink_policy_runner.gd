@@ -1,6 +1,8 @@
 # A policy in the game: the GDScript MLP runtime and the action sampler together, for
 # the two modes that act in the game (local: SET_STATE's models; model_file: a bundled
 # .onnx). act() checks the game's mask as the gateway would, runs the model, samples.
+# A recurrent model (state_size > 0) takes the agent's state with each observation and
+# gives the next one back ("state" in act()'s result); the session keeps it.
 extends RefCounted
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
@@ -9,6 +11,7 @@ const ActionSampler = preload("res://addons/rllink/rllink_action_sampler.gd")
 var policy = MlpPolicy.new()
 var sampler
 var module := {}  # {module_id, observation_space, action_space, action_distribution}
+var state_size := 0  # the model's recurrent state width (SET_CONFIG's state_size); 0: none
 
 
 func _init(seed_value := 0) -> void:
@@ -36,13 +39,28 @@ func load_model(model: PackedByteArray, module_info: Dictionary) -> String:
 	)
 	if not loaded:
 		return policy.error_message
+	# SET_CONFIG's state_size for the module (absent: an older gateway, or model_file)
+	var declared = module_info.get("state_size")
+	if declared != null and int(declared) != policy.state_size:
+		return (
+			"module '%s' has state_size %d in SET_CONFIG but its model's state_in holds %d"
+			% [str(module_info.get("module_id", "")), int(declared), policy.state_size]
+		)
 	module = module_info
+	state_size = policy.state_size
 	return ""
 
 
+# A recurrent module's state at an episode's start ([] for a feed-forward one).
+func zero_state() -> Array:
+	return policy.zero_state()
+
+
 # One decision: {"action" (to act on), "sampled" (to train on), "logp", "mask" (as fed
-# to the model; [] for an unmasked one)} or {"error"} for a mask the gateway would refuse.
-func act(obs, mask: Array, explore: bool) -> Dictionary:
+# to the model; [] for an unmasked one), "state" (a recurrent model's state_out, to feed
+# with the next observation; [] for a feed-forward one)} or {"error"} for a mask the
+# gateway would refuse. state: the state fed with obs (empty: zeros, an episode's start).
+func act(obs, mask: Array, explore: bool, state := []) -> Dictionary:
 	var space: Dictionary = module.get("action_space", {})
 	if not mask.is_empty():
 		var problem := ""
@@ -60,7 +78,11 @@ func act(obs, mask: Array, explore: bool) -> Dictionary:
 			var details := {"field": "action_mask"}
 			return {"error": {"code": "invalid_message", "message": problem, "details": details}}
 	# explore off: a gSDE exploring model's noise-free output (the most likely action's)
-	var outputs: Array = policy.run(obs, mask, not explore)
+	var stepped: Dictionary = policy.step(obs, state, mask, not explore)
+	if stepped.is_empty():
+		var text := "the model could not run on this observation (see the pushed error)"
+		return {"error": {"code": "model_error", "message": text, "details": null}}
+	var outputs: Array = stepped.output
 	var distribution := str(module.get("action_distribution", "categorical"))
 	var sampled: Dictionary = sampler.sample(outputs, distribution, space, explore)
 	var action = sampled.action
@@ -69,7 +91,13 @@ func act(obs, mask: Array, explore: bool) -> Dictionary:
 	var used: Array = []
 	if policy.is_masked():
 		used = mask if not mask.is_empty() else _ones(policy.mask_width)
-	return {"action": action, "sampled": sampled.action, "logp": sampled.logp, "mask": used}
+	return {
+		"action": action,
+		"sampled": sampled.action,
+		"logp": sampled.logp,
+		"mask": used,
+		"state": stepped.state
+	}
 
 
 static func _ones(count: int) -> Array:

@@ -9,7 +9,10 @@
 # mask per observation, 0/1 per logit ([] for all allowed). Prints one line
 # "META <json>" (the model's metadata and input/output names), then "OUT <json>" per
 # observation: the model's first output (and "NOISE_FREE <json>", a gSDE exploring model's
-# noise-free output, where it has one). Exits 0, or 1 with "ERROR <text>".
+# noise-free output, where it has one). A recurrent model (a state_in input) runs the
+# observations as one episode, in order: zeros as the first state_in, then each step's
+# state_out as the next one's; "STATE <json>" (the step's state_out) follows each OUT.
+# Exits 0, or 1 with "ERROR <text>".
 extends SceneTree
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
@@ -49,23 +52,33 @@ func _initialize() -> void:
 		"noise_free_output": policy.noise_free_output,
 		"mask_input_name": policy.mask_input_name,
 		"mask_width": policy.mask_width,
+		"state_size": policy.state_size,
 		"metadata": policy.metadata,
 	}
 	print("META " + JSON.stringify(meta))
 	var started := Time.get_ticks_usec()
+	var state: Array = policy.zero_state()  # [] for a feed-forward model
 	for i in range(observations.size()):
-		var out: Array = policy.run(observations[i], masks[i] if i < masks.size() else [])
-		var parts := PackedStringArray()
-		for v in out:
-			parts.append(JsonWriter.number(v))  # 9 significant digits
-		print("OUT [" + ",".join(parts) + "]")
+		var mask: Array = masks[i] if i < masks.size() else []
+		var stepped: Dictionary = policy.step(observations[i], state, mask)
+		if stepped.is_empty():
+			_stop("the model did not run on observation %d" % i)
+			return
+		print("OUT " + _json(stepped.output))  # 9 significant digits
 		if policy.noise_free_output != "":
-			var noise_free := PackedStringArray()
-			for v in policy.run(observations[i], masks[i] if i < masks.size() else [], true):
-				noise_free.append(JsonWriter.number(v))
-			print("NOISE_FREE [" + ",".join(noise_free) + "]")
+			print("NOISE_FREE " + _json(policy.step(observations[i], state, mask, true).output))
+		if policy.is_recurrent():
+			state = stepped.state
+			print("STATE " + _json(state))
 	print("USEC_PER_RUN %d" % ((Time.get_ticks_usec() - started) / maxi(1, observations.size())))
 	quit(0)
+
+
+static func _json(values: Array) -> String:
+	var parts := PackedStringArray()
+	for v in values:
+		parts.append(JsonWriter.number(v))
+	return "[" + ",".join(parts) + "]"
 
 
 func _stop(text: String) -> void:
