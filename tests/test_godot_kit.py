@@ -20,6 +20,11 @@
   gateway's exported models (PPO's Gemm/Tanh, Flatten, SAC's actor, and a masked
   model's Sub/Mul/Add, forbidden logits included), and refuses an image model's CNN
   pointing to thin mode.
+- Memory (a module with model.use_lstm): the runtime runs a recurrent model's LSTM step
+  (Slice, Gemm, Add, Sigmoid, Tanh, Mul, Concat; state_in in, state_out out) as
+  onnxruntime does over an episode's steps, the state fed back; local inference trains
+  CartPole with it, every chunk carrying state_in (zeros at an episode's start, the state
+  carried on across samples and model versions).
 - Action masks (RLlinkAgent.get_action_mask()): the example's masked-pick game, where
   half the items are forbidden each step and taking one ends the run, learns in thin
   and local mode with no forbidden action taken; the masks travel in GET_ACTION (thin)
@@ -458,6 +463,103 @@ def test_the_gdscript_runtime_refuses_an_image_model_and_points_to_thin_mode(pro
     assert result.returncode == 1, result.stdout + result.stderr
     error = next(line for line in result.stdout.splitlines() if line.startswith("ERROR "))
     assert "Conv" in error and "image observations" in error and "use thin mode" in error
+
+
+# -- Memory (recurrent modules) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["cartpole", "masked"])
+def test_the_gdscript_runtime_runs_a_recurrent_model_as_onnxruntime_does(project, tmp_path, masked):
+    """The gateway's LSTM export (state_in [batch, 2H] -> Slice into h and c, the gates'
+    Gemms, Sigmoid/Tanh, Mul/Add; state_out = Concat(h', c')), the observation normaliser
+    folded into W_ih: over 24 steps of one episode, from zeros, each step's state_out fed
+    back, every output and state_out matches onnxruntime's chain of the same steps."""
+    import torch
+
+    torch.manual_seed(0)
+    action_space = MultiDiscreteSpace(nvec=[3, 2]) if masked else DiscreteSpace(n=2)
+    policy = ActorCritic(BoxSpace(shape=(4,)), action_space, (16, 16), normalize_obs=True, lstm_cell_size=8)
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.uniform_(-0.5, 0.5)
+        assert policy.obs_norm is not None
+        policy.obs_norm.update(torch.randn(64, 4, dtype=torch.float64) * 2 + 1)  # a normaliser that does something
+    model = export_onnx(policy, 7, action_masking=masked)
+    rng = np.random.default_rng(3)
+    observations = rng.uniform(-3, 3, (24, 4)).astype(np.float32)
+    width = policy.num_dist_inputs
+    masks = np.ones((24, width), np.float32)
+    extra = []
+    if masked:
+        masks[rng.random((24, width)) < 0.4] = 0.0
+        masks[:, [0, 3]] = 1.0  # each sub-action keeps a choice
+        masks_path = tmp_path / "masks.json"
+        masks_path.write_text(json.dumps(masks.astype(int).tolist()))
+        extra.append(str(masks_path))
+
+    result = run_onnx(project, tmp_path, model, observations, *extra)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
+    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
+    states = np.array([json.loads(line[6:]) for line in lines if line.startswith("STATE ")])
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["obs", *(["action_mask"] if masked else []), "state_in"]
+    assert [o.name for o in session.get_outputs()] == ["action_dist_inputs", "state_out"]
+    assert meta["state_size"] == 16 == int(meta["metadata"]["state_size"]) and meta["input_name"] == "obs"
+    assert meta["mask_input_name"] == ("action_mask" if masked else "")  # state_in is not taken for the mask
+    state = np.zeros((1, 16), np.float32)
+    expected_outputs, expected_states = [], []
+    for obs, mask in zip(observations, masks):
+        feed = {"obs": obs[None], "state_in": state}
+        if masked:
+            feed["action_mask"] = mask[None]
+        output, state = session.run(None, feed)
+        expected_outputs.append(output[0])
+        expected_states.append(state[0])
+    assert outputs.shape == (24, width) and states.shape == (24, 16)
+    np.testing.assert_allclose(states, np.array(expected_states), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outputs, np.array(expected_outputs), rtol=1e-5, atol=1e-5)
+    assert np.abs(np.diff(states, axis=0)).max() > 0.05  # the memory moves: the comparison says something
+
+
+@pytest.mark.e2e
+def test_local_inference_trains_a_recurrent_cartpole_carrying_the_state(project, tmp_path):
+    """model.use_lstm: the game runs the LSTM policy in GDScript, feeds each step's
+    state_out back, and every chunk says its state_in: zeros where the episode starts, the
+    carried state where a chunk goes on with an episode after an EPISODES_AND_GET_STATE
+    (and a new model version). The gateway takes every sample and trains."""
+    settings = gateway_settings(tmp_path, model={"use_lstm": True, "lstm_cell_size": 8}, train_batch_size=1000)
+    with running_gateway(settings) as gateway:
+        proxy = TcpProxy(gateway.tcp_port)
+        try:
+            result = cartpole(project, proxy.port, "--inference", "local", "--max-env-steps", "2600", max_seconds=120)
+        finally:
+            proxy.close()
+        chunks = [c for m in proxy.messages() if m["type"] == "EPISODES_AND_GET_STATE" for c in m["episodes"]]
+        sent = sum(len(c["actions"]) for c in chunks)
+
+        def settled() -> dict | None:
+            m = metrics(gateway)
+            received = m["num_env_steps_sampled_lifetime"] + m["num_env_steps_evaluated_lifetime"]
+            return m if received == sent else None
+
+        after = wait_until(settled, 30, f"the gateway to take in the {sent} env steps sent")
+    assert result.returncode == 1 and "budget spent before the target" in result.stdout, result  # the step budget
+    assert "SCRIPT ERROR" not in result.stderr and "inference: local" in result.stdout
+    assert sent >= 2500  # every sample of 500 steps was taken: no chunk refused (state_in there, of the right size)
+    assert after["errors"] == {} and after["serving"]["actions_served_total"] == 0
+    assert after["num_training_steps"] > 0 and after["weights_seq_no"] >= 1
+    first_chunks = {}
+    for chunk in chunks:
+        first_chunks.setdefault(chunk["episode_id"], chunk)
+        assert len(chunk["state_in"]) == 16
+    starting = [c for c in chunks if first_chunks[c["episode_id"]] is c]
+    continuing = [c for c in chunks if first_chunks[c["episode_id"]] is not c]
+    assert all(c["state_in"] == [0.0] * 16 for c in starting)
+    # An episode open at a sample's end goes on in a chunk that starts from its carried state.
+    assert continuing and all(np.abs(c["state_in"]).max() > 0 for c in continuing)
 
 
 # -- Action masks ---------------------------------------------------------------------------

@@ -14,6 +14,13 @@
 # agent's Nth, 2Nth... episode is played with the distribution's mode (as explore off)
 # and every chunk of it carries evaluation: true (never trained on, reported apart).
 #
+# Memory (a recurrent module: SET_CONFIG's state_size > 0, model.use_lstm at the
+# gateway): the model also takes state_in and gives state_out. This agent's state starts
+# each episode at zeros, each step's state_out is fed with the next observation, and a
+# new model version keeps it; every chunk carries state_in, the state fed with its
+# first observation (a chunk that goes on with an episode after an
+# EPISODES_AND_GET_STATE needs it: the gateway trains the LSTM from there).
+#
 # Same interface as rllink_thin_session.gd. A dropped connection costs nothing but
 # time: the experience not yet acknowledged is sent again once reconnected.
 extends Reference
@@ -35,6 +42,8 @@ var weights_seq_no = -1
 var env_steps = 0
 var reconnects = 0
 var episodes_played = 0         # episodes finished (evaluation_interval counts them)
+var state_size = 0              # the module's recurrent state's floats (SET_CONFIG's state_size); 0: no memory
+var state = []                  # a recurrent module's state, fed with the next observation
 
 var _chunk = null               # the open episode's current chunk
 var _finished = []              # chunks not yet acknowledged by a SET_STATE
@@ -85,7 +94,7 @@ func begin_step(obs, mask := []) -> void:
 		if _chunk != null and not _chunk.actions.empty():
 			_chunk.obs.append(_obs)  # completes its last step; the episode goes on in a new chunk
 			_finished.append(_chunk)
-			_chunk = _new_chunk(_obs)
+			_chunk = _new_chunk(_obs)  # its state_in: the state this observation is fed with
 		_ask({"type": "EPISODES_AND_GET_STATE", "episodes": _finished, "env_steps": _steps_since_sample})
 
 
@@ -151,11 +160,21 @@ func _act() -> Dictionary:
 	if _chunk == null:
 		_episode_id = client.new_episode_id()
 		_evaluating = _evaluation_turn()
+		state = policy.zero_state()  # a new episode starts with no memory
 		_chunk = _new_chunk(_obs)
 	elif not _chunk.actions.empty():
 		_chunk.obs.append(_obs)
 	var greedy = _evaluating or not explore  # the most likely action (a gSDE model's noise-free output)
-	var outputs = policy.run(_obs, _mask, greedy)
+	var outputs = []
+	if state_size > 0:
+		var stepped = policy.step(_obs, state, _mask, greedy)
+		if stepped.empty():
+			return {"error": {"code": "model_error", "message": "the policy did not run on state_in of %d floats (state_size %d)" % [state.size(), state_size],
+				"details": null, "request": ""}}
+		outputs = stepped.output
+		state = stepped.state  # fed with the next observation
+	else:
+		outputs = policy.run(_obs, _mask, greedy)
 	var distribution = str(module.get("action_distribution", "categorical"))
 	var sampled = sampler.sample(outputs, distribution, space, not greedy)
 	if policy.is_masked():
@@ -219,6 +238,8 @@ func _new_chunk(first_obs) -> Dictionary:
 		chunk["module_id"] = module_id
 	if _evaluating:
 		chunk["evaluation"] = true
+	if state_size > 0:
+		chunk["state_in"] = state.duplicate()  # the state fed with first_obs
 	return chunk
 
 
@@ -239,5 +260,12 @@ func _load(set_state: Dictionary):
 		if text.find("thin mode") < 0:
 			text += " (use thin mode)"
 		return {"code": "model_error", "message": text, "details": null, "request": _state_message.type}
+	var expected = int(module.get("state_size", client.config.get("state_size", 0)))
+	if policy.state_size != expected:
+		var text = "module '%s' has state_size %d in SET_CONFIG, but its model's state_in takes %d" % [str(module.module_id), expected, policy.state_size]
+		return {"code": "model_error", "message": text, "details": null, "request": _state_message.type}
+	if policy.state_size != state_size or state.size() != state_size:  # a new model version keeps the state
+		state_size = policy.state_size
+		state = policy.zero_state()
 	weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
 	return null

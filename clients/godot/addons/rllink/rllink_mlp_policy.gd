@@ -3,7 +3,11 @@
 # PPO (Flatten first for multi-dimensional observations), plus Relu, Mul, Add and Concat
 # for SAC's actor, and Sub, Mul and Add for an action mask (a masked module's model
 # takes a second input, action_mask [batch, k], and outputs
-# logits + (action_mask - 1) * 1e8); this also runs MatMul, Sigmoid and Identity. A
+# logits + (action_mask - 1) * 1e8); this also runs MatMul, Sigmoid and Identity.
+# A recurrent model (a module with model.use_lstm) takes a further input, state_in
+# [batch, state_size], and gives a further output, state_out: one LSTM step written out
+# in Slice (opset 13: int64 starts/ends/axes inputs), Gemm, Add, Sigmoid, Tanh, Mul and
+# Concat, all run here (step()/step_batch() take the state and give state_out back). A
 # model with any other operator is refused at load() with its name: the CNN (Conv) of
 # image observations, which is too slow for GDScript, needs thin mode. Values are
 # computed in double precision from the float32 weights (elementwise Add, Sub and Mul
@@ -19,8 +23,11 @@ const Protobuf = preload("res://addons/rllink/rllink_protobuf.gd")
 # A gSDE actor's exploring SET_STATE model also outputs its action_dist_inputs without this
 # version's exploration noise: the most likely action (explore off) is played from it.
 const NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"
-const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Sub", "Mul", "Concat", "Identity"]
-const IMAGE_OPS = ["Conv", "Reshape", "Slice"]  # an image observation's CNN (app/training/onnx_export.py)
+const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Sub", "Mul", "Concat", "Identity", "Slice"]
+const IMAGE_OPS = ["Conv", "Reshape"]  # an image observation's CNN (app/training/onnx_export.py)
+# A recurrent model's state (RLLINK.md "Recurrent policies"): fed in before the step, out after it.
+const STATE_INPUT = "state_in"
+const STATE_OUTPUT = "state_out"
 
 var metadata = {}           # the model's metadata_props (weights_seq_no, spaces, output_layout, ...)
 var input_name = ""
@@ -28,6 +35,7 @@ var output_name = ""
 var noise_free_output = ""  # a gSDE exploring model's second output (NOISE_FREE_OUTPUT), "" if it has none
 var mask_input_name = ""    # a masked model's second input (action_mask), "" for an unmasked one
 var mask_width = 0          # its values per row: one per logit
+var state_size = 0          # a recurrent model's state_in/state_out width; 0 for a feed-forward one
 var observation_shape = []
 var error_message = ""      # why load() failed
 
@@ -79,16 +87,39 @@ func load_model(model: PoolByteArray, input := "", output := "", obs_shape := []
 		if not node.op in SUPPORTED:
 			error_message = "this runtime runs %s models; this one has a %s node" % [PoolStringArray(SUPPORTED).join("/"), node.op]
 			return false
+		if node.op == "Slice" and (node.inputs.size() < 3 or node.attrs.has("starts")):
+			error_message = "this runtime runs Slice with starts/ends as inputs (opset 10+); this model's gives them as attributes"
+			return false
+		if node.op == "Slice" and node.inputs.size() > 4 and node.inputs[4] != "":
+			var steps = initializers.get(node.inputs[4])
+			if steps == null or steps.data.count(1) != steps.data.size():
+				error_message = "this runtime runs Slice with steps of 1 only (node %s)" % node.outputs[0]
+				return false
+		if node.op == "Slice":
+			for k in range(1, min(node.inputs.size(), 4)):
+				if node.inputs[k] != "" and not initializers.has(node.inputs[k]):
+					error_message = "this runtime runs Slice with constant starts/ends/axes only (node %s)" % node.outputs[0]
+					return false
 	if error_message != "":  # set while reading (a tensor that is not float32)
 		return false
 	var names = []
 	for info in graph_inputs:
 		names.append(info.name)
 	input_name = input if input != "" else (names[0] if not names.empty() else "obs")
+	state_size = 0
+	if STATE_INPUT in names:
+		var state_dims = graph_inputs[names.find(STATE_INPUT)].shape
+		state_size = int(state_dims[1]) if state_dims.size() == 2 and state_dims[1] > 0 else 0
+		if state_size == 0:
+			error_message = "the model's input %s is not [batch, state_size] with a fixed state_size" % STATE_INPUT
+			return false
+		if not STATE_OUTPUT in graph_outputs:
+			error_message = "the model takes %s but has no output %s (a recurrent model gives both)" % [STATE_INPUT, STATE_OUTPUT]
+			return false
 	mask_input_name = mask_input
 	if mask_input_name == "":
 		for name in names:
-			if name != input_name:
+			if name != input_name and name != STATE_INPUT:
 				mask_input_name = name  # the gateway's models have at most one more input: the mask
 				break
 	mask_width = 0
@@ -118,11 +149,24 @@ func is_masked() -> bool:
 	return mask_input_name != ""
 
 
+func is_recurrent() -> bool:
+	return state_size > 0
+
+
+# The zero state a recurrent model starts an episode with (state_size floats).
+func zero_state() -> Array:
+	var state = []
+	for i in range(state_size):
+		state.append(0.0)
+	return state
+
+
 # The model's first output for one observation (numbers, any nesting, flattened in
 # row-major order): an Array of floats (logits, or means then log stds). mask: a masked
 # model's action mask, one 0/1 per logit (empty: all allowed); the forbidden logits come
 # out about -1e8, so their probability is 0. noise_free: a gSDE exploring model's
 # noise-free output instead (the most likely action's), where it has one.
+# A recurrent model runs from the zero state here: use step() to carry its state.
 func run(observation, mask := [], noise_free := false) -> Array:
 	return run_batch([observation], [mask], noise_free)[0]
 
@@ -130,6 +174,34 @@ func run(observation, mask := [], noise_free := false) -> Array:
 # The outputs for several observations at once: one Array of floats per observation.
 # masks: one mask per observation (or none: all allowed), for a masked model.
 func run_batch(observations: Array, masks := [], noise_free := false) -> Array:
+	return _run(observations, masks, noise_free, [])[0]
+
+
+# One step of a recurrent model: {"output": run()'s Array, "state": state_out}, state
+# being the state_in fed with this observation (zero_state() at an episode's start;
+# the previous step's "state" after). A feed-forward model's "state" is [].
+func step(observation, state: Array, mask := [], noise_free := false) -> Dictionary:
+	var result = step_batch([observation], [state], [mask], noise_free)
+	if result.empty():
+		return {}
+	return result[0]
+
+
+# step() for several observations at once: one {"output", "state"} per observation
+# (empty if a state has the wrong size).
+func step_batch(observations: Array, states: Array, masks := [], noise_free := false) -> Array:
+	var ran = _run(observations, masks, noise_free, states)
+	var result = []
+	if ran[0].size() != observations.size():
+		return result
+	for r in range(observations.size()):
+		result.append({"output": ran[0][r], "state": ran[1][r] if r < ran[1].size() else []})
+	return result
+
+
+# [outputs, state_outs] (one Array of floats per observation each; no state_outs for a
+# feed-forward model).
+func _run(observations: Array, masks: Array, noise_free: bool, states: Array) -> Array:
 	var rows = observations.size()
 	var flat = []
 	for obs in observations:
@@ -156,17 +228,42 @@ func run_batch(observations: Array, masks := [], noise_free := false) -> Array:
 				for m in mask:
 					mask_data.append(float(m))
 		values[mask_input_name] = {"shape": [rows, mask_width], "data": mask_data}
+	if state_size > 0:
+		var state_data = []
+		for r in range(rows):
+			var state = states[r] if r < states.size() else []
+			if state.empty():
+				for i in range(state_size):
+					state_data.append(0.0)
+			elif state.size() != state_size:
+				push_error("RLlink: a state of %d values for a model whose state_in takes %d" % [state.size(), state_size])
+				return [[], []]
+			else:
+				for v in state:
+					state_data.append(float(v))
+		values[STATE_INPUT] = {"shape": [rows, state_size], "data": state_data}
 	for node in _nodes:
 		values[node.outputs[0]] = _evaluate(node, values)
 	var name = noise_free_output if noise_free and noise_free_output != "" else output_name
 	var output = values.get(name)
 	if output == null:
 		push_error("RLlink: the model computed no output named " + name)
-		return []
-	var columns = output.data.size() / rows
+		return [[], []]
+	var state_outs = []
+	if state_size > 0:
+		var state_out = values.get(STATE_OUTPUT)
+		if state_out == null or state_out.data.size() != rows * state_size:
+			push_error("RLlink: the model computed no %s of %d values per row" % [STATE_OUTPUT, state_size])
+			return [[], []]
+		state_outs = _rows(state_out.data, rows)
+	return [_rows(output.data, rows), state_outs]
+
+
+static func _rows(data: Array, rows: int) -> Array:
+	var columns = data.size() / rows
 	var result = []
 	for r in range(rows):
-		result.append(output.data.slice(r * columns, (r + 1) * columns - 1))
+		result.append(data.slice(r * columns, (r + 1) * columns - 1))
 	return result
 
 
@@ -223,6 +320,8 @@ func _evaluate(node: Dictionary, values: Dictionary) -> Dictionary:
 			return _broadcast(a, b, node.op)
 		"Concat":
 			return _concat(node, values)
+		"Slice":
+			return _slice(node, values)
 	push_error("RLlink: unsupported operator " + node.op)
 	return a
 
@@ -313,6 +412,65 @@ static func _concat(node: Dictionary, values: Dictionary) -> Dictionary:
 			for i in range(cols):
 				y.append(part.data[r * cols + i])
 	return {"shape": [rows, width], "data": y}
+
+
+# Slice (opset 10+): starts, ends and (optionally) axes as int64 inputs, steps of 1.
+# Negative starts/ends count from the end; both are clamped to the dimension.
+static func _slice(node: Dictionary, values: Dictionary) -> Dictionary:
+	var a = values[node.inputs[0]]
+	var shape = Array(a.shape)
+	var dims = shape.size()
+	var starts = values[node.inputs[1]].data
+	var ends = values[node.inputs[2]].data
+	var axes = []
+	if node.inputs.size() > 3 and node.inputs[3] != "":
+		axes = values[node.inputs[3]].data
+	else:
+		for i in range(starts.size()):
+			axes.append(i)
+	var lo = []
+	var hi = []
+	for d in range(dims):
+		lo.append(0)
+		hi.append(shape[d])
+	for k in range(axes.size()):
+		var axis = int(axes[k])
+		if axis < 0:
+			axis += dims
+		var size = shape[axis]
+		var start = int(starts[k])
+		var end = int(ends[k])
+		if start < 0:
+			start += size
+		if end < 0:
+			end += size
+		lo[axis] = int(clamp(start, 0, size))
+		hi[axis] = int(clamp(end, lo[axis], size))
+	var out_shape = []
+	var count = 1
+	for d in range(dims):
+		out_shape.append(hi[d] - lo[d])
+		count *= hi[d] - lo[d]
+	var strides = []
+	strides.resize(dims)
+	var stride = 1
+	for d in range(dims - 1, -1, -1):
+		strides[d] = stride
+		stride *= shape[d]
+	var y = []
+	y.resize(count)
+	var index = lo.duplicate()  # the source index of the next output element, row-major
+	for i in range(count):
+		var offset = 0
+		for d in range(dims):
+			offset += index[d] * strides[d]
+		y[i] = a.data[offset]
+		for d in range(dims - 1, -1, -1):
+			index[d] += 1
+			if index[d] < hi[d]:
+				break
+			index[d] = lo[d]
+	return {"shape": out_shape, "data": y}
 
 
 # -- The ONNX protobuf, as far as these models need it ------------------------------------------
@@ -407,6 +565,7 @@ func _read_tensor(reader) -> Dictionary:
 	var data_type = 1
 	var raw = null
 	var floats = []
+	var ints = []
 	while reader.next():
 		match reader.field:
 			1:
@@ -424,17 +583,37 @@ func _read_tensor(reader) -> Dictionary:
 					floats += _floats(reader.data, s[0], s[1])
 				else:
 					floats.append(reader.float32())
+			7:  # int64_data (Slice's starts/ends/axes)
+				if reader.wire_type == 2:
+					var packed = reader.sub_reader()
+					while packed.pos < packed.end:
+						ints.append(packed.varint())
+				else:
+					ints.append(reader.varint())
 			8:
 				tensor.name = reader.string()
 			9:
-				var s = reader.span()
-				raw = _floats(reader.data, s[0], s[1])
+				raw = reader.span()
 			_:
 				reader.skip()
+	if data_type == 7:  # int64: only Slice's constant inputs
+		tensor.data = _int64s(reader.data, raw[0], raw[1]) if raw != null else ints
+		return tensor
 	if data_type != 1:
 		error_message = "tensor %s is not float32 (ONNX data type %d)" % [tensor.name, data_type]
-	tensor.data = raw if raw != null else floats
+	tensor.data = _floats(reader.data, raw[0], raw[1]) if raw != null else floats
 	return tensor
+
+
+static func _int64s(bytes: PoolByteArray, start: int, stop: int) -> Array:
+	var result = []
+	if stop <= start:
+		return result
+	var buffer = StreamPeerBuffer.new()
+	buffer.data_array = bytes.subarray(start, stop - 1)
+	for i in range((stop - start) / 8):
+		result.append(buffer.get_64())
+	return result
 
 
 static func _floats(bytes: PoolByteArray, start: int, stop: int) -> Array:

@@ -8,7 +8,9 @@
 # mask per observation, 0/1 per logit ([] for all allowed). Prints one line
 # "META <json>" (the model's metadata and input/output names), then "OUT <json>" per
 # observation: the model's first output (and "NOISE_FREE <json>", a gSDE exploring model's
-# noise-free output, where it has one). Exits 0, or 1 with "ERROR <text>".
+# noise-free output, where it has one). A recurrent model (state_in/state_out) runs the
+# observations as one episode's steps: zeros first, each step's state_out fed to the
+# next, and "STATE <json>" follows each OUT line. Exits 0, or 1 with "ERROR <text>".
 extends SceneTree
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
@@ -54,21 +56,37 @@ func _init() -> void:
 		return
 	print("META " + to_json({"input_name": policy.input_name, "output_name": policy.output_name,
 		"noise_free_output": policy.noise_free_output,
-		"mask_input_name": policy.mask_input_name, "mask_width": policy.mask_width, "metadata": policy.metadata}))
+		"mask_input_name": policy.mask_input_name, "mask_width": policy.mask_width, "state_size": policy.state_size,
+		"metadata": policy.metadata}))
 	var started = OS.get_ticks_usec()
+	var state = policy.zero_state()
 	for i in range(observations.size()):
-		var out = policy.run(observations[i], masks[i] if i < masks.size() else [])
-		var parts = PoolStringArray()
-		for v in out:
-			parts.append(JsonWriter.number(v))  # 9 significant digits (to_json keeps 6 decimals)
-		print("OUT [" + parts.join(",") + "]")
+		var out = []
+		var state_out = []
+		if policy.is_recurrent():
+			var stepped = policy.step(observations[i], state, masks[i] if i < masks.size() else [])
+			if stepped.empty():
+				_stop("the model did not run")
+				return
+			out = stepped.output
+			state_out = stepped.state
+		else:
+			out = policy.run(observations[i], masks[i] if i < masks.size() else [])
+		print("OUT " + _json(out))
+		if policy.is_recurrent():
+			print("STATE " + _json(state_out))
+			state = state_out
 		if policy.noise_free_output != "":
-			parts = PoolStringArray()
-			for v in policy.run(observations[i], masks[i] if i < masks.size() else [], true):
-				parts.append(JsonWriter.number(v))
-			print("NOISE_FREE [" + parts.join(",") + "]")
+			print("NOISE_FREE " + _json(policy.run(observations[i], masks[i] if i < masks.size() else [], true)))
 	print("USEC_PER_RUN %d" % ((OS.get_ticks_usec() - started) / max(1, observations.size())))
 	quit(0)
+
+
+static func _json(values: Array) -> String:
+	var parts = PoolStringArray()
+	for v in values:
+		parts.append(JsonWriter.number(v))  # 9 significant digits (to_json keeps 6 decimals)
+	return "[" + parts.join(",") + "]"
 
 
 func _stop(text: String) -> void:
