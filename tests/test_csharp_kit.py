@@ -27,6 +27,13 @@ against a real gateway over TCP.
   kit sampled under).
 - MlpPolicyRuntime computes what onnxruntime computes on the gateway's models (a masked
   MultiDiscrete one too), and refuses an image policy's Conv, pointing to Sentis or thin mode.
+- Memory (a module with `model: {use_lstm: true}`): MlpPolicyRuntime runs the gateway's
+  recurrent export (its LSTM step written out in Slice, Gemm, Add, Sigmoid, Tanh, Mul,
+  Concat; inputs obs and state_in, outputs action_dist_inputs and state_out) as onnxruntime
+  does, step by step with the state carried and reset; the console example with local
+  inference carries each agent's state and puts state_in on every chunk (those continuing
+  an episode after an EPISODES_AND_GET_STATE too: the gateway refuses one without it), and
+  the gateway trains on what it sent.
 - A model bundled with a game, with no gateway: the gateway's GET /api/model.onnx written
   to a file, loaded by MlpPolicyRuntime.FromFile (names and shape from the model itself)
   and played by OnnxPolicy, gives onnxruntime's outputs and their most likely actions.
@@ -448,6 +455,63 @@ def test_mlp_policy_runtime_refuses_an_image_policy_pointing_to_sentis_or_thin_m
     result = onnx_run(path, [3, 10, 10], [json.dumps([0.0] * 300)])
     assert result.returncode == 3, result
     assert "has a Conv node" in result.stderr and "Sentis" in result.stderr and "thin mode" in result.stderr, result.stderr
+
+
+# -- Memory: recurrent modules ------------------------------------------------------------------
+
+LSTM_MODEL = {"use_lstm": True, "lstm_cell_size": 8}
+
+
+def test_mlp_policy_runtime_carries_a_recurrent_models_state_as_onnxruntime_does(kit, tmp_path):
+    import torch
+
+    torch.manual_seed(0)
+    policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=3), (16,), normalize_obs=True, lstm_cell_size=8)
+    policy.obs_norm.update(torch.randn(50, 4) * 2 + 1)  # folded into the LSTM's input weights
+    with torch.no_grad():  # weights far from the initial ones, so the comparison says something
+        for parameter in policy.parameters():
+            parameter.uniform_(-0.6, 0.6)
+    model = export_onnx(policy, 5)
+    path = tmp_path / "lstm.onnx"
+    path.write_bytes(model)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["obs", "state_in"]
+    assert [o.name for o in session.get_outputs()] == ["action_dist_inputs", "state_out"]
+
+    steps, reset = 40, 25  # an episode of 25 steps, then another from zeros
+    observations = np.random.default_rng(3).uniform(-3, 3, (steps, 4)).astype(np.float32)
+    lines = [json.dumps({"obs": o.tolist(), **({"state_in": [0.0] * 16} if i == reset else {})}) for i, o in enumerate(observations)]
+    result = onnx_run(path, [4], lines)  # OnnxRun feeds each step's state_out back itself
+    assert result.returncode == 0, result.stderr
+    header, *rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert header["state_size"] == "16" and len(rows) == steps
+
+    state = np.zeros((1, 16), np.float32)
+    for step, (observation, row) in enumerate(zip(observations, rows, strict=True)):
+        if step == reset:
+            state = np.zeros((1, 16), np.float32)
+        outputs, state = session.run(None, {"obs": observation[None], "state_in": state})
+        np.testing.assert_allclose(row["outputs"], outputs[0], rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
+        np.testing.assert_allclose(row["state_out"], state[0], rtol=1e-5, atol=1e-5, err_msg=f"step {step}")
+    assert np.abs(state).max() > 0.1  # the state moved: the comparison says something
+
+
+@pytest.mark.e2e
+def test_local_inference_carries_a_recurrent_modules_state_and_the_gateway_trains_on_its_chunks(kit, tmp_path):
+    # A few thousand steps, never the target: every chunk after the first EPISODES_AND_GET_STATE
+    # that continues an episode needs its state_in, or the gateway answers ERROR and the example fails.
+    with running_gateway(gateway_settings(tmp_path, model=LSTM_MODEL, train_batch_size=1000)) as gateway:
+        with gateway.client("tcp") as client:
+            assert client.request({"type": "GET_CONFIG"})["state_size"] == 16  # what AgentSession reads
+        result = cartpole(kit, gateway.tcp_port, "--inference", "local", "--max-env-steps", "3000", target=1e9)
+        after = wait_until(lambda: (m := metrics(gateway))["num_training_steps"] > 0 and m, 60, "a training step")
+    assert result.returncode == 1, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"  # the budget, not an error
+    assert "budget spent before the target" in result.stdout and "ERROR" not in result.stdout + result.stderr
+    assert "inference: local" in result.stdout
+    assert after["serving"]["actions_served_total"] == 0  # the LSTM ran in C#
+    assert after["num_env_steps_sampled_lifetime"] > 0 and after["num_training_steps"] > 0
+    # It played on through new model versions, the state kept (the versions it printed went up).
+    assert after["weights_seq_no"] >= 2 and "v2 " in result.stdout
 
 
 # -- A model bundled with the game: no gateway ---------------------------------------------

@@ -8,6 +8,10 @@
 // (a second input), {"obs": [...], "action_mask": [...]}; each stdout line is the JSON
 // list of the model's output 0 for it. The first stdout line is the model's metadata as
 // JSON. A model MlpPolicyRuntime does not run: "error: ..." on stderr, exit 3.
+//
+// A recurrent model (input state_in): the tool carries the state itself, zeros at first and
+// then each step's state_out (a line's "state_in" replaces it: e.g. zeros at a new episode),
+// and each stdout line is {"outputs": [...], "state_out": [...]}.
 
 using System;
 using System.Collections.Generic;
@@ -42,20 +46,29 @@ namespace RLlink.Tools
             if (runtime.Metadata.TryGetValue("input_names", out names))
             {
                 var inputs = Json.Parse(names) as List<object>;
-                if (inputs != null && inputs.Count > 1) maskName = (string)inputs[1];
+                if (inputs != null)
+                    foreach (object input in inputs.Skip(1))
+                        if ((string)input != MlpPolicyRuntime.StateInput) { maskName = (string)input; break; }
             }
             runtime.Load(model, inputName, null, shape, maskName);
             Console.WriteLine(Json.Serialize(runtime.Metadata));
+            float[] state = runtime.StateSize > 0 ? new float[runtime.StateSize] : null;
             string line;
             while ((line = Console.ReadLine()) != null)
             {
                 if (line.Trim().Length == 0) continue;
                 object parsed = Json.Parse(line);
                 var item = parsed as Dictionary<string, object>;
-                float[] output = item == null
-                    ? runtime.Run(Json.ToFloats(parsed))
-                    : runtime.Run(Json.ToFloats(item["obs"]), item.ContainsKey("action_mask") ? Json.ToFloats(item["action_mask"]) : null);
-                Console.WriteLine(Json.Serialize(output));
+                float[] obs = Json.ToFloats(item == null ? parsed : item["obs"]);
+                float[] mask = item != null && item.ContainsKey("action_mask") ? Json.ToFloats(item["action_mask"]) : null;
+                if (state == null)
+                {
+                    Console.WriteLine(Json.Serialize(runtime.Run(obs, mask)));
+                    continue;
+                }
+                if (item != null && item.ContainsKey("state_in")) state = Json.ToFloats(item["state_in"]);
+                float[] output = runtime.Run(obs, mask, state, out state);
+                Console.WriteLine(Json.Serialize(new Dictionary<string, object> { { "outputs", output }, { "state_out", state } }));
             }
             return 0;
         }

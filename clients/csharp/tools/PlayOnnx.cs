@@ -55,7 +55,10 @@ namespace RLlink.Tools
                 var item = parsed as Dictionary<string, object>;
                 float[] obs = Json.ToFloats(item == null ? parsed : item["obs"]);
                 float[] mask = item != null && item.ContainsKey("action_mask") ? Json.ToFloats(item["action_mask"]) : null;
-                float[] outputs = runtime.ActionMaskInputName == null ? runtime.Run(obs) : runtime.Run(obs, mask ?? AllOnes(policy));
+                float[] outputs, stateOut;
+                if (runtime.StateSize > 0) // a recurrent model: the state policy.Act is about to use (it carries it)
+                    outputs = runtime.Run(obs, runtime.ActionMaskInputName == null ? null : mask ?? AllOnes(policy), policy.State, out stateOut);
+                else outputs = runtime.ActionMaskInputName == null ? runtime.Run(obs) : runtime.Run(obs, mask ?? AllOnes(policy));
                 Console.WriteLine(Json.Serialize(new Dictionary<string, object>
                 {
                     { "outputs", outputs },

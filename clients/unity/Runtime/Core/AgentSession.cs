@@ -16,6 +16,13 @@
 // forbidden; null: all allowed): thin mode sends it with GET_ACTION, local mode feeds it
 // to the model's second input (IMaskedPolicyRuntime) and records it in the chunk.
 //
+// Memory (a recurrent module: the gateway's model {use_lstm: true}, SET_CONFIG's state_size
+// > 0): local mode carries the agent's state through the model (IRecurrentPolicyRuntime):
+// zeros at an episode's start, each step's state_out fed back as the next step's state_in,
+// kept when a new model version arrives; every chunk carries state_in, the state fed with
+// its first observation (what the gateway needs to train a chunk that continues an
+// episode). Thin mode does not serve recurrent modules yet (the gateway refuses them).
+//
 // Environment parameters (the gateway's env_params: client.Config.GetEnvParam): local mode
 // gets a curriculum's new values in the SET_STATEs it asks for anyway; a thin session, which
 // gets no SET_STATE unasked, asks for one (GET_STATE) when an episode ends after the policy
@@ -100,6 +107,7 @@ namespace RLlink
         int stepsSinceSample;
         bool modelLoaded;
         string localEpisodeId;
+        float[] state;                // a recurrent module's state before the next step (null: none)
 
         public AgentSession(RLlinkClient client, InferenceMode mode, IPolicyRuntime runtime = null, int seed = 0)
         {
@@ -313,6 +321,7 @@ namespace RLlink
             {
                 IsEvaluationEpisode = EvaluationTurn();
                 localEpisodeId = Guid.NewGuid().ToString("N");
+                state = Module.Recurrent ? new float[Module.StateSize] : null; // zeros at an episode's start
                 chunk = NewChunk(localEpisodeId, obs);
             }
             else if (((List<object>)chunk["actions"]).Count > 0)
@@ -320,12 +329,19 @@ namespace RLlink
                 ((List<float[]>)chunk["obs"]).Add(obs);
             }
             float[] distInputs;
+            float[] mask = null;
             if (Module.ActionMasking)
             {
-                float[] mask = actionMask != null ? (float[])actionMask.Clone() : AllAllowed();
-                distInputs = ((IMaskedPolicyRuntime)runtime).Run(obs, mask);
+                mask = actionMask != null ? (float[])actionMask.Clone() : AllAllowed();
                 ((List<float[]>)chunk["action_mask"]).Add(mask);
             }
+            if (Module.Recurrent)
+            {
+                float[] next;
+                distInputs = ((IRecurrentPolicyRuntime)runtime).Run(obs, mask, state, out next);
+                state = next; // the next step's state_in
+            }
+            else if (mask != null) distInputs = ((IMaskedPolicyRuntime)runtime).Run(obs, mask);
             else distInputs = runtime.Run(obs);
             float logp;
             bool explore = Explore && !IsEvaluationEpisode; // an evaluation episode plays the mode
@@ -370,6 +386,7 @@ namespace RLlink
             if (AgentId != null) newChunk["agent_id"] = AgentId;
             if (ModuleId != null) newChunk["module_id"] = ModuleId;
             if (IsEvaluationEpisode) newChunk["evaluation"] = true; // every chunk of the episode
+            if (Module.Recurrent) newChunk["state_in"] = (float[])state.Clone(); // the state fed with firstObs
             return newChunk;
         }
 
@@ -386,7 +403,19 @@ namespace RLlink
         {
             string moduleId = Module.ModuleId;
             byte[] model = state.OnnxFiles.Count > 0 && state.OnnxFiles.ContainsKey(moduleId) ? state.OnnxModel(moduleId) : state.OnnxModel();
-            if (Module.ActionMasking)
+            if (Module.Recurrent)
+            {
+                var recurrent = runtime as IRecurrentPolicyRuntime;
+                if (recurrent == null)
+                    throw new NotSupportedException("module '" + moduleId + "' is recurrent (state_size " + Module.StateSize
+                        + "): its model takes and gives a state (state_in, state_out), which " + runtime.GetType().Name
+                        + " cannot carry; implement IRecurrentPolicyRuntime (MlpPolicyRuntime does)");
+                recurrent.Load(model, Module.OnnxInputName, Module.OnnxOutputNames, Module.ObservationSpace.Shape, Module.OnnxActionMaskInputName);
+                if (recurrent.StateSize != Module.StateSize)
+                    throw new NotSupportedException("module '" + moduleId + "' has state_size " + Module.StateSize + " but its model's state_in takes "
+                        + recurrent.StateSize + " floats");
+            }
+            else if (Module.ActionMasking)
             {
                 var masked = runtime as IMaskedPolicyRuntime;
                 if (masked == null)

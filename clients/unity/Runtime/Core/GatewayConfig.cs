@@ -114,6 +114,13 @@ namespace RLlink
         /// <c>onnx_action_mask_input_name</c>): set for a module with <c>action_masking</c>, else null.</summary>
         public string OnnxActionMaskInputName;
         public bool Trainable = true;
+        /// <summary>SET_CONFIG's <c>state_size</c>: the width of a recurrent module's state (its
+        /// model's <c>state_in</c> and <c>state_out</c>; the gateway's <c>model: {use_lstm: true}</c>);
+        /// 0 for a module without memory.</summary>
+        public int StateSize;
+
+        /// <summary>The module's policy has memory: its model carries a state step to step.</summary>
+        public bool Recurrent { get { return StateSize > 0; } }
 
         /// <summary>The module takes action masks (its model has the second input).</summary>
         public bool ActionMasking { get { return OnnxActionMaskInputName != null; } }
@@ -128,6 +135,7 @@ namespace RLlink
                 OnnxInputName = Json.GetString(json, "onnx_input_name", "obs"),
                 OnnxActionMaskInputName = Json.GetString(json, "onnx_action_mask_input_name"),
                 Trainable = Json.GetBool(json, "trainable", true),
+                StateSize = Math.Max(0, Json.GetInt(json, "state_size", 0)),
             };
             var outputs = Json.GetList(json, "onnx_output_names");
             if (outputs != null) module.OnnxOutputNames = outputs.ConvertAll(o => (string)o).ToArray();

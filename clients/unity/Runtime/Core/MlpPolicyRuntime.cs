@@ -1,10 +1,13 @@
 // A pure-C# IPolicyRuntime for the gateway's MLP policies (vector observations): it reads
 // the ONNX protobuf itself and runs its Gemm, Tanh and Flatten nodes, and the Sub, Mul
 // and Add that apply an action mask (also MatMul, Relu, Sigmoid, Identity), which is all
-// such a policy holds. No package, no native code: it runs in the Unity editor and every
-// player (WebGL and consoles included), in mono and .NET. A model with any other operator
-// (the Conv of a policy on camera images, SAC's Concat) is refused at Load with its name:
-// play in thin mode then (or, for a model bundled with the game, SentisPolicyRuntime).
+// such a policy holds; and a recurrent module's LSTM step, written out in Slice (int64
+// initializer inputs), Gemm, Add, Sigmoid, Tanh, Mul and Concat, with its second input
+// state_in and output state_out (IRecurrentPolicyRuntime). No package, no native code: it
+// runs in the Unity editor and every player (WebGL and consoles included), in mono and
+// .NET. A model with any other operator (the Conv of a policy on camera images) is refused
+// at Load with its name: play in thin mode then (or, for a model bundled with the game,
+// SentisPolicyRuntime).
 //
 // Two ways in:
 // - Load(bytes, names, shape): each SET_STATE's model, with the names SET_CONFIG gives
@@ -20,13 +23,14 @@ using System.Text;
 
 namespace RLlink
 {
-    public sealed class MlpPolicyRuntime : IMaskedPolicyRuntime
+    public sealed class MlpPolicyRuntime : IRecurrentPolicyRuntime
     {
         sealed class Tensor
         {
             public int[] Shape;
             public float[] Data;
             public int DataType = 1; // ONNX's FLOAT; an initializer of another type has no Data
+            public long[] Ints;      // an INT64 initializer's values (Slice's starts, ends, axes, steps)
             public Tensor(int[] shape, float[] data) { Shape = shape; Data = data; }
         }
 
@@ -45,7 +49,7 @@ namespace RLlink
 
         static readonly HashSet<string> Supported = new HashSet<string>
         {
-            "Gemm", "Tanh", "Flatten", "MatMul", "Add", "Sub", "Mul", "Relu", "Sigmoid", "Identity",
+            "Gemm", "Tanh", "Flatten", "MatMul", "Add", "Sub", "Mul", "Relu", "Sigmoid", "Identity", "Slice", "Concat",
         };
 
         List<Node> nodes = new List<Node>();
@@ -53,6 +57,8 @@ namespace RLlink
         List<string> graphInputs = new List<string>();
         Dictionary<string, int[]> graphInputShapes = new Dictionary<string, int[]>();
         string inputName, outputName, maskInputName;
+        string stateInputName, stateOutputName; // a recurrent model's state_in and state_out, else null
+        int stateSize;
         int[] observationShape;
 
         /// <summary>Metadata of the loaded model (weights_seq_no, spaces, output_layout, ...).</summary>
@@ -64,6 +70,12 @@ namespace RLlink
         public string ActionMaskInputName { get { return maskInputName; } }
         /// <summary>The output that Run returns (output 0, action_dist_inputs).</summary>
         public string OutputName { get { return outputName; } }
+        /// <summary>The recurrent state's input (<c>state_in</c>), or null for a model without memory.</summary>
+        public string StateInputName { get { return stateInputName; } }
+        /// <summary>The recurrent state's output (<c>state_out</c>), or null for a model without memory.</summary>
+        public string StateOutputName { get { return stateOutputName; } }
+        /// <summary>The width of the recurrent state (<c>state_in</c> [batch, StateSize]); 0: the model has none.</summary>
+        public int StateSize { get { return stateSize; } }
         /// <summary>The shape of one observation (Run takes it flattened).</summary>
         public int[] ObservationShape { get { return observationShape == null ? null : (int[])observationShape.Clone(); } }
 
@@ -100,9 +112,11 @@ namespace RLlink
             inputName = Metadata.TryGetValue("input_name", out name) && graphInputs.Contains(name) ? name : graphInputs[0];
             maskInputName = null;
             foreach (string input in graphInputs)
-                if (input != inputName) { maskInputName = input; break; }
-            if (graphInputs.Count > 2)
-                throw new NotSupportedException("the model has " + graphInputs.Count + " inputs; a policy has its observation and, with action masking, the mask");
+                if (input != inputName && input != stateInputName) { maskInputName = input; break; }
+            int expected = 2 + (stateInputName != null ? 1 : 0);
+            if (graphInputs.Count > expected)
+                throw new NotSupportedException("the model has " + graphInputs.Count + " inputs; a policy has its observation and, with action masking,"
+                    + " the mask (and, with memory, state_in)");
             int[] dims;
             observationShape = null;
             if (graphInputShapes.TryGetValue(inputName, out dims) && dims.Length >= 2)
@@ -151,14 +165,38 @@ namespace RLlink
             foreach (var node in newNodes)
             {
                 if (Supported.Contains(node.OpType)) continue;
-                throw new NotSupportedException("MlpPolicyRuntime runs Gemm/Tanh/Flatten MLP policies (and their action mask's Sub/Mul/Add); this model has a "
+                throw new NotSupportedException("MlpPolicyRuntime runs Gemm/Tanh/Flatten MLP policies (and their action mask's Sub/Mul/Add,"
+                    + " their LSTM step's Slice/Sigmoid/Mul/Add/Concat); this model has a "
                     + node.OpType + " node: train it in thin mode; a trained one bundled with the game can run with"
                     + " Unity Sentis / Inference Engine (SentisPolicyRuntime)");
             }
             foreach (var initializer in newInitializers)
-                if (initializer.Value.DataType != 1)
+                if (initializer.Value.DataType != 1 && initializer.Value.DataType != 7)
                     throw new NotSupportedException("tensor " + initializer.Key + " is not float32 (ONNX data type " + initializer.Value.DataType + ")");
+            foreach (var node in newNodes)
+                for (int i = 0; i < node.Inputs.Count; i++)
+                {
+                    Tensor t;
+                    if (!newInitializers.TryGetValue(node.Inputs[i], out t) || t.DataType == 1 || node.OpType == "Slice" && i >= 1) continue;
+                    throw new NotSupportedException("tensor " + node.Inputs[i] + " is int64, an input of a " + node.OpType
+                        + " node: MlpPolicyRuntime takes int64 tensors only as Slice's starts, ends, axes and steps");
+                }
             inputs.RemoveAll(newInitializers.ContainsKey); // old exporters list initializers as inputs too
+            string newStateInput = inputs.Contains(StateInput) ? StateInput : null;
+            string newStateOutput = graphOutputs.Contains(StateOutput) ? StateOutput : null;
+            if ((newStateInput == null) != (newStateOutput == null))
+                throw new NotSupportedException("a recurrent policy has both the input " + StateInput + " and the output " + StateOutput
+                    + "; this model has only " + (newStateInput ?? newStateOutput));
+            int newStateSize = 0;
+            if (newStateInput != null)
+            {
+                int[] dims;
+                string declared;
+                if (metadata.TryGetValue("state_size", out declared)) int.TryParse(declared, out newStateSize);
+                if (newStateSize <= 0 && inputShapes.TryGetValue(newStateInput, out dims) && dims.Length == 2) newStateSize = dims[1];
+                if (newStateSize <= 0)
+                    throw new InvalidDataException("the model's " + StateInput + " has no fixed size (and no state_size in its metadata)");
+            }
             this.nodes = newNodes;
             this.initializers = newInitializers;
             this.graphInputs = inputs;
@@ -167,8 +205,14 @@ namespace RLlink
             this.maskInputName = actionMaskInputName;
             this.outputName = outputNames != null && outputNames.Length > 0 ? outputNames[0] : graphOutputs[0];
             this.observationShape = observationShape;
+            this.stateInputName = newStateInput;
+            this.stateOutputName = newStateOutput;
+            this.stateSize = newStateSize;
             Metadata = metadata;
         }
+
+        /// <summary>The gateway's names of a recurrent model's state input and output (RLLINK.md).</summary>
+        public const string StateInput = "state_in", StateOutput = "state_out";
 
         public float[] Run(float[] observation)
         {
@@ -179,7 +223,26 @@ namespace RLlink
         /// null for a model without one).</summary>
         public float[] Run(float[] observation, float[] actionMask)
         {
+            if (stateInputName != null)
+                throw new InvalidOperationException("the model is recurrent (its input " + stateInputName + ", " + stateSize
+                    + " floats): Run(observation, actionMask, stateIn, out stateOut), zeros at an episode's start, then each step's stateOut");
+            float[] stateOut;
+            return Run(observation, actionMask, null, out stateOut);
+        }
+
+        /// <summary>Output 0 for one observation, its action mask (null for a model without one)
+        /// and, for a recurrent model, the state before the step (<see cref="StateSize"/> floats:
+        /// zeros at an episode's start, then the last step's <paramref name="stateOut"/>);
+        /// <paramref name="stateOut"/>: the state after it (null for a model without memory).</summary>
+        public float[] Run(float[] observation, float[] actionMask, float[] stateIn, out float[] stateOut)
+        {
+            stateOut = null;
             if (nodes.Count == 0) throw new InvalidOperationException("no model loaded");
+            if (stateInputName == null && stateIn != null)
+                throw new InvalidOperationException("a state for a model without memory (no " + StateInput + " input)");
+            if (stateInputName != null && (stateIn == null || stateIn.Length != stateSize))
+                throw new ArgumentException("the model's " + stateInputName + " takes " + stateSize + " floats (zeros at an episode's start); got "
+                    + (stateIn == null ? "none" : stateIn.Length.ToString()));
             var shape = new int[observationShape.Length + 1];
             shape[0] = 1;
             Array.Copy(observationShape, 0, shape, 1, observationShape.Length);
@@ -191,6 +254,7 @@ namespace RLlink
                     throw new InvalidOperationException("an action mask for a model loaded without a mask input (Load's actionMaskInputName)");
                 values[maskInputName] = new Tensor(new[] { 1, actionMask.Length }, actionMask);
             }
+            if (stateIn != null) values[stateInputName] = new Tensor(new[] { 1, stateIn.Length }, (float[])stateIn.Clone());
             foreach (string input in graphInputs)
                 if (!values.ContainsKey(input))
                     throw new InvalidOperationException("the model's input '" + input + "' was not given"
@@ -205,6 +269,13 @@ namespace RLlink
             Tensor output;
             if (!values.TryGetValue(outputName, out output))
                 throw new InvalidOperationException("the model computed no output named " + outputName);
+            if (stateOutputName != null)
+            {
+                Tensor state;
+                if (!values.TryGetValue(stateOutputName, out state) || state.Data.Length != stateSize)
+                    throw new InvalidOperationException("the model computed no " + stateOutputName + " of " + stateSize + " floats");
+                stateOut = state.Data;
+            }
             return output.Data;
         }
 
@@ -237,6 +308,14 @@ namespace RLlink
                     return Map(input(0), x => (float)(1.0 / (1.0 + Math.Exp(-x))));
                 case "Identity":
                     return input(0);
+                case "Slice":
+                    return Slice(input(0), input(1), input(2), input(3), input(4));
+                case "Concat":
+                {
+                    var parts = new List<Tensor>();
+                    for (int i = 0; i < node.Inputs.Count; i++) parts.Add(input(i));
+                    return Concat(parts, (int)node.Attr("axis", 0));
+                }
                 case "Flatten":
                 {
                     Tensor x = input(0);
@@ -249,6 +328,82 @@ namespace RLlink
                 default:
                     throw new NotSupportedException(node.OpType);
             }
+        }
+
+        /// <summary>ONNX's Slice (opset 13): starts, ends and the optional axes and steps as int64
+        /// tensors; negative indices count from the end, out-of-range ones are clamped; steps &gt; 0.</summary>
+        static Tensor Slice(Tensor x, Tensor starts, Tensor ends, Tensor axes, Tensor steps)
+        {
+            if (x == null || starts == null || ends == null || starts.Ints == null || ends.Ints == null
+                || axes != null && axes.Ints == null || steps != null && steps.Ints == null)
+                throw new NotSupportedException("Slice with starts, ends, axes and steps as int64 initializers only");
+            int rank = x.Shape.Length;
+            var begin = new int[rank];
+            var stride = new int[rank];
+            var shape = (int[])x.Shape.Clone();
+            for (int axis = 0; axis < rank; axis++) stride[axis] = 1;
+            for (int i = 0; i < starts.Ints.Length; i++)
+            {
+                int axis = axes == null ? i : (int)axes.Ints[i];
+                if (axis < 0) axis += rank;
+                if (axis < 0 || axis >= rank) throw new InvalidOperationException("Slice: axis out of range for rank " + rank);
+                long step = steps == null ? 1 : steps.Ints[i];
+                if (step <= 0) throw new NotSupportedException("Slice with a step of " + step + " (only positive steps)");
+                long dim = x.Shape[axis], start = starts.Ints[i], end = ends.Ints[i];
+                if (start < 0) start += dim;
+                if (end < 0) end += dim;
+                start = Math.Max(0, Math.Min(dim, start));
+                end = Math.Max(0, Math.Min(dim, end));
+                begin[axis] = (int)start;
+                stride[axis] = (int)step;
+                shape[axis] = end > start ? (int)((end - start + step - 1) / step) : 0;
+            }
+            var inputStrides = new int[rank];
+            for (int axis = rank - 1, size = 1; axis >= 0; size *= x.Shape[axis], axis--) inputStrides[axis] = size;
+            int count = 1;
+            foreach (int d in shape) count *= d;
+            var y = new float[count];
+            var index = new int[rank];
+            for (int i = 0; i < count; i++)
+            {
+                int offset = 0;
+                for (int axis = 0; axis < rank; axis++) offset += (begin[axis] + index[axis] * stride[axis]) * inputStrides[axis];
+                y[i] = x.Data[offset];
+                for (int axis = rank - 1; axis >= 0 && ++index[axis] == shape[axis]; axis--) index[axis] = 0;
+            }
+            return new Tensor(shape, y);
+        }
+
+        /// <summary>ONNX's Concat: the tensors one after the other along <paramref name="axis"/>.</summary>
+        static Tensor Concat(List<Tensor> parts, int axis)
+        {
+            if (parts.Count == 0 || parts.Exists(t => t == null || t.Data == null)) throw new InvalidOperationException("Concat of a missing or non-float tensor");
+            int rank = parts[0].Shape.Length;
+            if (axis < 0) axis += rank;
+            if (axis < 0 || axis >= rank) throw new InvalidOperationException("Concat: axis out of range for rank " + rank);
+            var shape = (int[])parts[0].Shape.Clone();
+            shape[axis] = 0;
+            foreach (var t in parts)
+            {
+                if (t.Shape.Length != rank) throw new InvalidOperationException("Concat of tensors of different ranks");
+                for (int d = 0; d < rank; d++)
+                    if (d != axis && t.Shape[d] != parts[0].Shape[d]) throw new InvalidOperationException("Concat of tensors whose shapes differ off its axis");
+                shape[axis] += t.Shape[axis];
+            }
+            int outer = 1;
+            for (int d = 0; d < axis; d++) outer *= shape[d];
+            int total = 1;
+            foreach (int d in shape) total *= d;
+            var y = new float[total];
+            int pos = 0;
+            for (int o = 0; o < outer; o++)
+                foreach (var t in parts)
+                {
+                    int block = t.Data.Length / Math.Max(outer, 1);
+                    Array.Copy(t.Data, o * block, y, pos, block);
+                    pos += block;
+                }
+            return new Tensor(shape, y);
         }
 
         static Tensor Gemm(Tensor a, Tensor b, Tensor c, float alpha, float beta, bool transA, bool transB)
@@ -434,6 +589,7 @@ namespace RLlink
             name = null;
             var dims = new List<int>();
             var floats = new List<float>();
+            var longs = new List<long>();
             byte[] raw = null;
             int dataType = 1;
             var reader = new ProtoReader(bytes);
@@ -454,10 +610,24 @@ namespace RLlink
                         }
                         else floats.Add(reader.Float());
                         break;
+                    case 7: // int64_data
+                        if (reader.WireType == 2) { var packed = new ProtoReader(reader.Bytes()); while (!packed.AtEnd) longs.Add((long)packed.ReadVarint()); }
+                        else longs.Add(reader.Varint());
+                        break;
                     case 8: name = reader.String(); break;
                     case 9: raw = reader.Bytes(); break;
                     default: reader.Skip(); break;
                 }
+            }
+            if (dataType == 7) // INT64: Slice's parameters
+            {
+                if (raw != null)
+                {
+                    longs.Clear();
+                    for (int i = 0; i + 8 <= raw.Length; i += 8)
+                        longs.Add((long)((ulong)BitConverterLE.ToUInt32(raw, i) | (ulong)BitConverterLE.ToUInt32(raw, i + 4) << 32));
+                }
+                return new Tensor(dims.ToArray(), null) { DataType = 7, Ints = longs.ToArray() };
             }
             if (dataType != 1) return new Tensor(dims.ToArray(), null) { DataType = dataType }; // refused by Load, after the nodes
             float[] data;
@@ -492,6 +662,11 @@ namespace RLlink
                 Array.Copy(bytes, offset, copy, 0, 4);
                 Array.Reverse(copy);
                 return BitConverter.ToSingle(copy, 0);
+            }
+
+            public static uint ToUInt32(byte[] bytes, int offset)
+            {
+                return (uint)(bytes[offset] | bytes[offset + 1] << 8 | bytes[offset + 2] << 16 | bytes[offset + 3] << 24);
             }
         }
 

@@ -8,6 +8,10 @@
 // The action space comes from the model's metadata (the gateway writes action_space into
 // every export); with a runtime of your own (SentisPolicyRuntime) pass it to the
 // constructor. Explore is false by default: evaluation plays the most likely action.
+//
+// A recurrent model (inputs obs and state_in, outputs action_dist_inputs and state_out):
+// the policy carries the state from Act to Act; call ResetState() when an episode starts
+// (zeros), so that one episode's memory does not leak into the next.
 
 using System;
 using System.IO;
@@ -31,6 +35,11 @@ namespace RLlink
         public int WeightsSeqNo { get; private set; }
         /// <summary>false (the default): act with the most likely action; true: sample, as in training.</summary>
         public bool Explore;
+        /// <summary>A recurrent model's state width (its state_in); 0: the model has no memory.</summary>
+        public int StateSize { get; private set; }
+        /// <summary>A recurrent model's state before the next Act (null: no memory); ResetState() zeros it.</summary>
+        public float[] State { get { return state == null ? null : (float[])state.Clone(); } }
+        float[] state;
 
         /// <param name="runtime">a runtime with the model loaded (MlpPolicyRuntime.FromFile, a SentisPolicyRuntime)</param>
         /// <param name="actionSpace">the gateway's action space for the model</param>
@@ -48,6 +57,15 @@ namespace RLlink
             ActionDistribution = ModuleInfo.DefaultDistribution(actionSpace);
             ActionMasking = actionMasking;
             WeightsSeqNo = weightsSeqNo;
+            var recurrent = runtime as IRecurrentPolicyRuntime;
+            StateSize = recurrent != null ? recurrent.StateSize : 0;
+            ResetState();
+        }
+
+        /// <summary>A new episode: a recurrent model's state back to zeros (nothing for one without memory).</summary>
+        public void ResetState()
+        {
+            state = StateSize > 0 ? new float[StateSize] : null;
         }
 
         /// <summary>The gateway's ONNX export, run by MlpPolicyRuntime; the action space and
@@ -70,19 +88,27 @@ namespace RLlink
             return FromBytes(File.ReadAllBytes(path), seed);
         }
 
-        /// <summary>The model's output (action_dist_inputs) for one observation (and its mask).</summary>
+        /// <summary>The model's output (action_dist_inputs) for one observation (and its mask);
+        /// for a recurrent model, one step: the state moves on.</summary>
         public float[] DistInputs(float[] observation, float[] actionMask = null)
         {
             if (!ActionMasking)
             {
                 if (actionMask != null) throw new ArgumentException("this model takes no action mask");
-                return runtime.Run(observation);
             }
-            if (actionMask == null)
+            else if (actionMask == null)
             {
                 actionMask = new float[ActionSpace.NumLogits];
                 for (int i = 0; i < actionMask.Length; i++) actionMask[i] = 1f;
             }
+            if (StateSize > 0)
+            {
+                float[] next;
+                float[] output = ((IRecurrentPolicyRuntime)runtime).Run(observation, actionMask, state, out next);
+                state = next;
+                return output;
+            }
+            if (!ActionMasking) return runtime.Run(observation);
             return ((IMaskedPolicyRuntime)runtime).Run(observation, actionMask);
         }
 

@@ -17,7 +17,8 @@ namespace RLlink
     /// MultiDiscrete each sub-action's logits one after the other) or the mean then the log
     /// std of each action value (box). Opset 13, Gemm, Tanh (and Flatten for
     /// multi-dimensional observations). A module with action masking has a second input:
-    /// see <see cref="IMaskedPolicyRuntime"/>.
+    /// see <see cref="IMaskedPolicyRuntime"/>; a recurrent module's carries its state:
+    /// see <see cref="IRecurrentPolicyRuntime"/>.
     /// </summary>
     public interface IPolicyRuntime
     {
@@ -49,6 +50,26 @@ namespace RLlink
         /// <summary>Output 0 for one observation and its action mask (k floats, 1 allowed,
         /// 0 forbidden; the model requires it: all ones when nothing is forbidden).</summary>
         float[] Run(float[] observation, float[] actionMask);
+    }
+
+    /// <summary>
+    /// A runtime that also runs a recurrent module's model (the gateway's
+    /// <c>model: {use_lstm: true}</c>; SET_CONFIG's <c>state_size</c> &gt; 0). That model takes
+    /// a further input, <c>state_in</c>, float32 [batch, state_size], and gives a further output,
+    /// <c>state_out</c>, of the same shape: feed zeros at an episode's start and each step's
+    /// <c>state_out</c> as the next step's <c>state_in</c> (a new model version keeps the state).
+    /// AgentSession needs this interface for a recurrent module (MlpPolicyRuntime and
+    /// SentisPolicyRuntime have it).
+    /// </summary>
+    public interface IRecurrentPolicyRuntime : IMaskedPolicyRuntime
+    {
+        /// <summary>The loaded model's state size (its <c>state_in</c>'s width); 0: the model has no state.</summary>
+        int StateSize { get; }
+
+        /// <summary>Output 0 for one observation, its action mask (null for a model without
+        /// one) and the state before the step (<see cref="StateSize"/> floats); <paramref name="stateOut"/>:
+        /// the state after it, to feed with the next observation.</summary>
+        float[] Run(float[] observation, float[] actionMask, float[] stateIn, out float[] stateOut);
     }
 
     /// <summary>Turns the model's output into an action and its log-prob (app/action_dists.py's rules).</summary>

@@ -552,7 +552,7 @@ namespace RLlink.Unity
         }
 
         public void AddReward(float reward) { }
-        public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { }
+        public void EndEpisode(float[] finalObs, bool terminated, bool truncated) { policy.ResetState(); } // a recurrent model's memory
         public RLlinkException TakeError() { return null; }
         public GatewayConfig Config { get { return null; } }
         public bool IsEvaluationEpisode { get { return false; } }

@@ -23,7 +23,9 @@
 // MlpPolicyRuntime.
 //
 // Written to Sentis 2.x's documented API (ModelLoader.Load, Worker, Tensor<float>,
-// Schedule, PeekOutput, ReadbackAndClone, DownloadToArray). CI compiles it with mono
+// Schedule, PeekOutput, ReadbackAndClone, DownloadToArray). A recurrent policy (inputs obs,
+// state_in; outputs action_dist_inputs, state_out) runs through IRecurrentPolicyRuntime:
+// OnnxPolicy carries its state. CI compiles it with mono
 // against stand-ins of those types (clients/csharp/stubs/Sentis.cs, outside the package);
 // it has never been run in Unity.
 
@@ -37,36 +39,51 @@ using Unity.Sentis;
 
 namespace RLlink.Unity
 {
-    public sealed class SentisPolicyRuntime : IMaskedPolicyRuntime, IDisposable
+    public sealed class SentisPolicyRuntime : IRecurrentPolicyRuntime, IDisposable
     {
         const string OnnxAtRuntime = "Unity's Sentis / Inference Engine imports ONNX in the Editor only, and SET_STATE's model is ONNX"
             + " that arrives while the game runs: train in thin mode, or locally with MlpPolicyRuntime (the gateway's MLPs);"
             + " SentisPolicyRuntime plays a model imported into the project (a ModelAsset) or a serialized .sentis file";
 
         readonly Worker worker;
-        readonly string inputName, maskInputName, outputName;
+        readonly string inputName, maskInputName, outputName, stateInputName, stateOutputName;
         readonly int[] observationShape;
+        readonly int stateSize;
 
         /// <param name="modelAsset">the gateway's ONNX export, imported into the project</param>
         /// <param name="observationShape">one observation's shape (e.g. {3, 84, 84} for an image);
         /// null: a vector, as long as the observation Run is given</param>
         /// <param name="backend">BackendType.CPU (the default: a policy's small batches) or GPUCompute</param>
-        public SentisPolicyRuntime(ModelAsset modelAsset, int[] observationShape = null, BackendType backend = BackendType.CPU)
-            : this(ModelLoader.Load(modelAsset), observationShape, backend)
+        /// <param name="stateSize">a recurrent model's state size (its metadata's state_size, SET_CONFIG's
+        /// state_size); 0: read from nothing, so give it for a model with a state_in input</param>
+        public SentisPolicyRuntime(ModelAsset modelAsset, int[] observationShape = null, BackendType backend = BackendType.CPU, int stateSize = 0)
+            : this(ModelLoader.Load(modelAsset), observationShape, backend, stateSize)
         {
         }
 
         /// <summary>A loaded model (ModelLoader.Load of a ModelAsset, or of a .sentis file's
         /// path or stream). Its first input is the observation, its second, if any, the
         /// action mask; its first output the action distribution's inputs.</summary>
-        public SentisPolicyRuntime(Model model, int[] observationShape = null, BackendType backend = BackendType.CPU)
+        public SentisPolicyRuntime(Model model, int[] observationShape = null, BackendType backend = BackendType.CPU, int stateSize = 0)
         {
             if (model == null) throw new ArgumentNullException("model");
-            if (model.inputs.Count < 1 || model.inputs.Count > 2)
-                throw new NotSupportedException("a policy model has 1 input (the observation) or 2 (and the action mask); this one has " + model.inputs.Count);
+            foreach (var input in model.inputs)
+                if (input.name == MlpPolicyRuntime.StateInput) stateInputName = input.name;
+            foreach (var output in model.outputs)
+                if (output.name == MlpPolicyRuntime.StateOutput) stateOutputName = output.name;
+            int others = model.inputs.Count - (stateInputName != null ? 1 : 0);
+            if (others < 1 || others > 2)
+                throw new NotSupportedException("a policy model has 1 input (the observation) or 2 (and the action mask), and state_in with memory; this one has " + model.inputs.Count);
             if (model.outputs.Count < 1) throw new NotSupportedException("the model has no output");
+            if ((stateInputName == null) != (stateOutputName == null))
+                throw new NotSupportedException("a recurrent policy has both the input state_in and the output state_out");
+            if (stateInputName != null && stateSize <= 0)
+                throw new ArgumentException("the model is recurrent (state_in): give its stateSize (the model's metadata state_size)");
+            this.stateSize = stateInputName != null ? stateSize : 0;
             inputName = model.inputs[0].name;
-            maskInputName = model.inputs.Count > 1 ? model.inputs[1].name : null;
+            foreach (var input in model.inputs)
+                if (input.name != inputName && input.name != stateInputName) { maskInputName = input.name; break; }
+            this.inputOrder = model.inputs.ConvertAll(input => input.name);
             outputName = model.outputs[0].name;
             this.observationShape = observationShape == null ? null : (int[])observationShape.Clone();
             worker = new Worker(model, backend);
@@ -78,7 +95,11 @@ namespace RLlink.Unity
             return new SentisPolicyRuntime(ModelLoader.Load(path), observationShape, backend);
         }
 
+        readonly System.Collections.Generic.List<string> inputOrder;
+
         public string InputName { get { return inputName; } }
+        /// <summary>The recurrent state's width; 0: the model has no state_in.</summary>
+        public int StateSize { get { return stateSize; } }
         /// <summary>The action mask input's name, or null for a model without one.</summary>
         public string ActionMaskInputName { get { return maskInputName; } }
 
@@ -103,27 +124,46 @@ namespace RLlink.Unity
         /// mask. Blocks until the output is read back (a policy's output is a few floats).</summary>
         public float[] Run(float[] observation, float[] actionMask)
         {
+            if (stateInputName != null)
+                throw new InvalidOperationException("the model is recurrent (state_in): Run(observation, actionMask, stateIn, out stateOut)");
+            float[] stateOut;
+            return Run(observation, actionMask, null, out stateOut);
+        }
+
+        /// <summary>As <see cref="Run(float[], float[])"/>, with a recurrent model's state before the
+        /// step (zeros at an episode's start); <paramref name="stateOut"/>: its state after it.</summary>
+        public float[] Run(float[] observation, float[] actionMask, float[] stateIn, out float[] stateOut)
+        {
+            stateOut = null;
             if (observation == null) throw new ArgumentNullException("observation");
+            if (stateInputName == null && stateIn != null) throw new InvalidOperationException("a state for a model without state_in");
+            if (stateInputName != null && (stateIn == null || stateIn.Length != stateSize))
+                throw new ArgumentException("the model's state_in takes " + stateSize + " floats; got " + (stateIn == null ? "none" : stateIn.Length.ToString()));
             if (maskInputName == null && actionMask != null)
                 throw new InvalidOperationException("an action mask for a model without a mask input");
             if (maskInputName != null && actionMask == null)
                 throw new InvalidOperationException("the model's input '" + maskInputName + "' is the action mask: Run(observation, actionMask) (all ones: nothing forbidden)");
-            using (var obs = new Tensor<float>(BatchOfOne(observation.Length), observation))
+            var inputs = new Tensor[inputOrder.Count];
+            try
             {
-                if (actionMask == null)
+                for (int i = 0; i < inputs.Length; i++)
                 {
-                    worker.Schedule(obs);
-                    return ReadOutput();
+                    string name = inputOrder[i];
+                    if (name == inputName) inputs[i] = new Tensor<float>(BatchOfOne(observation.Length), observation);
+                    else if (name == stateInputName) inputs[i] = new Tensor<float>(new TensorShape(1, stateIn.Length), stateIn);
+                    else inputs[i] = new Tensor<float>(new TensorShape(1, actionMask.Length), actionMask);
                 }
-                using (var mask = new Tensor<float>(new TensorShape(1, actionMask.Length), actionMask))
-                {
-                    worker.Schedule(obs, mask); // the model's inputs in order: observation, mask
-                    return ReadOutput();
-                }
+                worker.Schedule(inputs); // the model's inputs in its order
+                if (stateOutputName != null) stateOut = ReadOutput(stateOutputName);
+                return ReadOutput(outputName);
+            }
+            finally
+            {
+                foreach (var tensor in inputs) if (tensor != null) tensor.Dispose();
             }
         }
 
-        float[] ReadOutput()
+        float[] ReadOutput(string outputName)
         {
             var output = worker.PeekOutput(outputName) as Tensor<float>; // the worker owns it
             if (output == null) throw new InvalidOperationException("the model's output '" + outputName + "' is not float32");
