@@ -98,6 +98,11 @@ class GatewayConfig:
                     f"module {module_id!r} samples a {distribution!r} distribution; "
                     f"this client samples {' and '.join(SAMPLED_DISTRIBUTIONS)} only"
                 )
+            if policy.get("state_size"):
+                raise ValueError(
+                    f"module {module_id!r} is recurrent (state_size {policy['state_size']}): this client carries no "
+                    "recurrent state yet; play it with rllink_clients.gym_client or thin clients"
+                )
             modules[module_id] = ModuleSpec(
                 module_id,
                 policy.get("observation_space", {}),
