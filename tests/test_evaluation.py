@@ -115,7 +115,7 @@ def test_the_reference_client_follows_evaluation_interval_and_the_best_version_i
     assert seen["num_env_steps_sampled_lifetime"] + seen["num_env_steps_evaluated_lifetime"] == result.env_steps
     # The best window of 5: its mean is the highest of every window the gateway saw, its version the newest in it.
     windows = [result.evaluations[i - 5 : i] for i in range(5, len(result.evaluations) + 1)]
-    best_window = max(windows, key=lambda window: np.mean([r for _, r in window]))
+    best_window = max(reversed(windows), key=lambda window: np.mean([r for _, r in window]))  # the newest of the best
     best = json.loads((tmp_path / "evaluated" / "models" / "default_policy" / "best.json").read_text())
     assert best == policy["best_model"]
     assert best["evaluation_return_mean"] == pytest.approx(np.mean([r for _, r in best_window]))

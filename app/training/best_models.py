@@ -3,8 +3,9 @@
 
 Evaluation episodes are played with the distribution's mode, as a shipped game plays, and
 are never trained on. A module's last `episodes` of them (whichever versions played them)
-are its window; whenever the window is full and its mean return is the highest so far, the
-newest version that played in it becomes the module's best: `<models_dir>/<module_id>/
+are its window; whenever the window is full and its mean return is the highest so far (or
+equals it: the newer is kept, as at a task's highest return), the newest version that
+played in it becomes the module's best: `<models_dir>/<module_id>/
 best.onnx`, described by `best.json` (`weights_seq_no`, `evaluation_return_mean`,
 `episodes`, and `oldest_weights_seq_no`, the oldest version in the window). The window
 spans versions because a client's evaluation episodes are a few per version (every Nth
@@ -90,16 +91,16 @@ class BestModels:
 
     def record(self, module_id: str, weights_seq_no: int, episode_return: float) -> BestModel | None:
         """An evaluation episode of the module ended, played (last) by `weights_seq_no`: the
-        module's new best if its window now beats the best so far, else None."""
+        module's new best if its window now scores at least the best so far, else None."""
         window = self._windows.setdefault(module_id, deque(maxlen=self.episodes))
         window.append((weights_seq_no, episode_return))
         if len(window) < self.episodes:
             return None
         mean = sum(episode_return for _, episode_return in window) / len(window)
-        best = self.best.get(module_id)
-        if best is not None and mean <= best.evaluation_return_mean:
-            return None
         versions = [version for version, _ in window]
+        best = self.best.get(module_id)
+        if best is not None and (mean, max(versions)) <= (best.evaluation_return_mean, best.weights_seq_no):
+            return None  # worse, or as good and no newer; as good and newer is kept (at a task's highest return, say)
         return BestModel(max(versions), mean, len(window), min(versions))
 
     def keep(self, module_id: str, best: BestModel) -> None:
