@@ -46,7 +46,7 @@ def test_cartpole_reaches_450_with_the_learner_in_its_own_process_and_a_restart_
         assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + LEARNER_NICENESS)
         os.kill(pid, signal.SIGTERM)  # a service manager's, sent to every process: the gateway's to act on
         with gateway.client("tcp", timeout=120) as client:
-            result = run(client, "CartPole-v1", seed=0, target_return=450.0, max_env_steps=50_000)
+            result = run(client, "CartPole-v1", seed=0, target_return=450.0, max_env_steps=100_000)
         assert learner_pid(gateway) == pid  # the same learner process trained throughout
         metrics = httpx.get(gateway.base_url + "/api/metrics").json()
         assert httpx.get(gateway.base_url + "/api/config").json()["learner_process"] is True

@@ -87,12 +87,13 @@ def test_two_front_ends_train_one_policy_to_450_and_each_reports_the_whole_gatew
         assert isinstance(result, RunResult), f"the client of front-end {index} failed: {result!r}"
         print(f"front-end {index}: {result.env_steps} env steps, {result.seconds:.1f} s, last 20 {result.mean_return:.1f}")
         assert result.reached_target, f"front-end {index}: mean of the last 20 returns {result.mean_return:.1f}"
-    # One policy: both clients got the same versions, and either front-end counts both clients' steps.
+    # One policy: both clients got the same versions, and either front-end counts both clients' steps
+    # (their evaluation episodes' apart).
     sent = sum(result.env_steps for result in results.values())
     for address in addresses:
         metrics = wait_until(
             lambda address=address: (m := httpx.get(f"http://127.0.0.1:{address['http_port']}/api/metrics").json())[
-                "num_env_steps_sampled_lifetime"] == sent and m,
+                "num_env_steps_sampled_lifetime"] + m["num_env_steps_evaluated_lifetime"] == sent and m,
             30, "the front-end's metrics to count both clients",
         )
         assert metrics["weights_seq_no"] >= max(result.weights_seq_no for result in results.values())

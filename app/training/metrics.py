@@ -234,8 +234,9 @@ class TrainingMetrics:
 
     def __getstate__(self) -> dict[str, Any]:
         """A copy sent to another process (a front-end's mirror on Ray) keeps the rate
-        measured when it was taken: monotonic clocks do not travel between hosts."""
-        return {**self.__dict__, "episode_listeners": [], "_frozen_rate": self.env_steps_per_s()}
+        measured when it was taken: monotonic clocks do not travel between hosts; and it calls
+        no one back (no listeners)."""
+        return {**self.__dict__, "episode_listeners": [], "evaluation_listeners": [], "_frozen_rate": self.env_steps_per_s()}
 
     def env_steps_per_s(self) -> float:
         """Env steps received per second over the last RATE_WINDOW_S seconds."""
