@@ -13,7 +13,8 @@ rllink_clients.thin_client` with --inference server by default.
     python -m rllink_clients.cartpole --record-demos played.jsonl      # also keep what it plays as demonstrations
     python -m rllink_clients.cartpole --evaluation-interval 5          # every 5th episode greedy (default: the gateway's)
 
-It stops when the mean return of the last 20 episodes reaches the target: --target-return,
+It stops when the mean return of the last 20 training episodes (and of the last two
+evaluation episodes, every 10th by default: greedy, never trained on) reaches the target: --target-return,
 else 450 for CartPole-v1, else the env's registered reward_threshold (Acrobot-v1 -100,
 MountainCar-v0 -110, LunarLander-v3 200), else none (Pendulum-v1): then it trains until
 --max-env-steps or --max-seconds. Its last line is a JSON summary; it exits 0 at the target
