@@ -37,9 +37,10 @@ def test_an_episodes_flood_is_held_back_with_a_bounded_backlog_and_every_step_ac
     with running_gateway(settings) as gateway:
         flood = TcpPeer.connect(gateway) if transport == "tcp" else WsPeer(gateway)
         messages = [frame({"type": "EPISODES", "episodes": [chunk(STEPS, seed=i)]}) for i in range(MESSAGES)]
-        sent = threading.Event()
+        sent, pinging = threading.Event(), threading.Event()
 
         def send_all() -> None:
+            pinging.wait(30)  # the other client is connected and answered: the flood cannot end before it pings
             for message in messages:  # never reads: only flow control can slow it down
                 flood.send(message)
             sent.set()
@@ -53,6 +54,7 @@ def test_an_episodes_flood_is_held_back_with_a_bounded_backlog_and_every_step_ac
                     peer.send(frame({"type": "PING"}))
                     assert peer.receive()["type"] == "PONG"
                     pongs += 1
+                    pinging.set()
 
         threads = [threading.Thread(target=send_all), threading.Thread(target=ping)]
         for thread in threads:
