@@ -155,7 +155,7 @@ class ActionBatcher:
                 dist_inputs, state_out = self._runner(module_id, published.modules[module_id]).run(
                     _joined([request.obs for request in requests]),
                     _joined([request.mask for request in requests]) if module.action_masking else None,
-                    _joined([request.state for request in requests]) if module.state_size else None,
+                    None if requests[0].state is None else _joined([request.state for request in requests]),
                 )
                 actions, logp = self._sample(module, dist_inputs, _joined([request.explore for request in requests]))
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs

@@ -185,7 +185,9 @@ class ServingService:
         version = 0
         for module, indices, obs, group_explore, masks in groups:
             group = [episodes[i] for i in indices]
-            chosen = await self.batcher.act(module, obs, group_explore, masks, group[0].steps.states([episode.slot for episode in group]))
+            steps = group[0].steps
+            states = None if steps.state is None else steps.state[[episode.slot for episode in group]]  # a recurrent module's
+            chosen = await self.batcher.act(module, obs, group_explore, masks, states)
             version = chosen.weights_seq_no
             # the chunks record the actions as sampled; the client gets them clipped to a box
             self._record(client, group, obs, chosen.actions, chosen.logp, version, masks, chosen.state_out)
@@ -208,7 +210,9 @@ class ServingService:
         masks = stack_masks(episode.module, [request.action_mask])
         if masks is not None and not mask_allows(masks, action[None], episode.module.action_space)[0]:
             raise refusal(f"action {request.action!r} is one its action_mask forbids")
-        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks, episode.steps.states([episode.slot]))
+        steps = episode.steps
+        states = None if steps.state is None else steps.state[[episode.slot]]  # a recurrent module's
+        logged = await self.batcher.log_prob(episode.module, request.obs[None], action[None], masks, states)
         if not abs(float(logged.logp[0])) <= FLOAT32_MAX:  # the chunk holds it as a float32
             raise refusal(
                 f"action {request.action!r} has log-prob {float(logged.logp[0])} under the current policy "

@@ -105,10 +105,6 @@ class StepTable:
             return np.flatnonzero(due).tolist() if due.any() else []
         return [0] if due else []
 
-    def states(self, slots: list[int]) -> np.ndarray | None:
-        """The states to feed with these slots' latest observations (a recurrent module's; else None)."""
-        return None if self.state is None else self.state[slots]
-
     def act(
         self, slots: Slots, actions: np.ndarray, logp: np.ndarray, version: int, masks: np.ndarray | None,
         state_out: np.ndarray | None = None,
