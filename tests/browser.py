@@ -12,6 +12,7 @@ gateway, trains a reference client against it for a while, and saves the dashboa
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import threading
 import time
@@ -78,6 +79,13 @@ class BrowserPage:
             self.page.wait_for_function(js_predicate, timeout=timeout_s * 1000)
         except PlaywrightTimeout:
             pytest.fail(f"{what}: not within {timeout_s} s; the page's console:\n{self.console_text()}")
+
+    def demo_result(self, timeout_s: float) -> dict:
+        """The CartPole demo page's (static/cartpole.html) #result once it ends; a failure with its #error if it fails."""
+        self.wait_for("#result, #error", timeout_s)
+        if self.page.query_selector("#error"):
+            pytest.fail(f"the demo failed: {self.page.inner_text('#error')}\n{self.console_text()}")
+        return json.loads(self.page.inner_text("#result"))
 
     def errors(self) -> list[str]:
         """Console errors and uncaught exceptions."""

@@ -67,10 +67,7 @@ def test_demo_page_trains_cartpole_through_the_gateway_and_returns_rise(browser,
         with open_page(browser, "about:blank") as demo:
             demo.page.on("websocket", lambda socket: socket.on("framesent", lambda payload: payloads.append(payload)))
             demo.page.goto(f"{gateway.base_url}/static/cartpole.html?{query}")
-            demo.wait_for("#result, #error", timeout_s=200)
-            if demo.page.query_selector("#error"):
-                pytest.fail(f"the demo failed: {demo.page.inner_text('#error')}\n{demo.console_text()}")
-            result = json.loads(demo.page.inner_text("#result"))
+            result = demo.demo_result(timeout_s=200)
             status = json.loads(demo.page.inner_text("#status"))
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").raise_for_status().json()
 

@@ -77,10 +77,7 @@ def test_demo_page_carries_a_recurrent_policys_state_and_trains_through_the_gate
         with open_page(browser, "about:blank") as demo:
             demo.page.on("websocket", record)
             demo.page.goto(f"{gateway.base_url}/static/cartpole.html?seed=3&max_env_steps={MAX_ENV_STEPS}")
-            demo.wait_for("#result, #error", timeout_s=120)
-            if demo.page.query_selector("#error"):
-                pytest.fail(f"the demo failed: {demo.page.inner_text('#error')}\n{demo.console_text()}")
-            result = json.loads(demo.page.inner_text("#result"))
+            result = demo.demo_result(timeout_s=120)
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").raise_for_status().json()
         input_name = settings.onnx_input_name
     print(f"demo result after {time.monotonic() - started:.1f} s: {result}")

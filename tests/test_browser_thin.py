@@ -151,10 +151,7 @@ def test_demo_page_in_server_inference_mode_trains_cartpole_without_onnxruntime(
     with running_gateway(settings) as gateway, open_page(browser, "about:blank") as demo:
         demo.page.on("request", lambda request: requested.append(request.url))
         demo.page.goto(f"{gateway.base_url}/static/cartpole.html?{query}")
-        demo.wait_for("#result, #error", timeout_s=300)
-        if demo.page.query_selector("#error"):
-            pytest.fail(f"the demo failed: {demo.page.inner_text('#error')}\n{demo.console_text()}")
-        result = json.loads(demo.page.inner_text("#result"))
+        result = demo.demo_result(timeout_s=300)
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").raise_for_status().json()
 
     print(f"demo result (server inference): {result}")

@@ -376,19 +376,14 @@ def _models() -> dict[str, tuple[bytes, list[int]]]:
 @pytest.mark.parametrize("name", ["cartpole", "box", "sac", "gsde_exploring"])
 def test_the_gdscript_mlp_runtime_computes_what_onnxruntime_computes(project, tmp_path, name):
     model, shape = _models()[name]
-    model_path, obs_path = tmp_path / f"{name}.onnx", tmp_path / "obs.json"
-    model_path.write_bytes(model)
     observations = np.random.default_rng(1).uniform(-3, 3, (32, *shape)).astype(np.float32)
-    obs_path.write_text(json.dumps([o.ravel().tolist() for o in observations]))
-    command = [GODOT, "--path", str(project), "-s", "res://tools/onnx_run.gd", "--",
-               str(model_path), str(obs_path), "x".join(map(str, shape))]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=godot_env(project))
+    result = run_onnx(project, tmp_path, model, observations, "x".join(map(str, shape)))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
-    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
+    meta = tagged(lines, "META")[0]
+    outputs = np.array(tagged(lines, "OUT"))
 
-    noise_free = np.array([json.loads(line[11:]) for line in lines if line.startswith("NOISE_FREE ")])
+    noise_free = np.array(tagged(lines, "NOISE_FREE"))
 
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     expected = session.run(None, {session.get_inputs()[0].name: observations})
@@ -414,6 +409,11 @@ def run_onnx(project: Path, tmp_path: Path, model: bytes, observations: np.ndarr
     obs_path.write_text(json.dumps([o.ravel().tolist() for o in observations]))
     command = [GODOT, "--path", str(project), "-s", "res://tools/onnx_run.gd", "--", str(model_path), str(obs_path), *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=godot_env(project))
+
+
+def tagged(lines: list[str], tag: str) -> list:
+    """The JSON after `tag` on each of tools/onnx_run.gd's lines that begin with it (META, OUT, STATE, NOISE_FREE)."""
+    return [json.loads(line[len(tag) + 1 :]) for line in lines if line.startswith(f"{tag} ")]
 
 
 @pytest.mark.parametrize(
@@ -443,8 +443,8 @@ def test_the_gdscript_runtime_computes_masked_logits_as_onnxruntime_does(project
     result = run_onnx(project, tmp_path, model, observations, str(masks_path))
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
-    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
+    meta = tagged(lines, "META")[0]
+    outputs = np.array(tagged(lines, "OUT"))
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     masks[-1] = 1.0
     expected = session.run(None, {"obs": observations, "action_mask": masks})[0]
@@ -500,9 +500,9 @@ def test_the_gdscript_runtime_runs_a_recurrent_model_as_onnxruntime_does(project
     result = run_onnx(project, tmp_path, model, observations, *extra)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    meta = json.loads(next(line[5:] for line in lines if line.startswith("META ")))
-    outputs = np.array([json.loads(line[4:]) for line in lines if line.startswith("OUT ")])
-    states = np.array([json.loads(line[6:]) for line in lines if line.startswith("STATE ")])
+    meta = tagged(lines, "META")[0]
+    outputs = np.array(tagged(lines, "OUT"))
+    states = np.array(tagged(lines, "STATE"))
 
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["obs", *(["action_mask"] if masked else []), "state_in"]

@@ -169,16 +169,16 @@ def export_onnx(actor: OnnxActor, weights_seq_no: int, input_name: str = "obs") 
     actor.write(graph, x)
 
     layout = actor.output_layout()
-    mask_doc = f", {ACTION_MASK_INPUT} [batch, {width}] (1 allowed, 0 not)" if actor.action_masking else ""
+    more_inputs = f", {ACTION_MASK_INPUT} [batch, {width}] (1 allowed, 0 not)" if actor.action_masking else ""
     if state_size:
-        mask_doc += f", {STATE_INPUT} [batch, {state_size}] (zeros at an episode's start; then the last {STATE_OUTPUT})"
+        more_inputs += f", {STATE_INPUT} [batch, {state_size}] (zeros at an episode's start; then the last {STATE_OUTPUT})"
     onnx_graph = helper.make_graph(
         graph.nodes,
         "rllink_policy",
         graph_inputs,
         graph_outputs,
         initializer=graph.initializers,
-        doc_string=f"Input {input_name}{mask_doc}; output {OUTPUT_NAME} {layout}",
+        doc_string=f"Input {input_name}{more_inputs}; output {OUTPUT_NAME} {layout}",
     )
     model = helper.make_model(
         onnx_graph,

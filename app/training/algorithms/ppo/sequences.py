@@ -92,7 +92,8 @@ def build_sequence_batch(
         window_states.append(state)
         out, state = policy.recurrent(obs_tensor[:, start : start + length], state)
         features.append(out)
-    all_values = policy.critic(torch.cat(features, dim=1)).squeeze(-1).cpu().numpy()  # [K, longest + 1]
+    outputs = torch.cat(features, dim=1)  # the LSTM's output at every observation [K, longest + 1, cell]
+    all_values = policy.critic(outputs).squeeze(-1).cpu().numpy()
 
     # GAE over the flat steps, chunk after chunk (batch.py's, with these values).
     values = np.concatenate([all_values[k, :steps] for k, steps in enumerate(lengths)])
@@ -121,7 +122,7 @@ def build_sequence_batch(
             [b.action_mask if b.action_mask is not None else np.ones((b.num_steps, width), np.float32) for b in blocks]
         )
     step_obs = np.concatenate([block.step_obs() for block in blocks])
-    logp = behaviour_logp(blocks, policy, features, lengths, actions, masks)
+    logp = recurrent_behaviour_logp(blocks, policy, outputs, lengths, actions, masks)
     tensors = {
         "obs": torch.from_numpy(step_obs),
         "actions": torch.from_numpy(actions),
@@ -136,16 +137,16 @@ def build_sequence_batch(
     return SequenceBatch(**{name: None if t is None else t.to(device) for name, t in tensors.items()}, states=states)
 
 
-def behaviour_logp(
-    blocks: list[ChunkBlock], policy: ActorCritic, features: list[torch.Tensor], lengths: np.ndarray,
+def recurrent_behaviour_logp(
+    blocks: list[ChunkBlock], policy: ActorCritic, outputs: torch.Tensor, lengths: np.ndarray,
     actions: np.ndarray, masks: np.ndarray | None,
 ) -> torch.Tensor:
-    """The log-probs of the chunks' actions under the policy that chose them: the clients'
-    `action_logp` where every chunk has one, else the current policy's from the LSTM pass."""
+    """The log-probs of the chunks' actions under the policy that chose them (batch.py's
+    behaviour_logp for a recurrent policy): the clients' `action_logp` where every chunk has
+    one, else the current policy's from the LSTM's `outputs` [K, longest + 1, cell]."""
     if all(block.action_logp is not None for block in blocks):
         return torch.from_numpy(np.concatenate([block.action_logp for block in blocks])).float()
     device = policy.device
-    out = torch.cat(features, dim=1)
-    rows = torch.cat([out[k, :steps] for k, steps in enumerate(lengths)])
+    rows = torch.cat([outputs[k, :steps] for k, steps in enumerate(lengths)])
     mask = None if masks is None else torch.from_numpy(masks).to(device)
     return policy.log_prob(policy.dist_inputs(rows, mask), torch.from_numpy(actions).to(device)).float().cpu()
