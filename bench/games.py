@@ -57,6 +57,7 @@ import argparse
 import contextlib
 import csv
 import functools
+import importlib
 import json
 import math
 import shlex
@@ -65,6 +66,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -77,38 +80,72 @@ from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, 
 from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, Opponent, SceneResult, run_scene  # noqa: E402
 from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
+from rllink_clients.tictactoe import minimax_player  # noqa: E402
 
-# The env without PettingZoo's checking wrappers (order, bounds, illegal moves): every player here
+
+@dataclass(frozen=True)
+class GameSpec:
+    """One board game of the benchmark: its env, module, fixed players and targets."""
+
+    title: str
+    env: str
+    module: str
+    observation_size: int
+    actions: int
+    players: dict[str, Callable[..., int]]  # the fixed players the final policy is evaluated against (each takes rng=)
+    targets: dict[str, float]  # greedy win rate (or no-loss rate, for the names in `no_loss`) per player, both seats
+    symmetries: list[dict[str, list[int]]]  # the board's symmetries, given with --mirror (the default)
+    no_loss: tuple[str, ...] = ()  # players whose target is the share of games not lost
+    scripted: str | None = None  # "module:function" of the scripted reference the league may play
+
+
+def _mirror_c4() -> dict[str, list[int]]:
+    """The Connect Four board mirrored left to right (docs/training.md, "Symmetries"): image element
+    (r, c, k) is the observation's (r, 6 - c, k), image action c is column 6 - c."""
+    return {
+        "observation": np.arange(ROWS * COLUMNS * 2).reshape(ROWS, COLUMNS, 2)[:, ::-1].ravel().tolist(),
+        "action": list(range(COLUMNS))[::-1],
+    }
+
+
+def _square_symmetries() -> list[dict[str, list[int]]]:
+    """The 7 rotations and reflections of the tic-tac-toe board but the identity: cell (r, c) is action 3r + c."""
+    cells = np.arange(9).reshape(3, 3)
+    images = [np.rot90(cells, k) for k in range(4)] + [np.rot90(cells.T, k) for k in range(4)]
+    symmetries = []
+    for image in images[1:]:
+        action = image.ravel().tolist()  # image action i is the original's action[i]
+        observation = [2 * cell + k for cell in action for k in range(2)]
+        symmetries.append({"observation": observation, "action": action})
+    return symmetries
+
+
+# The envs without PettingZoo's checking wrappers (order, bounds, illegal moves): every player here
 # moves among the legal moves, and the wrappers took about a quarter of a client's time
 # (1.25x the moves in 2 minutes without them; docs/pettingzoo.md).
-ENV = "pettingzoo.classic.connect_four_v3:raw_env"
-MODULE = "c4"
-POLICY = {
-    MODULE: {
-        "observation_space": {"type": "box", "shape": [ROWS * COLUMNS * 2]},
-        "action_space": {"type": "discrete", "n": COLUMNS},
-        "action_masking": True,
-        "self_play": {},
-    }
-}
-# The board mirrored left to right (docs/training.md, "Symmetries"): image element (r, c, k)
-# is the observation's (r, 6 - c, k), image action c is column 6 - c.
-MIRROR = {
-    "observation": np.arange(ROWS * COLUMNS * 2).reshape(ROWS, COLUMNS, 2)[:, ::-1].ravel().tolist(),
-    "action": list(range(COLUMNS))[::-1],
+GAMES = {
+    "connect_four": GameSpec(
+        "Connect Four", "pettingzoo.classic.connect_four_v3:raw_env", "c4", ROWS * COLUMNS * 2, COLUMNS,
+        {"random": functools.partial(random_legal, n=COLUMNS), "lookahead": lookahead_player, "lookahead_centre": lookahead_centre_player},
+        {"random": 0.95, "lookahead": 0.70}, [_mirror_c4()], scripted="rllink_clients.connect_four:lookahead_player",
+    ),
+    "tictactoe": GameSpec(
+        "Tic-tac-toe", "pettingzoo.classic.tictactoe_v3:raw_env", "ttt", 18, 9,
+        {"random": functools.partial(random_legal, n=9), "minimax": minimax_player}, {"random": 0.95, "minimax": 1.0}, _square_symmetries(),
+        no_loss=("minimax",),
+    ),
 }
 SCRIPTED = "lookahead"  # the scripted reference's name in the league
 SCRIPTED_LEAGUE = {"play_against_random_ratio": 0.2, "play_against_latest_ratio": 0.0}  # and the lookahead player's share
 RATING_GAMES = 1_000  # games of the lookahead player against random that fix its rating
-TARGETS = {"random": 0.95, "lookahead": 0.70}
 
 
 # -- Training, sampled ratings, evaluation ------------------------------------------------
 
 
-def league_row(base_url: str, started: float) -> dict:
+def league_row(base_url: str, module: str, started: float) -> dict:
     """The module's rating and league as /api/policies shows them now, flattened for the CSV."""
-    (policy,) = [p for p in httpx.get(f"{base_url}/api/policies", timeout=30).json() if p["module_id"] == MODULE]
+    (policy,) = [p for p in httpx.get(f"{base_url}/api/policies", timeout=30).json() if p["module_id"] == module]
     league = policy.get("self_play") or {}
     row = {
         "seconds": round(time.monotonic() - started, 1),
@@ -123,9 +160,9 @@ def league_row(base_url: str, started: float) -> dict:
     return row
 
 
-def score_against_random(player: Opponent, games: int, seed: int) -> float:
+def score_against_random(game_spec: GameSpec, player: Opponent, games: int, seed: int) -> float:
     """`player`'s score (wins + draws / 2) / games against the uniformly random legal player, seats alternating."""
-    env, rng, score = load_env(ENV), np.random.default_rng(seed), 0.0
+    env, rng, score = load_env(game_spec.env), np.random.default_rng(seed), 0.0
     for game in range(games):
         env.reset(seed=seed + game)
         ours = env.possible_agents[game % 2]
@@ -138,7 +175,7 @@ def score_against_random(player: Opponent, games: int, seed: int) -> float:
             elif agent == ours:
                 action = player(obs["observation"], obs["action_mask"])
             else:
-                action = random_legal(obs["observation"], obs["action_mask"], rng=rng, n=COLUMNS)
+                action = random_legal(obs["observation"], obs["action_mask"], rng=rng, n=game_spec.actions)
             env.step(action)
     return score / games
 
@@ -150,6 +187,7 @@ def elo_against_random(score: float) -> float:
 
 
 def train(
+    game: GameSpec,
     client: RLlinkClient,
     base_url: str,
     minutes: float,
@@ -164,7 +202,7 @@ def train(
     `every_s` seconds; `extra_clients` (PettingZoo CLI command lines) play beside it, their
     logs in `out_dir`/client<i>.log. Returns this client's result, the league samples and
     the extra clients' summaries."""
-    scenes = [AECScene(load_env(ENV)) for _ in range(num_envs)]
+    scenes = [AECScene(load_env(game.env)) for _ in range(num_envs)]
     result: dict[str, SceneResult] = {}
     failure: list[BaseException] = []
 
@@ -186,7 +224,7 @@ def train(
         player.start()
         while player.is_alive():
             player.join(timeout=every_s)
-            rows.append(league_row(base_url, started))
+            rows.append(league_row(base_url, game.module, started))
             print("  " + "  ".join(f"{k} {v}" for k, v in rows[-1].items()), flush=True)
         if failure:  # this client stopped early: the others need not play out their --max-seconds
             for process in others:
@@ -201,12 +239,14 @@ def train(
     return result["scene"], rows, summaries
 
 
-def client_commands(count: int, port: int, transport: str, minutes: float, seed: int, num_envs: int, scripted: bool) -> list[list[str]]:
+def client_commands(
+    game: GameSpec, count: int, port: int, transport: str, minutes: float, seed: int, num_envs: int, scripted: bool
+) -> list[list[str]]:
     """Command lines of `count` PettingZoo reference clients (separate processes) playing beside this one."""
-    spec = ["--scripted", f"{SCRIPTED}=rllink_clients.connect_four:lookahead_player"] if scripted else []
+    spec = ["--scripted", f"{SCRIPTED}={game.scripted}"] if scripted else []
     return [
         [
-            sys.executable, "-m", "rllink_clients.pettingzoo", "--env", ENV, "--num-envs", str(num_envs),
+            sys.executable, "-m", "rllink_clients.pettingzoo", "--env", game.env, "--num-envs", str(num_envs),
             "--transport", transport, "--host", HOST, "--port", str(port), "--max-seconds", str(minutes * 60),
             "--seed", str(seed + 1000 * (i + 1)), *spec,
         ]
@@ -215,6 +255,7 @@ def client_commands(count: int, port: int, transport: str, minutes: float, seed:
 
 
 def evaluations(
+    game: GameSpec,
     client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent]
 ) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
     """The final policy against each fixed player, greedy and sampled: W/D/L per seat."""
@@ -222,14 +263,12 @@ def evaluations(
     policies = ModulePolicies(config, np.random.default_rng(seed), scripted)  # the opponent module may be scripted now
     policies.load(client.request({"type": "GET_STATE"}))
     players = {
-        "random": functools.partial(random_legal, rng=np.random.default_rng(seed + 1), n=COLUMNS),
-        "lookahead": functools.partial(lookahead_player, rng=np.random.default_rng(seed + 2)),
-        "lookahead_centre": functools.partial(lookahead_centre_player, rng=np.random.default_rng(seed + 3)),
+        name: functools.partial(player, rng=np.random.default_rng(seed + 1 + i)) for i, (name, player) in enumerate(game.players.items())
     }
     results: dict = {}
     for name, player in players.items():
         for mode, explore in (("greedy", False), ("sampled", True)):
-            scene = AECScene(load_env(ENV))
+            scene = AECScene(load_env(game.env))
             results.setdefault(name, {})[mode] = evaluate(scene, policies, player, games, explore=explore, seed=seed)
     return results
 
@@ -238,13 +277,12 @@ def win_rate(counts: dict[str, int]) -> float:
     return counts["win"] / max(1, sum(counts.values()))
 
 
-def standard_error(counts: dict[str, int]) -> float:
-    """Of the win rate over these games (binomial)."""
-    p = win_rate(counts)
-    return math.sqrt(p * (1 - p) / max(1, sum(counts.values())))
+def standard_error(rate: float, counts: dict[str, int]) -> float:
+    """Of a rate over these games (binomial)."""
+    return math.sqrt(rate * (1 - rate) / max(1, sum(counts.values())))
 
 
-def write_ratings(rows: list[dict], out_dir: Path) -> list[str]:
+def write_ratings(game: GameSpec, rows: list[dict], out_dir: Path) -> list[str]:
     """The CSV, and the plot if matplotlib is installed; lines saying where they went."""
     out_dir.mkdir(parents=True, exist_ok=True)
     columns = list(dict.fromkeys(key for row in rows for key in row))
@@ -264,16 +302,30 @@ def write_ratings(rows: list[dict], out_dir: Path) -> list[str]:
     figure, axes = plt.subplots(figsize=(7, 4))
     axes.plot([m for m, _ in points], [e for _, e in points], marker=".")
     axes.set_xlabel("minutes of self-play")
-    axes.set_ylabel(f"{MODULE} self-play rating (/api/policies)")
-    axes.set_title("Connect Four by self-play")
+    axes.set_ylabel(f"{game.module} self-play rating (/api/policies)")
+    axes.set_title(f"{game.title} by self-play")
     axes.grid(True, alpha=0.3)
     figure.tight_layout()
     figure.savefig(out_dir / "games_rating.png", dpi=100)
     return [*lines, f"plot: {out_dir / 'games_rating.png'}"]
 
 
+def load_player(spec: str) -> Callable[..., int]:
+    """The function a "module:function" names."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def target_rate(game: GameSpec, name: str, counts: dict[str, int]) -> float:
+    """What `name`'s target counts: the win rate, or for a player in `no_loss` the share of games not lost."""
+    if name in game.no_loss:
+        return 1.0 - counts["loss"] / max(1, sum(counts.values()))
+    return win_rate(counts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--game", choices=sorted(GAMES), default="connect_four")
     parser.add_argument("--minutes", type=float, default=20.0, help="self-play training time")
     parser.add_argument("--num-envs", type=int, default=8, help="boards played side by side (one model call per move of all), per client")
     parser.add_argument(
@@ -299,30 +351,41 @@ def main() -> None:
     )
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
+    game = GAMES[args.game]
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
 
-    policy, scripted, league_line = json.loads(json.dumps(POLICY)), {}, "the plain league (no scripted reference)"
-    if not args.no_scripted_reference:
-        score = score_against_random(functools.partial(lookahead_player, rng=np.random.default_rng(args.seed + 4)), RATING_GAMES, args.seed)
+    module = game.module
+    policy = {
+        module: {
+            "observation_space": {"type": "box", "shape": [game.observation_size]},
+            "action_space": {"type": "discrete", "n": game.actions},
+            "action_masking": True,
+            "self_play": {},
+        }
+    }
+    scripted, league_line = {}, "the plain league (no scripted reference)"
+    if game.scripted and not args.no_scripted_reference:
+        player = load_player(game.scripted)
+        score = score_against_random(game, functools.partial(player, rng=np.random.default_rng(args.seed + 4)), RATING_GAMES, args.seed)
         elo = round(elo_against_random(score), 1)
-        policy[MODULE]["self_play"] = {
+        policy[module]["self_play"] = {
             **SCRIPTED_LEAGUE, "scripted_references": {SCRIPTED: {"elo": elo, "play_ratio": args.lookahead_ratio}}
         }
         # No entropy floor: the scripted player keeps the games varied; gamma 0.9: a win now is worth clearly more than
         # one later; learning rate 1e-3: 3e-3 moved the policy by a KL of 0.1-0.2 an update (docs/pettingzoo.md).
-        policy[MODULE]["ppo"] = {"entropy_floor": 0, "gamma": 0.9, "learning_rate": 0.001}
-        scripted = {SCRIPTED: functools.partial(lookahead_player, rng=np.random.default_rng(args.seed + 5))}
+        policy[module]["ppo"] = {"entropy_floor": 0, "gamma": 0.9, "learning_rate": 0.001}
+        scripted = {SCRIPTED: functools.partial(player, rng=np.random.default_rng(args.seed + 5))}
         league_line = (
-            f"league with the scripted lookahead player (play_ratio {args.lookahead_ratio:g}; it scored {score:.3f} "
+            f"league with the scripted {SCRIPTED} player (play_ratio {args.lookahead_ratio:g}; it scored {score:.3f} "
             f"against random in {RATING_GAMES} games: rated {elo})"
         )
         print(league_line, flush=True)
     if args.mirror:
-        policy[MODULE]["symmetries"] = [MIRROR]
-    policy[MODULE]["self_play"].update(args.self_play)
-    policy[MODULE]["ppo"] = {**policy[MODULE].get("ppo", {}), **args.ppo}
+        policy[module]["symmetries"] = game.symmetries
+    policy[module]["self_play"].update(args.self_play)
+    policy[module]["ppo"] = {**policy[module].get("ppo", {}), **args.ppo}
     flags = (
-        "--seed", str(args.seed), "--policies", json.dumps(policy), "--policy-mapping", json.dumps({"player_*": MODULE}),
+        "--seed", str(args.seed), "--policies", json.dumps(policy), "--policy-mapping", json.dumps({"player_*": module}),
         *shlex.split(args.gateway_args),
     )
     with running_gateway(*flags) as gateway:
@@ -330,45 +393,49 @@ def main() -> None:
         port = gateway.tcp_port if args.transport == "tcp" else gateway.http_port
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
             extra = client_commands(
-                args.clients - 1, port, args.transport, args.minutes, args.seed, args.num_envs, bool(scripted)
+                game, args.clients - 1, port, args.transport, args.minutes, args.seed, args.num_envs, bool(scripted)
             )
             scene, rows, others = train(
-                client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra, out_dir
+                game, client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra, out_dir
             )
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            results = evaluations(client, args.games, args.seed, scripted)
-    file_lines = write_ratings(rows, out_dir)
+            results = evaluations(game, client, args.games, args.seed, scripted)
+    file_lines = write_ratings(game, rows, out_dir)
 
     moves = scene.agent_steps + sum(other["agent_steps"] for other in others)
     games = scene.scene_episodes + sum(other["scene_episodes"] for other in others)
-    seats = ("player_0", "player_1")
     lines = [
-        f"Connect Four by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
-        f"{' ' + args.gateway_args if args.gateway_args else ''}{', mirrored' if args.mirror else ''}: {moves:,} moves, "
+        f"{game.title} by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
+        f"{' ' + args.gateway_args if args.gateway_args else ''}{', with its symmetries' if args.mirror else ''}: {moves:,} moves, "
         f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
-        f"evaluation: {args.games} games per line, seats alternating (player_0 moves first); the learner's W/D/L",
+        f"evaluation: {args.games} games per line, seats alternating (the first seat moves first); the learner's W/D/L",
     ]
     summary = {}
     for name, modes in results.items():
         for mode, by_seat in modes.items():
-            rates = {seat: round(win_rate(by_seat[seat]), 3) for seat in seats}
-            met = name in TARGETS and mode == "greedy" and all(rate >= TARGETS[name] for rate in rates.values())
-            target = f"  target {TARGETS[name]:.0%}: {'met' if met else 'MISSED'}" if mode == "greedy" and name in TARGETS else ""
+            rates = {seat: round(target_rate(game, name, counts), 3) for seat, counts in by_seat.items()}
+            kind = "no loss" if name in game.no_loss else "wins"
+            met = all(rate >= game.targets.get(name, 2) for rate in rates.values())
+            target = ""
+            if mode == "greedy" and name in game.targets:
+                target = f"  target {kind} {game.targets[name]:.0%}: {'met' if met else 'MISSED'}"
             scores = (
-                f"{seat} {c['win']}/{c['draw']}/{c['loss']} ({rates[seat]:.0%} ±{standard_error(c):.1%})" for seat, c in by_seat.items()
+                f"{seat} {c['win']}/{c['draw']}/{c['loss']} ({kind} {rates[seat]:.1%} ±{standard_error(rates[seat], c):.1%})"
+                for seat, c in by_seat.items()
             )
             lines.append(f"  vs {name:9} {mode:7} " + "  ".join(scores) + target)
-            summary[f"{name}_{mode}"] = {"by_seat": by_seat, "win_rate": rates}
+            summary[f"{name}_{mode}"] = {"by_seat": by_seat, "target_rate": rates}
     emit(
         "games",
         [*lines, *file_lines],
         {
+            "game": args.game,
             "minutes": args.minutes,
             "num_envs": args.num_envs,
             "clients": args.clients,
             "gateway_args": args.gateway_args,
-            "league": policy[MODULE]["self_play"],
-            "ppo": policy[MODULE]["ppo"],
+            "league": policy[module]["self_play"],
+            "ppo": policy[module]["ppo"],
             "mirror": args.mirror,
             "transport": args.transport,
             "moves": moves,

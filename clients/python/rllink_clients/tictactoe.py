@@ -1,0 +1,47 @@
+"""A perfect tic-tac-toe player for PettingZoo's `tictactoe_v3`, to evaluate a self-play
+policy against: minimax over the whole game tree, drawing at random among the moves
+whose value is the best (so that it plays every optimal line, not one).
+
+The observation is the env's 3x3x2 board (as the PettingZoo client sends it, 18 floats
+in C order): channel 0 the mover's marks, channel 1 the other player's; cell (r, c) is
+action 3r + c.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
+
+
+def _won(cells: tuple[int, ...], player: int) -> bool:
+    return any(all(cells[i] == player for i in line) for line in LINES)
+
+
+@functools.cache
+def move_values(cells: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """Each legal move's value for the mover (1 wins, 0 draws, -1 loses with best play on
+    both sides), for `cells`: 9 of 0 (empty), 1 (the mover's), 2 (the other player's)."""
+    values = []
+    for move in (i for i, cell in enumerate(cells) if cell == 0):
+        after = cells[:move] + (1,) + cells[move + 1 :]
+        if _won(after, 1):
+            values.append((move, 1))
+        elif 0 not in after:
+            values.append((move, 0))
+        else:  # the other player moves next: swap the marks, its best is our worst
+            swapped = tuple((3 - cell) if cell else 0 for cell in after)
+            values.append((move, -max(value for _, value in move_values(swapped))))
+    return tuple(values)
+
+
+def minimax_player(obs: Any, mask: Any = None, *, rng: np.random.Generator) -> int:
+    """A best move for the mover (wins when it can, else draws), at random among the best."""
+    board = np.asarray(obs, dtype=np.float32).reshape(9, 2)
+    cells = tuple(int(1 if mine else 2 if theirs else 0) for mine, theirs in board)
+    values = move_values(cells)
+    best = max(value for _, value in values)
+    return int(rng.choice([move for move, value in values if value == best]))
