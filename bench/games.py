@@ -69,6 +69,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -80,7 +81,7 @@ from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, 
 from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, Opponent, SceneResult, run_scene  # noqa: E402
 from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
-from rllink_clients.tictactoe import minimax_player  # noqa: E402
+from rllink_clients.tictactoe import blunders, minimax_player  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class GameSpec:
     symmetries: list[dict[str, list[int]]]  # the board's symmetries, given with --mirror (the default)
     no_loss: tuple[str, ...] = ()  # players whose target is the share of games not lost
     scripted: str | None = None  # "module:function" of the scripted reference the league may play
+    analysis: Callable[..., dict[str, Any]] | None = None  # (greedy player, opponent_moves=) -> figures, over the whole game
 
 
 def _mirror_c4() -> dict[str, list[int]]:
@@ -132,7 +134,7 @@ GAMES = {
     "tictactoe": GameSpec(
         "Tic-tac-toe", "pettingzoo.classic.tictactoe_v3:raw_env", "ttt", 18, 9,
         {"random": functools.partial(random_legal, n=9), "minimax": minimax_player}, {"random": 0.95, "minimax": 1.0}, _square_symmetries(),
-        no_loss=("minimax",),
+        no_loss=("minimax",), analysis=blunders,
     ),
 }
 SCRIPTED = "lookahead"  # the scripted reference's name in the league
@@ -255,10 +257,10 @@ def client_commands(
 
 
 def evaluations(
-    game: GameSpec,
-    client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent]
-) -> dict[str, dict[str, dict[str, dict[str, int]]]]:
-    """The final policy against each fixed player, greedy and sampled: W/D/L per seat."""
+    game: GameSpec, client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent]
+) -> tuple[dict[str, dict[str, dict[str, dict[str, int]]]], dict[str, Any] | None]:
+    """The final policy against each fixed player, greedy and sampled: W/D/L per seat; and
+    the game's exhaustive analysis of the greedy policy, where it has one."""
     config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
     policies = ModulePolicies(config, np.random.default_rng(seed), scripted)  # the opponent module may be scripted now
     policies.load(client.request({"type": "GET_STATE"}))
@@ -270,7 +272,13 @@ def evaluations(
         for mode, explore in (("greedy", False), ("sampled", True)):
             scene = AECScene(load_env(game.env))
             results.setdefault(name, {})[mode] = evaluate(scene, policies, player, games, explore=explore, seed=seed)
-    return results
+    if game.analysis is None:
+        return results, None
+
+    def greedy(obs: Any, mask: Any) -> int:
+        return int(policies.act(game.module, [obs], [mask], explore=False)[0].action)
+
+    return results, {lines: game.analysis(greedy, opponent_moves=lines) for lines in ("best", "all")}
 
 
 def win_rate(counts: dict[str, int]) -> float:
@@ -399,8 +407,18 @@ def main() -> None:
                 game, client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra, out_dir
             )
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            results = evaluations(game, client, args.games, args.seed, scripted)
+            results, analysis = evaluations(game, client, args.games, args.seed, scripted)
     file_lines = write_ratings(game, rows, out_dir)
+    if analysis is not None:
+        file_lines = [
+            *(
+                f"greedy policy against {'a minimax player' if lines == 'best' else 'any player'}, every line: "
+                + "  ".join(f"moving {seat} {c['blunders']} of {c['positions']} positions lose value, {c['losing']} to a loss"
+                            for seat, c in counts.items())
+                for lines, counts in analysis.items()
+            ),
+            *file_lines,
+        ]
 
     moves = scene.agent_steps + sum(other["agent_steps"] for other in others)
     games = scene.scene_episodes + sum(other["scene_episodes"] for other in others)
@@ -444,6 +462,7 @@ def main() -> None:
             "rating": rows[-1]["elo"],
             "ratings": [[row["seconds"], row["elo"]] for row in rows],
             "evaluation": summary,
+            "analysis": analysis,
             "out_dir": str(out_dir),
         },
     )

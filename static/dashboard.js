@@ -235,9 +235,10 @@ function opponentText(league) {
   return kind === 'snapshot' || version !== null ? `v${formatNumber(version)}` : 'latest weights';
 }
 
-/** A self-play learner's recent W / D / L against each fixed reference (random, scripted ones), per seat ("—" for others). */
-function versusReferencesText(policy) {
-  const records = get(policy, 'self_play.records');
+/** A self-play learner's recent W / D / L against each fixed reference (random, scripted ones), per seat ("—" for others),
+ * in training games (`records`) or in evaluation games, where it plays its most likely move (`evaluation_records`). */
+function versusReferencesText(policy, key = 'records') {
+  const records = get(policy, `self_play.${key}`);
   const references = get(policy, 'self_play.references');
   if (!Array.isArray(records) || !Array.isArray(references)) return MISSING;
   const parts = references.map((reference) => {
@@ -269,7 +270,8 @@ const POLICY_COLUMNS = [
     get(p, 'games') === null ? MISSING : ['win', 'loss', 'draw'].map((o) => formatNumber(num(p, `games.${o}`))).join(' / ')],
   ['win_rate', 'win rate', (p) => (num(p, 'win_rate') === null ? MISSING : `${formatNumber(100 * p.win_rate, 1)}%`)],
   ['elo', 'ELO', (p) => formatNumber(num(p, 'elo') ?? num(p, 'self_play.elo'), 0)],
-  ['vs_references', 'vs references W / D / L', versusReferencesText],
+  ['vs_references', 'vs references W / D / L', (p) => versusReferencesText(p)],
+  ['greedy_vs_references', 'greedy vs references W / D / L', (p) => versusReferencesText(p, 'evaluation_records')],
 ];
 
 /** Publish a chart's data on its element for tests: data-points, data-series, data-last (see the header). */

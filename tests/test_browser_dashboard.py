@@ -320,6 +320,10 @@ def test_the_policies_table_shows_win_draw_loss_against_each_reference_a_learner
     with running_gateway(settings) as gateway, open_page(browser, gateway.base_url) as page, TcpPeer.connect(gateway) as peer:
         episodes = [chunk(2, obs_dim=2, reward=REWARDS[outcome], agent_id=seat, module_id="duel", outcome=outcome,
                           episode_id=f"game{i}", weights_seq_no=0) for i, (seat, outcome) in enumerate(games)]  # fmt: skip
+        # Two evaluation games (the learner's most likely moves): counted apart, never in the training records.
+        episodes += [chunk(2, obs_dim=2, reward=REWARDS[outcome], agent_id="a", module_id="duel", outcome=outcome,
+                           episode_id=f"eval{i}", weights_seq_no=0, evaluation=True)
+                     for i, outcome in enumerate(["win", "draw"])]  # fmt: skip
         peer.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": episodes}))
         assert peer.receive()["type"] == "SET_STATE"
         (duel,) = [p for p in httpx.get(f"{gateway.base_url}/api/policies", timeout=10).json() if p["module_id"] == "duel"]
@@ -329,7 +333,8 @@ def test_the_policies_table_shows_win_draw_loss_against_each_reference_a_learner
     records = {(r["opponent"], r["seat"]): (r["win"], r["draw"], r["loss"]) for r in duel["self_play"]["records"]}
     assert records == {("random", "a"): (1, 0, 1), ("random", "b"): (2, 1, 0)}
     assert rows["duel"]["vs_references"] == "random: a 1 / 0 / 1, b 2 / 1 / 0"  # lookahead: no games, not shown
-    assert rows["duel_opponent"]["vs_references"] == "—" and not errors, errors
+    assert rows["duel"]["greedy_vs_references"] == "random: a 1 / 1 / 0"
+    assert rows["duel_opponent"]["vs_references"] == rows["duel_opponent"]["greedy_vs_references"] == "—" and not errors, errors
 
 
 HISTORY_STEPS = 30

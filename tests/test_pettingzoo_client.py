@@ -168,6 +168,15 @@ def test_games_side_by_side_are_each_reported_once_and_share_out_the_seats(tmp_p
     # From the first moves on, the boards seat the learner in both seats (board k starts k games on).
     assert all(sum(result.outcome_counts("ttt", seat).values()) == 100 for seat in SEATS)
     assert all(sum(result.outcome_counts("ttt", seat, evaluation=True).values()) > 10 for seat in SEATS)
+    # The league counts the evaluation games apart (how the greedy policy fares), by seat, and each
+    # snapshot's score against the random reference where it played it.
+    league = ttt["self_play"]
+    for seat in SEATS:
+        counted = {o: sum(r[o] for r in league["evaluation_records"] if r["seat"] == seat) for o in ("win", "draw", "loss")}
+        assert counted == result.outcome_counts("ttt", seat, evaluation=True)
+    assert {r["opponent"] for r in league["evaluation_records"]} <= {"random", "snapshots", "latest"}
+    scored = [s["against_random"] for s in league["snapshots"] if s["against_random"]]
+    assert scored and all(0 <= s["score"] <= 1 and s["games"] > 0 for s in scored)
 
 
 def test_connect_four_plays_whole_games_against_the_local_random_player_over_websocket(tmp_path) -> None:

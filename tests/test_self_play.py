@@ -182,11 +182,13 @@ def test_the_league_survives_a_restart_through_its_ratings_and_files():
     for version in range(8):
         league.on_new_version(version, state(version))
         play(league, version, "win", 4)
+        league.record_evaluations([Game(f"e{version}", "player_1", "draw", version)])
     restored = League(config(window=3, play_against_random_ratio=0.5))
     restored.restore(league.ratings(), league.snapshot_files())
     before, after = league.summary(), restored.summary()
     assert after["snapshots"] == [{**s, "elo": pytest.approx(s["elo"])} for s in before["snapshots"]]
     assert after["records"] == before["records"] and after["elo"] == pytest.approx(before["elo"])
+    assert after["evaluation_records"] == before["evaluation_records"] and sum(r["draw"] for r in after["evaluation_records"]) == 8
     assert (restored.rated_games, restored.games) == (league.rated_games, league.games)
 
 

@@ -105,6 +105,13 @@ class LeagueReference(BaseModel):
     scripted: bool = Field(description="Whether clients script it (self_play.scripted_references) rather than play a model.")
 
 
+class LeagueScore(BaseModel):
+    """A snapshot's results against some opponents, from its rated games in the window."""
+
+    score: float = Field(description="Mean score: a win 1, a draw 1/2, a loss 0.")
+    games: int = Field(description="The games it comes from.")
+
+
 class LeagueSnapshot(BaseModel):
     """A kept snapshot of the learner and the rating its own games give it."""
 
@@ -112,6 +119,12 @@ class LeagueSnapshot(BaseModel):
     elo: float = Field(description="Its rating, fitted from its own games against the references and other snapshots.")
     games: int = Field(description="Rated games it played (as the learner, between its version and the next snapshot, "
                        "or as the opponent).")
+    against_random: LeagueScore | None = Field(
+        description="Its score as the learner against the uniformly random legal player (None before such a game)."
+    )
+    against_snapshots: LeagueScore | None = Field(
+        description="Its score as the learner against older snapshots (None before such a game)."
+    )
 
 
 class LeagueRecord(BaseModel):
@@ -268,6 +281,10 @@ class SelfPlayStatus(BaseModel):
     snapshots: list[LeagueSnapshot] = Field(description="Kept snapshots, oldest first.")
     record_window: int = Field(description="Recent games per opponent and seat that `records` counts.")
     records: list[LeagueRecord] = Field(description="Wins, draws and losses by opponent and seat over recent games.")
+    evaluation_records: list[LeagueRecord] = Field(
+        description="The same over recent evaluation games (both sides play their most likely action; never rated or "
+        "trained on): how strong the greedy policy is against each kind of opponent."
+    )
 
 
 class BestModelView(BaseModel):

@@ -146,6 +146,7 @@ class League:
         self.rated_games = 0
         self.games = 0  # every game reported, each once
         self.records = _Records(cfg.record_window)
+        self.evaluation_records = _Records(cfg.record_window)  # evaluation games: both sides play their mode
         self._rng = random.Random(seed)
         self._versions: OrderedDict[int, tuple[int, Opponent]] = OrderedDict()  # version -> (learner's snapshot, opponent)
         self._episodes: OrderedDict[str, None] = OrderedDict()  # games counted, by episode id
@@ -229,6 +230,21 @@ class League:
                     continue
             rated += self._record(game)
         return rated
+
+    def record_evaluations(self, games: list[Game]) -> None:
+        """Count evaluation games (both sides play their mode; never rated, never trained on) by
+        their version's opponent and the seat: how well the learner plays greedily, beside its rating.
+        A game whose both seats the learner played is one against the latest weights."""
+        by_episode: dict[str | None, list[Game]] = {}
+        for game in games:
+            by_episode.setdefault(game.episode_id, []).append(game)
+        for episode_id, seats in by_episode.items():
+            itself = episode_id is not None and len(seats) > 1
+            for game in seats:
+                known = self._versions.get(game.weights_seq_no) if game.weights_seq_no is not None else None
+                if itself or known is not None:  # else a version before a restart: its opponent is unknown
+                    label = LATEST if itself else known[1].label()  # type: ignore[index]
+                    self.evaluation_records.add(label, game.seat or DEFAULT_SEAT, game.outcome)
 
     def _record(self, game: Game) -> int:
         """Count one game against its version's opponent; rate it if that is known and not the learner itself."""
@@ -315,7 +331,8 @@ class League:
             "games": self.games,
             "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.snapshots],
             "results": [[a, b, r.score, r.games] for (a, b), r in self.results.items()],
-            "records": [[o, s, "".join(x[0] for x in recent)] for (o, s), recent in self.records.outcomes.items()],
+            "records": _saved(self.records),
+            "evaluation_records": _saved(self.evaluation_records),
         }
 
     def snapshot_files(self) -> dict[int, bytes]:
@@ -332,10 +349,8 @@ class League:
             state = PolicyState(int(snapshot["weights_seq_no"]), onnx_bytes, set_state_payload(onnx_bytes))
             self.snapshots.append(Snapshot(state, float(snapshot["elo"])))
         self.results = {(int(a), b): _Results(float(score), int(games)) for a, b, score, games in ratings.get("results", [])}
-        names = {outcome[0]: outcome for outcome in OUTCOMES}
-        for opponent, seat, recent in ratings.get("records", []):
-            for letter in recent:
-                self.records.add(opponent, seat, names[letter])
+        _restore(self.records, ratings.get("records", []))
+        _restore(self.evaluation_records, ratings.get("evaluation_records", []))
         saved = (len(ratings["snapshots"]), len(self.results))
         self._forget_unused()
         # The saved ratings are the fit of these results, unless the window dropped some: kept as they are.
@@ -353,15 +368,42 @@ class League:
             "opponent_weights_seq_no": opponent.player if opponent.kind == SNAPSHOT else None,
             "references": [{"name": name, "elo": elo, "scripted": name != RANDOM} for name, elo in self.references.items()],
             "snapshots": [
-                {"weights_seq_no": s.weights_seq_no, "elo": s.elo, "games": self._games_of(s.weights_seq_no)} for s in self.snapshots
+                {
+                    "weights_seq_no": s.weights_seq_no,
+                    "elo": s.elo,
+                    "games": self._games_of(s.weights_seq_no),
+                    "against_random": self._score_of(s.weights_seq_no, lambda b: b == RANDOM),
+                    "against_snapshots": self._score_of(s.weights_seq_no, lambda b: isinstance(b, int)),
+                }
+                for s in self.snapshots
             ],
             "record_window": self.cfg.record_window,
             "records": self.records.rows(),
+            "evaluation_records": self.evaluation_records.rows(),
         }
+
+    def _score_of(self, version: int, against: Any) -> dict[str, float] | None:
+        """The snapshot's mean score (win 1, draw 1/2) and games as the learner against the
+        opponents `against(player)` picks, from the rated games kept; None before any."""
+        kept = [r for (a, b), r in self.results.items() if a == version and against(b)]
+        games = sum(r.games for r in kept)
+        return {"score": sum(r.score for r in kept) / games, "games": games} if games else None
 
     def _games_of(self, version: int) -> int:
         """The rated games a snapshot played, on either side."""
         return sum(r.games for (a, b), r in self.results.items() if version in (a, b))
+
+
+def _saved(records: _Records) -> list[list[str]]:
+    """Records as saved: (opponent, seat, one letter per outcome)."""
+    return [[o, s, "".join(x[0] for x in recent)] for (o, s), recent in records.outcomes.items()]
+
+
+def _restore(records: _Records, saved: list[list[str]]) -> None:
+    names = {outcome[0]: outcome for outcome in OUTCOMES}
+    for opponent, seat, recent in saved:
+        for letter in recent:
+            records.add(opponent, seat, names[letter])
 
 
 def expected_score(rating: float, opponent: float) -> float:

@@ -246,6 +246,9 @@ class LocalTrainingService:
         for block in received:
             self.metrics.record_chunks(client.id, block)
             sampled = block.select([not evaluation for evaluation in block.evaluation]) if any(block.evaluation) else block
+            if block.module_id in self.leagues and any(block.evaluation):
+                evaluated = _games(block.with_versions(client.last_weights_seq_no_sent), evaluation=True)
+                self.leagues[block.module_id].record_evaluations(evaluated)
             training = sampled.with_versions(client.last_weights_seq_no_sent)
             if not training.num_chunks:
                 continue
@@ -428,10 +431,14 @@ def _log_training_step(
         )
 
 
-def _games(block: ChunkBlock) -> list[Game]:
-    """The games that chunks of the block end (those with an outcome)."""
-    seats = zip(block.episode_id, block.agent_id, block.outcome, block.weights_seq_no)
-    return [Game(episode_id, seat, outcome, version) for episode_id, seat, outcome, version in seats if outcome is not None]
+def _games(block: ChunkBlock, evaluation: bool = False) -> list[Game]:
+    """The games that chunks of the block end (those with an outcome), of training or of evaluation episodes."""
+    seats = zip(block.episode_id, block.agent_id, block.outcome, block.weights_seq_no, block.evaluation)
+    return [
+        Game(episode_id, seat, outcome, version)
+        for episode_id, seat, outcome, version, evaluated in seats
+        if outcome is not None and evaluated == evaluation
+    ]
 
 
 def _log_failure(call: Future[None]) -> None:

@@ -45,3 +45,45 @@ def minimax_player(obs: Any, mask: Any = None, *, rng: np.random.Generator) -> i
     values = move_values(cells)
     best = max(value for _, value in values)
     return int(rng.choice([move for move, value in values if value == best]))
+
+
+def observation(cells: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The mover's observation (18 floats, as the PettingZoo client sends it) and legal-move mask of `cells`."""
+    board = np.array([[cell == 1, cell == 2] for cell in cells], dtype=np.float32).ravel()
+    return board, np.array([cell == 0 for cell in cells], dtype=np.int8)
+
+
+def blunders(player: Any, *, opponent_moves: str = "best") -> dict[str, dict[str, int]]:
+    """Where `player` ((obs, mask) -> move, deterministic) gives away value, in every game it
+    can reach moving first and moving second: the other player plays every one of its best
+    moves (`opponent_moves="best"`: the lines a minimax player plays) or every legal move
+    ("all"). Per seat ("first", "second"): positions the player moved in, moves that lowered
+    the game's value for it, and those that turned a draw or a win into a loss (with best play
+    after: a minimax opponent wins from there).
+    """
+    counts = {seat: {"positions": 0, "blunders": 0, "losing": 0} for seat in ("first", "second")}
+    seen: set[tuple[tuple[int, ...], bool]] = set()
+
+    def visit(cells: tuple[int, ...], ours: bool, seat: str) -> None:
+        if (cells, ours) in seen or _won(cells, 2) or 0 not in cells:  # the mover's opponent has just won, or a full board
+            return
+        seen.add((cells, ours))
+        values = dict(move_values(cells))
+        best = max(values.values())
+        if ours:
+            move = int(player(*observation(cells)))
+            counts[seat]["positions"] += 1
+            counts[seat]["blunders"] += values[move] < best
+            counts[seat]["losing"] += values[move] < 0 <= best
+            moves = [move]
+        else:
+            moves = [m for m, value in values.items() if opponent_moves == "all" or value == best]
+        for move in moves:
+            after = cells[:move] + (1,) + cells[move + 1 :]
+            visit(tuple((3 - cell) if cell else 0 for cell in after), not ours, seat)
+
+    empty = (0,) * 9
+    visit(empty, True, "first")
+    seen.clear()
+    visit(empty, False, "second")
+    return counts
