@@ -54,6 +54,7 @@ lookahead player, in both seats (greedy). The lookahead player is in the trainin
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import csv
 import functools
@@ -257,13 +258,16 @@ def client_commands(
 
 
 def evaluations(
-    game: GameSpec, client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent]
+    game: GameSpec, client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent], out_dir: Path
 ) -> tuple[dict[str, dict[str, dict[str, dict[str, int]]]], dict[str, Any] | None]:
     """The final policy against each fixed player, greedy and sampled: W/D/L per seat; and
-    the game's exhaustive analysis of the greedy policy, where it has one."""
+    the game's exhaustive analysis of the greedy policy, where it has one. The policy's model
+    goes to `out_dir`/<module>.onnx."""
     config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
     policies = ModulePolicies(config, np.random.default_rng(seed), scripted)  # the opponent module may be scripted now
-    policies.load(client.request({"type": "GET_STATE"}))
+    state = client.request({"type": "GET_STATE"})
+    policies.load(state)
+    (out_dir / f"{game.module}.onnx").write_bytes(base64.b64decode(state["onnx_files"][game.module]))
     players = {
         name: functools.partial(player, rng=np.random.default_rng(seed + 1 + i)) for i, (name, player) in enumerate(game.players.items())
     }
@@ -276,7 +280,7 @@ def evaluations(
         return results, None
 
     def greedy(obs: Any, mask: Any) -> int:
-        return int(policies.act(game.module, [obs], [mask], explore=False)[0].action)
+        return int(policies.act(game.module, [obs], [mask], explore=False)[0].env_action)
 
     return results, {lines: game.analysis(greedy, opponent_moves=lines) for lines in ("best", "all")}
 
@@ -407,7 +411,7 @@ def main() -> None:
                 game, client, base_url, args.minutes, args.rating_every, args.seed, args.num_envs, scripted, extra, out_dir
             )
         with RLlinkClient(args.transport, HOST, port, timeout=300) as client:
-            results, analysis = evaluations(game, client, args.games, args.seed, scripted)
+            results, analysis = evaluations(game, client, args.games, args.seed, scripted, out_dir)
     file_lines = write_ratings(game, rows, out_dir)
     if analysis is not None:
         file_lines = [
