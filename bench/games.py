@@ -58,6 +58,7 @@ import base64
 import contextlib
 import csv
 import functools
+import gzip
 import importlib
 import json
 import math
@@ -267,7 +268,7 @@ def evaluations(
     policies = ModulePolicies(config, np.random.default_rng(seed), scripted)  # the opponent module may be scripted now
     state = client.request({"type": "GET_STATE"})
     policies.load(state)
-    (out_dir / f"{game.module}.onnx").write_bytes(base64.b64decode(state["onnx_files"][game.module]))
+    (out_dir / f"{game.module}.onnx").write_bytes(gzip.decompress(base64.b64decode(state["onnx_files"][game.module])))
     players = {
         name: functools.partial(player, rng=np.random.default_rng(seed + 1 + i)) for i, (name, player) in enumerate(game.players.items())
     }

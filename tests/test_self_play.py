@@ -42,6 +42,26 @@ def test_snapshots_every_n_changes_of_the_learner_within_a_window():
     assert [s.weights_seq_no for s in league.snapshots] == [4, 6, 8]
 
 
+def test_with_snapshot_score_a_snapshot_comes_as_soon_as_the_learner_scores_that_much_in_its_rated_games():
+    league = League(config(snapshot_every=100, snapshot_score=0.75, snapshot_games=10, play_against_random_ratio=1.0))
+    league.on_new_version(0, state(0))  # the first snapshot
+    play(league, 0, "win", 5)
+    play(league, 0, "draw", 4)  # 9 games: too few to decide
+    league.on_new_version(1, state(1))
+    assert [s.weights_seq_no for s in league.snapshots] == [0]
+    play(league, 1, "loss", 3)  # 12 games, score 7 / 12 < 0.75
+    league.on_new_version(2, state(2))
+    assert [s.weights_seq_no for s in league.snapshots] == [0]
+    play(league, 2, "win", 6)  # 18 games, score 13 / 18 = 0.72
+    league.on_new_version(3, state(3))
+    assert [s.weights_seq_no for s in league.snapshots] == [0]
+    play(league, 3, "win", 2)  # 20 games, 15 / 20: met
+    league.on_new_version(4, state(4))
+    assert [s.weights_seq_no for s in league.snapshots] == [0, 4]
+    league.on_new_version(5, state(5))  # the new snapshot's games start from none
+    assert [s.weights_seq_no for s in league.snapshots] == [0, 4]
+
+
 def test_the_random_reference_plays_uniformly_among_the_legal_moves_with_the_learners_interface():
     league = League(config(play_against_random_ratio=1.0))
     served = league.on_new_version(0, state(0))

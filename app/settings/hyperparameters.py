@@ -71,7 +71,18 @@ class SelfPlayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     opponent_module_id: str | None = Field(None, description="Module id clients play the opponent with; default '<module_id>_opponent'.")
-    snapshot_every: int = Field(5, ge=1, description="Versions between two snapshots of the learner.")
+    snapshot_every: int = Field(
+        5, ge=1, description="Versions between two snapshots of the learner (at most, with snapshot_score: sooner when it is met)."
+    )
+    snapshot_score: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Take a snapshot as soon as the learner's score (a win 1, a draw 1/2) in its rated games (against the "
+        "references and older snapshots) since the last one reaches this, over at least snapshot_games games (AlphaStar's "
+        "rule); None: every snapshot_every versions only.",
+    )
+    snapshot_games: int = Field(50, ge=1, le=100_000, description="Games the snapshot_score rule needs before it decides.")
     window: int = Field(10, ge=1, le=1000, description="Snapshots kept to play against (the most recent).")
     play_against_latest_ratio: float = Field(
         0.3, ge=0, le=1, description="Share of versions whose opponent is the learner's latest weights (games not rated)."

@@ -8,7 +8,9 @@ the settings name (`scripted_references`: a player the clients script, such as o
 wins when it can and blocks when it must), each at the rating its settings give. A
 scripted reference's model is the random one with its name in the `scripted_reference`
 metadata: the client plays its own scripted player of that name instead. *Snapshots* are
-frozen copies of the learner, one every `snapshot_every` versions, the last `window` kept.
+frozen copies of the learner, one every `snapshot_every` versions (sooner, with
+`snapshot_score`, once the learner scores that much in its rated games since the last), the
+last `window` kept.
 The learner's games between two snapshots are the newest snapshot's games (the learner
 is a little stronger than it, but both are one player here): so every rated game is
 between two fixed policies, and a snapshot's rating comes from its own games, never from
@@ -160,7 +162,11 @@ class League:
         versions after the last snapshot's), draw the opponent of this version, return its policy."""
         if not self._reference_states:
             self._reference_states = {name: _reference_state(learner, name) for name in self.references}
-        if not self.snapshots or learner.weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every:
+        if (
+            not self.snapshots
+            or learner.weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every
+            or self._beats_the_snapshots()
+        ):
             self._take_snapshot(learner)
         self.opponent = self._draw()
         self._versions[weights_seq_no] = (self.snapshots[-1].weights_seq_no, self.opponent)
@@ -171,6 +177,16 @@ class League:
         if self.opponent.kind == SNAPSHOT:
             return self._snapshot(int(self.opponent.player)).state  # type: ignore[arg-type]
         return learner
+
+    def _beats_the_snapshots(self) -> bool:
+        """Whether the learner's rated games (against the references and older snapshots) since its
+        newest snapshot meet `snapshot_score`."""
+        if self.cfg.snapshot_score is None or not self.snapshots:
+            return False
+        newest = self.snapshots[-1].weights_seq_no
+        scores = [r for (a, _), r in self.results.items() if a == newest]
+        games = sum(r.games for r in scores)
+        return games >= self.cfg.snapshot_games and sum(r.score for r in scores) >= self.cfg.snapshot_score * games
 
     def _take_snapshot(self, learner: PolicyState) -> None:
         """A new snapshot, starting (the fit's first guess) at the learner's rating; its games decide it."""
