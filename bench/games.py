@@ -1,8 +1,19 @@
-"""Games: Connect Four trained by self-play through the gateway, then evaluated against fixed players.
+"""Games: a board or card game trained by self-play through the gateway, then evaluated against fixed players.
 
-    python bench/games.py [--minutes 20] [--num-envs 8] [--clients 2] [--games 400] [--rating-every 30] [--seed 0] [--transport tcp|ws]
+    python bench/games.py [--game connect_four|tictactoe|leduc] [--minutes 20] [--num-envs 8] [--clients 2] [--games 400]
+                          [--rating-every 30] [--seed 0] [--transport tcp|ws]
                           [--lookahead-ratio 0.8 | --no-scripted-reference] [--no-mirror] [--self-play JSON] [--ppo JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
+
+`--game tictactoe` and `--game leduc` (Leduc hold'em: needs `pip install rlcard`) train with
+the plain league (`"self_play": {}`: no scripted player exists for them) and are evaluated
+against their own fixed players: tic-tac-toe against the uniformly random legal player and
+a perfect (minimax) one (rllink_clients.tictactoe; its target is the share of games not
+lost), with the greedy policy's blunders counted over every line of the game; Leduc
+against random play, an always-raise and an always-call bot (rllink_clients.leduc),
+scored in chips a hand. `--no-mirror` leaves out the board's symmetries (Connect Four's
+mirror, tic-tac-toe's rotations and reflections; Leduc has none). The model played is
+kept as `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
 rllink_clients.connect_four) plays 1,000 games against the uniformly random legal player,
@@ -80,6 +91,7 @@ import numpy as np  # noqa: E402
 from _common import HOST, emit, running_gateway  # noqa: E402
 
 from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player  # noqa: E402
+from rllink_clients.leduc import always_call_player, always_raise_player  # noqa: E402
 from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, Opponent, SceneResult, run_scene  # noqa: E402
 from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
@@ -101,6 +113,7 @@ class GameSpec:
     no_loss: tuple[str, ...] = ()  # players whose target is the share of games not lost
     scripted: str | None = None  # "module:function" of the scripted reference the league may play
     analysis: Callable[..., dict[str, Any]] | None = None  # (greedy player, opponent_moves=) -> figures, over the whole game
+    chips: bool = False  # a card game: scored by the mean return (chips a hand), its targets the mean to beat
 
 
 def _mirror_c4() -> dict[str, list[int]]:
@@ -137,6 +150,11 @@ GAMES = {
         "Tic-tac-toe", "pettingzoo.classic.tictactoe_v3:raw_env", "ttt", 18, 9,
         {"random": functools.partial(random_legal, n=9), "minimax": minimax_player}, {"random": 0.95, "minimax": 1.0}, _square_symmetries(),
         no_loss=("minimax",), analysis=blunders,
+    ),
+    "leduc": GameSpec(
+        "Leduc hold'em", "pettingzoo.classic.leduc_holdem_v4:raw_env", "leduc", 36, 4,
+        {"random": functools.partial(random_legal, n=4), "always_raise": always_raise_player, "always_call": always_call_player},
+        {"always_raise": 0.0, "always_call": 0.0}, [], chips=True,
     ),
 }
 SCRIPTED = "lookahead"  # the scripted reference's name in the league
@@ -260,8 +278,8 @@ def client_commands(
 
 def evaluations(
     game: GameSpec, client: RLlinkClient, games: int, seed: int, scripted: dict[str, Opponent], out_dir: Path
-) -> tuple[dict[str, dict[str, dict[str, dict[str, int]]]], dict[str, Any] | None]:
-    """The final policy against each fixed player, greedy and sampled: W/D/L per seat; and
+) -> tuple[dict[str, dict[str, dict[str, Any]]], dict[str, Any] | None]:
+    """The final policy against each fixed player, greedy and sampled: W/D/L and the mean return per seat; and
     the game's exhaustive analysis of the greedy policy, where it has one. The policy's model
     goes to `out_dir`/<module>.onnx."""
     config = GatewayConfig.from_set_config(client.request({"type": "GET_CONFIG"}))
@@ -276,7 +294,10 @@ def evaluations(
     for name, player in players.items():
         for mode, explore in (("greedy", False), ("sampled", True)):
             scene = AECScene(load_env(game.env))
-            results.setdefault(name, {})[mode] = evaluate(scene, policies, player, games, explore=explore, seed=seed)
+            returns: dict[str, list[float]] = {}
+            counts = evaluate(scene, policies, player, games, explore=explore, seed=seed, returns=returns)
+            mean_return = {seat: round(float(np.mean(values)), 3) for seat, values in returns.items()}
+            results.setdefault(name, {})[mode] = {"by_seat": counts, "mean_return": mean_return}
     if game.analysis is None:
         return results, None
 
@@ -336,6 +357,16 @@ def target_rate(game: GameSpec, name: str, counts: dict[str, int]) -> float:
     return win_rate(counts)
 
 
+def chips_line(game: GameSpec, name: str, mode: str, mean_return: dict[str, float]) -> str:
+    """A card game's line: the learner's mean chips a hand per seat and over both, and the target (more than it)."""
+    overall = float(np.mean(list(mean_return.values())))
+    line = f"  vs {name:12} {mode:7} " + "  ".join(f"{seat} {chips:+.3f}" for seat, chips in mean_return.items())
+    line += f"  both seats {overall:+.3f} chips a hand"
+    if mode == "greedy" and name in game.targets:
+        line += f"  target above {game.targets[name]:+g}: {'met' if overall > game.targets[name] else 'MISSED'}"
+    return line
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--game", choices=sorted(GAMES), default="connect_four")
@@ -360,7 +391,7 @@ def main() -> None:
         "--no-scripted-reference", action="store_true", help="train with the plain league (`self_play: {}`): no scripted lookahead player"
     )
     parser.add_argument(
-        "--no-mirror", dest="mirror", action="store_false", help="train on the moves as played only (default: mirrored too)"
+        "--no-mirror", dest="mirror", action="store_false", help="train on the moves as played only (default: the board's symmetries too)"
     )
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
@@ -393,7 +424,7 @@ def main() -> None:
             f"against random in {RATING_GAMES} games: rated {elo})"
         )
         print(league_line, flush=True)
-    if args.mirror:
+    if args.mirror and game.symmetries:
         policy[module]["symmetries"] = game.symmetries
     policy[module]["self_play"].update(args.self_play)
     policy[module]["ppo"] = {**policy[module].get("ppo", {}), **args.ppo}
@@ -435,7 +466,12 @@ def main() -> None:
     ]
     summary = {}
     for name, modes in results.items():
-        for mode, by_seat in modes.items():
+        for mode, result in modes.items():
+            summary[f"{name}_{mode}"] = result
+            if game.chips:
+                lines.append(chips_line(game, name, mode, result["mean_return"]))
+                continue
+            by_seat = result["by_seat"]
             rates = {seat: round(target_rate(game, name, counts), 3) for seat, counts in by_seat.items()}
             kind = "no loss" if name in game.no_loss else "wins"
             met = all(rate >= game.targets.get(name, 2) for rate in rates.values())
@@ -447,7 +483,7 @@ def main() -> None:
                 for seat, c in by_seat.items()
             )
             lines.append(f"  vs {name:9} {mode:7} " + "  ".join(scores) + target)
-            summary[f"{name}_{mode}"] = {"by_seat": by_seat, "target_rate": rates}
+            result["target_rate"] = rates
     emit(
         "games",
         [*lines, *file_lines],

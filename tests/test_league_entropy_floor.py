@@ -68,3 +68,43 @@ def test_a_self_play_learner_gets_the_floor_unless_it_sets_one(tmp_path):
     modules = PolicySet.from_settings(settings).modules
     assert modules["learner"].config.entropy_floor == SELF_PLAY_ENTROPY_FLOOR
     assert modules["tuned"].config.entropy_floor == 0.0 and modules["plain"].config.entropy_floor is None
+    assert modules["learner"].config.entropy_floor_per_state and not modules["plain"].config.entropy_floor_per_state
+
+
+OPENING = torch.tensor([1.0, 0.0, 0.0, 0.0])  # the one position where a move pays (a board game's opening)
+
+
+def opening_batch(policy: ActorCritic, generator: torch.Generator) -> Batch:
+    """An eighth of the steps are the opening, where move 0 pays; on the other (random) boards
+    no move pays, so they keep their entropy and hold the floor on average on their own."""
+    obs = torch.rand(STEPS, 4, generator=generator)
+    obs[: STEPS // 8] = OPENING
+    masks = torch.ones(STEPS, MOVES)
+    masks[:, 6:] = 0
+    with torch.no_grad():
+        dist = policy.distribution(policy(obs, masks))
+        actions = dist.sample()
+        logp = dist.log_prob(actions)
+        values = policy.value(obs)
+    advantages = torch.zeros(STEPS)
+    advantages[: STEPS // 8] = (actions[: STEPS // 8] == 0).float() - 0.1
+    return Batch(obs, actions, logp, values, advantages, advantages + values, masks)
+
+
+def opening_share_after(cfg: PPOConfig, updates: int = 30) -> float:
+    torch.manual_seed(0)
+    policy = ActorCritic(BoxSpace(shape=(4,)), DiscreteSpace(n=MOVES), (32,))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(updates):
+        ppo_update(policy, optimizer, opening_batch(policy, generator), cfg, generator)
+    with torch.no_grad():
+        entropy = policy.distribution(policy(OPENING[None], torch.ones(1, MOVES) * (torch.arange(MOVES) < 6))).entropy()
+    return float(entropy) / math.log(6)
+
+
+def test_the_floor_per_state_keeps_a_choice_the_average_lets_collapse():
+    cfg = {"minibatch_size": 64, "update_epochs": 4, "entropy_floor": 0.3, "entropy_floor_lr": 0.1}
+    on_average = opening_share_after(PPOConfig(**cfg))
+    per_state = opening_share_after(PPOConfig(**cfg, entropy_floor_per_state=True))
+    assert on_average < 0.1 and per_state > 0.25, (on_average, per_state)

@@ -231,10 +231,12 @@ def evaluate(
     *,
     explore: bool,
     seed: int | None = None,
+    returns: dict[str, list[float]] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Play `games` games of the gateway's learner module (the one trainable module) against
     a local `opponent`, seats alternating, sending nothing: its win/draw/loss per seat.
-    `explore` False plays the distribution's mode (greedy), True samples."""
+    `explore` False plays the distribution's mode (greedy), True samples. `returns`, if given,
+    gets each game's return of the learner, by seat (a card game's chips)."""
     casting = Casting(policies.config, seatings=swapped_seatings(policies.config, scene.possible_agents, opponent))
     collector = SceneCollector(scene, lambda agent: False, seed, module_of=casting.module_id, on_game=casting.start_game)
     counts = {seat: dict.fromkeys(OUTCOMES, 0) for seat in scene.possible_agents}
@@ -245,6 +247,8 @@ def evaluate(
                 if trajectory.outcome is None:
                     raise ValueError("evaluation counts outcomes: it needs a two-player zero-sum game")
                 counts[trajectory.agent_id][trajectory.outcome] += 1
+                if returns is not None:
+                    returns.setdefault(trajectory.agent_id, []).append(trajectory.episode_return)
         collector.take_chunks()  # nothing is sent: this drops the played steps
     return counts
 

@@ -35,6 +35,12 @@ class PPOConfig(BaseModel):
         "falls back to 0 above it (a Lagrange multiplier, as SAC tunes alpha); 0: off; unset: 0.1 for a self-play "
         "learner, off for others.",
     )
+    entropy_floor_per_state: bool | None = Field(
+        None,
+        description="Hold the entropy floor in every state rather than on average: the bonus pulls only the states "
+        "below their floor, so no state's choice collapses (a board game's opening, which the average hides); unset: on "
+        "for a self-play learner, off for others.",
+    )
     entropy_floor_lr: float = Field(
         0.01, gt=0, le=1, description="Step of the entropy floor's bonus per minibatch, per unit of entropy share missing."
     )

@@ -14,7 +14,10 @@ minibatch's entropy as a share of the largest entropy of its legal actions), kep
 [0, 1]: dual gradient ascent on the constraint "entropy share >= floor", as SAC tunes
 its alpha (Haarnoja et al. 2018), but one-sided: above the floor it decays to 0 and PPO
 is left alone. Self-play against a copy of itself otherwise lets PPO's entropy collapse
-(every game the same) long before the policy is good.
+(every game the same) long before the policy is good. Per state (`entropy_floor_per_state`):
+each state's entropy counts only up to its own floor and the bonus pulls only the states
+below it, rising while any is (up to MAX_PER_STATE_BONUS): an average floor let a board
+game's opening collapse to one move while the other states held the mean.
 
 The behavioural-cloning term (`bc`, with demonstrations and `bc_strength`): each minibatch
 adds its weight times the negative log-likelihood of a minibatch of demonstration steps
@@ -78,7 +81,12 @@ def ppo_update(
                 v_loss = 0.5 * v_loss_unclipped.mean()
 
             entropy_loss = mb.entropy.mean()
-            loss = pg_loss - (cfg.ent_coef + policy.entropy_bonus) * entropy_loss + cfg.vf_coef * v_loss
+            max_entropy = policy.max_entropy(len(mb.entropy), mb.masks) if floor > 0 else None
+            floor_entropy = None if max_entropy is None else floor * max_entropy
+            bonus_term = entropy_loss
+            if floor_entropy is not None and cfg.entropy_floor_per_state:  # only the states below their floor pull
+                bonus_term = torch.minimum(mb.entropy, floor_entropy).mean()
+            loss = pg_loss - cfg.ent_coef * entropy_loss - policy.entropy_bonus * bonus_term + cfg.vf_coef * v_loss
 
             # Behavioural cloning (optional): the demonstrated actions' negative log-likelihood
             # on a minibatch of demonstration steps, weighted.
@@ -101,10 +109,14 @@ def ppo_update(
             ):
                 sums[name] += value.item()
             num_minibatches += 1
-            if floor > 0 and (max_entropy := policy.max_entropy(len(mb.entropy), mb.masks)) is not None:
+            if floor_entropy is not None:
                 share = entropy_share(mb.entropy.detach(), max_entropy)
                 share_sum += share
-                policy.entropy_bonus = min(1.0, max(0.0, policy.entropy_bonus + cfg.entropy_floor_lr * (floor - share)))
+                if cfg.entropy_floor_per_state:  # rises while a state is below its floor (the share of the floor missed)
+                    missed = 1.0 - entropy_share(torch.minimum(mb.entropy.detach(), floor_entropy), floor_entropy)
+                    policy.entropy_bonus = min(MAX_PER_STATE_BONUS, policy.entropy_bonus + cfg.entropy_floor_lr * missed)
+                else:
+                    policy.entropy_bonus = min(1.0, max(0.0, policy.entropy_bonus + cfg.entropy_floor_lr * (floor - share)))
 
         if cfg.target_kl is not None and approx_kl > cfg.target_kl:
             break
@@ -118,6 +130,9 @@ def ppo_update(
         stats["entropy_share"] = share_sum / num_minibatches
         stats["entropy_bonus"] = policy.entropy_bonus
     return stats
+
+
+MAX_PER_STATE_BONUS = 10.0  # a bonus that pulls only the states below their floor can be large: it leaves the others alone
 
 
 def entropy_share(entropy: torch.Tensor, max_entropy: torch.Tensor) -> float:
