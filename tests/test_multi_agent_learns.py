@@ -117,7 +117,7 @@ def test_self_play_beats_a_random_player_and_its_rating_against_the_random_refer
     )
     with running_gateway(settings) as gateway:
         with connect(gateway, "tcp") as client:
-            run_scene(client, CountdownGame(), max_env_steps=2_000, seed=0)
+            run_scene(client, CountdownGame(), max_env_steps=4_000, seed=0)
         early = self_play_status(gateway, "learner")
         with connect(gateway, "tcp") as client:
             run_scene(client, CountdownGame(), max_env_steps=40_000, seed=1)

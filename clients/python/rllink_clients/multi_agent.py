@@ -137,10 +137,7 @@ class GatewayConfig:
 class Casting:
     """Who plays each agent (this game's seating, else a local opponent, else its module) and
     whose experience is sent: agents of trainable modules in `module_filter` (default: every
-    trainable module). Game g is seated by `seatings[g % len(seatings)]` (`start_game`).
-    `learner_held_by(frozen_module_id)`: the learner whose latest weights a frozen seat's module
-    holds now, if any; that seat is then played by the learner itself and sent (a symmetric
-    game against the current policy trains both seats), decided when it first moves in a game."""
+    trainable module). Game g is seated by `seatings[g % len(seatings)]` (`start_game`)."""
 
     def __init__(
         self,
@@ -148,10 +145,8 @@ class Casting:
         opponents: dict[str, Opponent] | None = None,
         module_filter: Collection[str] | None = None,
         seatings: Sequence[Seating] | None = None,
-        learner_held_by: Callable[[str], str | None] | None = None,
     ) -> None:
         self.config = config
-        self.learner_held_by = learner_held_by
         self.opponents = dict(opponents or {})
         self.module_filter = None if module_filter is None else set(module_filter)
         unknown = (self.module_filter or set()) - set(config.modules)
@@ -163,12 +158,10 @@ class Casting:
             raise ValueError(f"seatings name modules {sorted(seated - set(config.modules))}; the gateway has {list(config.modules)}")
         self.game = 0
         self._cast: dict[tuple[str, int], tuple[Opponent | None, ModuleSpec | None, bool]] = {}
-        self._itself: dict[str, tuple[Opponent | None, ModuleSpec | None, bool]] = {}  # this game's seats the learner took
 
     def start_game(self, index: int) -> None:
         """Seat the agents of game `index` (0, 1, ...)."""
         self.game = index
-        self._itself = {}
 
     def opponent(self, agent_id: str) -> Opponent | None:
         """The local policy of the first `opponents` glob matching the agent, if any."""
@@ -191,25 +184,11 @@ class Casting:
         game, trained = self.game, set()
         for index in range(len(self.seatings)):
             self.game = index
-            trained |= {cast[1].module_id for cast in map(self._seated, agent_ids) if cast[2] and cast[1] is not None}
+            trained |= {self.module_id(agent_id) for agent_id in agent_ids if self.sends(agent_id)}
         self.game = game
         return sorted(trained)
 
     def _of(self, agent_id: str) -> tuple[Opponent | None, ModuleSpec | None, bool]:
-        cast = self._seated(agent_id)
-        module = cast[1]
-        if module is None or module.trainable or self.learner_held_by is None:
-            return cast
-        if agent_id not in self._itself:
-            learner = self.learner_held_by(module.module_id)
-            self._itself[agent_id] = cast if learner is None else (None, self.config.modules[learner], self._sent(learner))
-        return self._itself[agent_id]
-
-    def _sent(self, module_id: str) -> bool:
-        return self.config.modules[module_id].trainable and (self.module_filter is None or module_id in self.module_filter)
-
-    def _seated(self, agent_id: str) -> tuple[Opponent | None, ModuleSpec | None, bool]:
-        """The agent's seat in this game's seating (cached per seating)."""
         key = (agent_id, self.game % len(self.seatings))
         if key not in self._cast:
             seat = self.seatings[key[1]].get(agent_id)
@@ -218,7 +197,7 @@ class Casting:
                 module = None if opponent is not None else self.config.module_for(agent_id)
             else:
                 opponent, module = (None, self.config.modules[seat]) if isinstance(seat, str) else (seat, None)
-            sends = module is not None and self._sent(module.module_id)
+            sends = module is not None and module.trainable and (self.module_filter is None or module.module_id in self.module_filter)
             self._cast[key] = (opponent, module, sends)
         return self._cast[key]
 
@@ -265,15 +244,6 @@ class ModulePolicies:
         self.playing_scripted: dict[str, str] = {}  # module -> the scripted reference its model names
         self._payloads: dict[str, str] = {}
         self.weights_seq_no = 0
-
-    def learner_held_by(self, module_id: str) -> str | None:
-        """The trainable module whose model the frozen `module_id` holds now (a self-play league
-        that drew the learner's latest weights), if any."""
-        payload = self._payloads.get(module_id)
-        return next(
-            (m for m, spec in self.config.modules.items() if spec.trainable and m != module_id and self._payloads.get(m) == payload),
-            None,
-        )
 
     def load(self, set_state: dict[str, Any]) -> None:
         """Take the models of a SET_STATE; unchanged ones (frozen opponents) are kept as they are."""
@@ -683,15 +653,12 @@ def run_scene(
     set_config = client.request({"type": "GET_CONFIG"})
     config = GatewayConfig.from_set_config(set_config)
     interval = int(set_config.get("evaluation_interval", 0) if evaluation_interval is None else evaluation_interval)
-    policies = ModulePolicies(config, np.random.default_rng(seed), scripted)
-    castings = [
-        Casting(config, opponents, module_filter, None if seatings is None else seatings(config), policies.learner_held_by)
-        for _ in envs
-    ]
+    castings = [Casting(config, opponents, module_filter, None if seatings is None else seatings(config)) for _ in envs]
     trained = castings[0].trained(envs[0].possible_agents)
     if not trained:
         raise ValueError(f"no agent of {envs[0].possible_agents} plays a module this client sends experience for")
     targets = _targets(target_return, trained)
+    policies = ModulePolicies(config, np.random.default_rng(seed), scripted)
     policies.load(client.request({"type": "GET_STATE"}))
     collectors = [
         SceneCollector(

@@ -20,8 +20,7 @@ chunk's `action_mask`; a mask in `info["action_mask"]` is used the same way.
 
 Seats: with a self-play module on the gateway (a `trainable: false` opponent module) the
 learner plays the first seat in even games and the second in odd ones, its frozen opponent
-the other (the learner both, and both sent, in a game begun while the league draws its
-latest weights); with `--opponent random` a uniformly random legal player takes the other seat
+the other; with `--opponent random` a uniformly random legal player takes the other seat
 instead (never sent). Chunks name their `module_id`. When the league draws one of its
 scripted references, the opponent's model names it and the player given as `--scripted
 NAME=module:function` takes the opponent's seat.
