@@ -11,7 +11,7 @@ against their own fixed players: tic-tac-toe against the uniformly random legal 
 a perfect (minimax) one (rllink_clients.tictactoe; its target is the share of games not
 lost), with the greedy policy's blunders counted over every line of the game; Leduc
 against random play, an always-raise and an always-call bot (rllink_clients.leduc),
-scored in chips a hand. `--no-mirror` leaves out the board's symmetries (Connect Four's
+scored by the mean return a hand (the env's reward: chips won over the big blind). `--no-mirror` leaves out the board's symmetries (Connect Four's
 mirror, tic-tac-toe's rotations and reflections; Leduc has none). The model played is
 kept as `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
 
@@ -113,7 +113,7 @@ class GameSpec:
     no_loss: tuple[str, ...] = ()  # players whose target is the share of games not lost
     scripted: str | None = None  # "module:function" of the scripted reference the league may play
     analysis: Callable[..., dict[str, Any]] | None = None  # (greedy player, opponent_moves=) -> figures, over the whole game
-    chips: bool = False  # a card game: scored by the mean return (chips a hand), its targets the mean to beat
+    chips: bool = False  # a card game: scored by the mean return a hand, its targets the mean to beat
 
 
 def _mirror_c4() -> dict[str, list[int]]:
@@ -358,10 +358,11 @@ def target_rate(game: GameSpec, name: str, counts: dict[str, int]) -> float:
 
 
 def chips_line(game: GameSpec, name: str, mode: str, mean_return: dict[str, float]) -> str:
-    """A card game's line: the learner's mean chips a hand per seat and over both, and the target (more than it)."""
+    """A card game's line: the learner's mean return a hand (Leduc: big blinds, the env's reward) per seat and over
+    both, and the target (more than it)."""
     overall = float(np.mean(list(mean_return.values())))
     line = f"  vs {name:12} {mode:7} " + "  ".join(f"{seat} {chips:+.3f}" for seat, chips in mean_return.items())
-    line += f"  both seats {overall:+.3f} chips a hand"
+    line += f"  both seats {overall:+.3f} a hand"
     if mode == "greedy" and name in game.targets:
         line += f"  target above {game.targets[name]:+g}: {'met' if overall > game.targets[name] else 'MISSED'}"
     return line
@@ -460,7 +461,7 @@ def main() -> None:
     games = scene.scene_episodes + sum(other["scene_episodes"] for other in others)
     lines = [
         f"{game.title} by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
-        f"{' ' + args.gateway_args if args.gateway_args else ''}{', with its symmetries' if args.mirror else ''}: {moves:,} moves, "
+        f"{' ' + args.gateway_args if args.gateway_args else ''}{', with its symmetries' if args.mirror and game.symmetries else ''}: {moves:,} moves, "
         f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (the first seat moves first); the learner's W/D/L",
     ]
