@@ -11,9 +11,9 @@ against their own fixed players: tic-tac-toe against the uniformly random legal 
 a perfect (minimax) one (rllink_clients.tictactoe; its target is the share of games not
 lost), with the greedy policy's blunders counted over every line of the game; Leduc
 against random play, an always-raise and an always-call bot (rllink_clients.leduc),
-scored by the mean return a hand (the env's reward: chips won over the big blind). `--no-mirror` leaves out the board's symmetries (Connect Four's
-mirror, tic-tac-toe's rotations and reflections; Leduc has none). The model played is
-kept as `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
+scored by the mean return a hand (the env's reward: chips won over the big blind).
+`--no-mirror` leaves out the board's symmetries (Connect Four's mirror, tic-tac-toe's
+rotations and reflections; Leduc has none). The model played is kept as `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
 rllink_clients.connect_four) plays 1,000 games against the uniformly random legal player,
@@ -461,7 +461,8 @@ def main() -> None:
     games = scene.scene_episodes + sum(other["scene_episodes"] for other in others)
     lines = [
         f"{game.title} by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
-        f"{' ' + args.gateway_args if args.gateway_args else ''}{', with its symmetries' if args.mirror and game.symmetries else ''}: {moves:,} moves, "
+        f"{' ' + args.gateway_args if args.gateway_args else ''}"
+        f"{', with its symmetries' if args.mirror and game.symmetries else ''}: {moves:,} moves, "
         f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (the first seat moves first); the learner's W/D/L",
     ]
