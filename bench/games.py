@@ -13,7 +13,8 @@ lost), with the greedy policy's blunders counted over every line of the game; Le
 against random play, an always-raise and an always-call bot (rllink_clients.leduc),
 scored by the mean return a hand (the env's reward: chips won over the big blind).
 `--no-mirror` leaves out the board's symmetries (Connect Four's mirror, tic-tac-toe's
-rotations and reflections; Leduc has none). The model played is kept as `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
+rotations and reflections; Leduc has none). The model played is kept as
+`<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
 rllink_clients.connect_four) plays 1,000 games against the uniformly random legal player,
