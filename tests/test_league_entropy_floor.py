@@ -4,6 +4,7 @@ the largest entropy its legal moves allow; without it, the entropy collapses."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -20,10 +21,8 @@ STEPS = 256
 MOVES = 9
 
 
-def greedy_batch(policy: ActorCritic, generator: torch.Generator) -> Batch:
-    """Moves sampled from the policy on random boards with three moves forbidden; move 0 (always
-    legal) is the only one that pays: every PPO step makes the policy sharper."""
-    obs = torch.rand(STEPS, 4, generator=generator)
+def sampled_batch(policy: ActorCritic, obs: torch.Tensor, advantage_of: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+    """Moves sampled from the policy on `obs` with three moves forbidden, their advantages `advantage_of(actions)`."""
     masks = torch.ones(STEPS, MOVES)
     masks[:, 6:] = 0
     with torch.no_grad():
@@ -31,8 +30,13 @@ def greedy_batch(policy: ActorCritic, generator: torch.Generator) -> Batch:
         actions = dist.sample()
         logp = dist.log_prob(actions)
         values = policy.value(obs)
-    advantages = (actions == 0).float() - 0.1
+    advantages = advantage_of(actions)
     return Batch(obs, actions, logp, values, advantages, advantages + values, masks)
+
+
+def greedy_batch(policy: ActorCritic, generator: torch.Generator) -> Batch:
+    """Random boards where move 0 (always legal) is the only one that pays: every PPO step makes the policy sharper."""
+    return sampled_batch(policy, torch.rand(STEPS, 4, generator=generator), lambda actions: (actions == 0).float() - 0.1)
 
 
 def entropy_share_after(cfg: PPOConfig, updates: int = 40) -> tuple[float, dict[str, float]]:
@@ -79,16 +83,13 @@ def opening_batch(policy: ActorCritic, generator: torch.Generator) -> Batch:
     no move pays, so they keep their entropy and hold the floor on average on their own."""
     obs = torch.rand(STEPS, 4, generator=generator)
     obs[: STEPS // 8] = OPENING
-    masks = torch.ones(STEPS, MOVES)
-    masks[:, 6:] = 0
-    with torch.no_grad():
-        dist = policy.distribution(policy(obs, masks))
-        actions = dist.sample()
-        logp = dist.log_prob(actions)
-        values = policy.value(obs)
-    advantages = torch.zeros(STEPS)
-    advantages[: STEPS // 8] = (actions[: STEPS // 8] == 0).float() - 0.1
-    return Batch(obs, actions, logp, values, advantages, advantages + values, masks)
+
+    def advantage_of(actions: torch.Tensor) -> torch.Tensor:
+        advantages = torch.zeros(STEPS)
+        advantages[: STEPS // 8] = (actions[: STEPS // 8] == 0).float() - 0.1
+        return advantages
+
+    return sampled_batch(policy, obs, advantage_of)
 
 
 def opening_share_after(cfg: PPOConfig, updates: int = 30) -> float:
