@@ -165,7 +165,7 @@ class League:
         if (
             not self.snapshots
             or learner.weights_seq_no - self.snapshots[-1].weights_seq_no >= self.cfg.snapshot_every
-            or self._beats_the_snapshots()
+            or self._meets_snapshot_score(learner)
         ):
             self._take_snapshot(learner)
         self.opponent = self._draw()
@@ -178,12 +178,14 @@ class League:
             return self._snapshot(int(self.opponent.player)).state  # type: ignore[arg-type]
         return learner
 
-    def _beats_the_snapshots(self) -> bool:
-        """Whether the learner's rated games (against the references and older snapshots) since its
-        newest snapshot meet `snapshot_score`."""
+    def _meets_snapshot_score(self, learner: PolicyState) -> bool:
+        """Whether the learner changed since its newest snapshot and its rated games since then
+        (against the references and older snapshots) meet `snapshot_score`."""
         if self.cfg.snapshot_score is None or not self.snapshots:
             return False
         newest = self.snapshots[-1].weights_seq_no
+        if learner.weights_seq_no == newest:  # not trained since: the same weights
+            return False
         scores = [r for (a, _), r in self.results.items() if a == newest]
         games = sum(r.games for r in scores)
         return games >= self.cfg.snapshot_games and sum(r.score for r in scores) >= self.cfg.snapshot_score * games

@@ -85,7 +85,8 @@ def ppo_update(
             floor_entropy = None if max_entropy is None else floor * max_entropy
             bonus_term = entropy_loss
             if floor_entropy is not None and cfg.entropy_floor_per_state:  # only the states below their floor pull
-                bonus_term = torch.minimum(mb.entropy, floor_entropy).mean()
+                up_to_floor = torch.minimum(mb.entropy, floor_entropy)
+                bonus_term = up_to_floor.mean()
             loss = pg_loss - cfg.ent_coef * entropy_loss - policy.entropy_bonus * bonus_term + cfg.vf_coef * v_loss
 
             # Behavioural cloning (optional): the demonstrated actions' negative log-likelihood
@@ -113,7 +114,7 @@ def ppo_update(
                 share = entropy_share(mb.entropy.detach(), max_entropy)
                 share_sum += share
                 if cfg.entropy_floor_per_state:  # rises while a state is below its floor (the share of the floor missed)
-                    missed = 1.0 - entropy_share(torch.minimum(mb.entropy.detach(), floor_entropy), floor_entropy)
+                    missed = 1.0 - entropy_share(up_to_floor.detach(), floor_entropy)
                     policy.entropy_bonus = min(MAX_PER_STATE_BONUS, policy.entropy_bonus + cfg.entropy_floor_lr * missed)
                 else:
                     policy.entropy_bonus = min(1.0, max(0.0, policy.entropy_bonus + cfg.entropy_floor_lr * (floor - share)))
