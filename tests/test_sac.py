@@ -46,7 +46,7 @@ def pendulum_settings(tmp_path, **overrides) -> Settings:
 def test_sac_learns_pendulum_over_tcp_and_clients_do_not_wait_for_each_version(tmp_path):
     with running_gateway(pendulum_settings(tmp_path)) as gateway, gateway.client("tcp", timeout=120) as client:
         config = client.request({"type": "GET_CONFIG"})
-        result = run(client, "Pendulum-v1", target_return=-400, max_env_steps=25_000, seed=0)
+        result = run(client, "Pendulum-v1", target_return=-400, max_env_steps=25_000, seed=0, evaluation_interval=0)
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
     assert config["action_distribution"] == "squashed_gaussian" and config["force_on_policy"] is False
     # Random play scores about -1,200 on Pendulum; -400 means it swings up and balances.

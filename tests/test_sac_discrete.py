@@ -30,7 +30,9 @@ def cartpole_sac_settings(tmp_path, **overrides):
 def test_discrete_sac_learns_cartpole_over_tcp_without_clients_waiting(tmp_path):
     with running_gateway(cartpole_sac_settings(tmp_path)) as gateway, gateway.client("tcp", timeout=120) as client:
         config = client.request({"type": "GET_CONFIG"})
-        result = run(client, "CartPole-v1", target_return=200, max_env_steps=40_000, seed=0)  # its greedy play to 200 too
+        # The target on sampled play alone: greedy evaluation episodes (tests/test_evaluation.py)
+        # would cost this test three times the gradient steps.
+        result = run(client, "CartPole-v1", target_return=200, max_env_steps=40_000, seed=0, evaluation_interval=0)
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
     assert config["action_distribution"] == "categorical" and config["force_on_policy"] is False
     # Random play lasts about 22 steps; 200 (sampled actions, not the greedy ones) needs a policy.

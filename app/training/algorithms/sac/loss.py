@@ -44,9 +44,9 @@ class SoftActorCritic(nn.Module):
         self.qf2_target.load_state_dict(self.qf2.state_dict())
         self.log_alpha = nn.Parameter(torch.tensor(float(cfg.alpha)).log())
         q_parameters = [*self.qf1.parameters(), *self.qf2.parameters()]
-        self.q_optimizer = torch.optim.Adam(q_parameters, lr=cfg.q_lr, eps=adam_eps)
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr, eps=adam_eps)
-        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr, eps=adam_eps)
+        self.q_optimizer = torch.optim.Adam(q_parameters, lr=cfg.q_lr, eps=adam_eps, fused=True)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr, eps=adam_eps, fused=True)
+        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.q_lr, eps=adam_eps, fused=True)
         self.updates = 0  # gradient steps of the Q networks so far
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
