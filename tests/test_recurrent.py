@@ -8,9 +8,13 @@
   feed-forward module that carries one, a continued chunk without one: each an ERROR that
   names the field and both sizes, and the other client loses nothing.
 - Settings: use_lstm with SAC is refused at start, in one line.
+- best.onnx, `export` and a restart keep the state (a real gateway, trained, restarted).
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -30,6 +34,7 @@ from app.training.onnx_export import OPSET
 from rllink_clients.gym_client import run
 from rllink_clients.thin_client import run_thin_envs
 
+from .gateway_process import ROOT
 from .helpers import TcpPeer, chunk, frame, gateway_settings, running_gateway, wait_until
 
 LSTM = {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 5}
@@ -185,3 +190,50 @@ def test_an_lstm_learns_stateless_cartpole_through_a_real_socket(tmp_path, infer
         else:
             result = run_thin_envs(client, env_id, 8, target_return=150, max_env_steps=150_000, seed=0)
     assert result.reached_target, f"mean of the last 20 returns {result.mean_return:.1f} < 150 after {result.env_steps} env steps"
+
+
+@pytest.mark.e2e
+def test_the_shipped_exported_and_restarted_models_keep_the_memory(tmp_path):
+    """A recurrent run's best.onnx, its `export` from the checkpoint and the gateway restarted
+    on it all keep the state: state_in and state_out of the module's size (and the size in the
+    metadata); the export is the last version's model; the restart resumes that version and
+    says the same state_size."""
+    settings = gateway_settings(
+        tmp_path, model=LSTM, train_batch_size=500, evaluation_interval=2, best_model_episodes=2, run_id="memory",
+        runs_dir=tmp_path, checkpoint_dir=tmp_path / "memory" / "checkpoints",
+    )
+    env_id = "rllink_clients.memory_envs:StatelessCartPole-v1"
+    with running_gateway(settings) as gateway, gateway.client("tcp") as client:
+        first = run(client, env_id, target_return=None, max_env_steps=3_000, seed=0)
+        client.request({"type": "PING"})  # the last EPISODES were taken in before this
+        latest = httpx.get(f"{gateway.base_url}/api/model.onnx").content
+        version = client.request({"type": "GET_STATE"})["weights_seq_no"]
+    assert version >= 3 and len(first.evaluations) >= 2
+    models = tmp_path / "memory" / "models" / "default_policy"
+    out = tmp_path / "exported.onnx"
+    exported = subprocess.run(
+        [sys.executable, "-m", "app", "export", "--run-id", "memory", "--runs-dir", str(tmp_path), "--out", str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )
+    assert exported.returncode == 0, exported.stderr
+    assert f"version {version}" in exported.stdout
+    obs = np.random.default_rng(0).normal(size=(10, 1, 2)).astype(np.float32)
+    for path in (models / "best.onnx", out):
+        model = onnx.load(path)
+        assert {p.key: p.value for p in model.metadata_props}["state_size"] == "16"
+        session = ort.InferenceSession(str(path))
+        assert [i.name for i in session.get_inputs()] == ["obs", "state_in"]
+        assert [o.name for o in session.get_outputs()][-1] == "state_out"
+    # The export is the last version's model: step by step, the same logits and states.
+    played = [ort.InferenceSession(source) for source in (str(out), latest)]
+    states = [np.zeros((1, 16), np.float32)] * 2
+    for step in obs:
+        (a, states[0]), (b, states[1]) = (s.run(None, {"obs": step, "state_in": x}) for s, x in zip(played, states))
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(states[0], states[1], atol=1e-6)
+    assert np.abs(states[0]).max() > 0  # the state moved: there is memory to keep
+    with running_gateway(settings.model_copy(update={"resume": True})) as gateway, gateway.client("tcp") as client:
+        assert client.request({"type": "GET_CONFIG"})["state_size"] == 16
+        assert client.request({"type": "GET_STATE"})["weights_seq_no"] == version
+        second = run(client, env_id, target_return=None, max_env_steps=1_000, seed=1)
+    assert second.weights_seq_no > version
