@@ -59,10 +59,11 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # -- Messages ------------------------------------------------------------------------
 
 
-def cartpole_chunk(rng: random.Random, steps: int = 500, *, terminated: bool = True) -> dict[str, Any]:
+def cartpole_chunk(rng: random.Random, steps: int = 500, *, terminated: bool = True, state_size: int = 0) -> dict[str, Any]:
     """One episode chunk shaped like CartPole-v1's, as the reference gym client sends it:
     T+1 observations of 4 float32 values, T discrete actions, T rewards of 1.0, T
-    log-probs, the done flags, an episode id and the policy version."""
+    log-probs, the done flags, an episode id and the policy version; with `state_size`,
+    the recurrent state fed with its first observation (`state_in`) too."""
 
     def f32(x: float) -> float:  # CartPole observations are float32 values, widened
         import struct
@@ -70,7 +71,9 @@ def cartpole_chunk(rng: random.Random, steps: int = 500, *, terminated: bool = T
         return struct.unpack("f", struct.pack("f", x))[0]
 
     obs = [[f32(rng.gauss(0, 0.05 * (i + 1))) for i in range(4)] for _ in range(steps + 1)]
+    state = {"state_in": [f32(rng.gauss(0, 0.3)) for _ in range(state_size)]} if state_size else {}
     return {
+        **state,
         "obs": obs,
         "actions": [rng.randrange(2) for _ in range(steps)],
         "rewards": [1.0] * steps,
@@ -82,16 +85,18 @@ def cartpole_chunk(rng: random.Random, steps: int = 500, *, terminated: bool = T
     }
 
 
-def episodes_body(rng: random.Random, steps: int = 500, *, message_type: str = "EPISODES") -> bytes:
+def episodes_body(rng: random.Random, steps: int = 500, *, message_type: str = "EPISODES", state_size: int = 0) -> bytes:
     """An EPISODES body with one chunk, JSON-encoded as RLlib's client does (json.dumps)."""
-    message = {"type": message_type, "episodes": [cartpole_chunk(rng, steps)], "timesteps": steps}
+    message = {"type": message_type, "episodes": [cartpole_chunk(rng, steps, state_size=state_size)], "timesteps": steps}
     return json.dumps(message).encode()
 
 
-def episodes_bodies(count: int, steps: int = 500, *, seed: int = 0, message_type: str = "EPISODES") -> list[bytes]:
+def episodes_bodies(
+    count: int, steps: int = 500, *, seed: int = 0, message_type: str = "EPISODES", state_size: int = 0
+) -> list[bytes]:
     """`count` different bodies (so nothing downstream can win by caching one)."""
     rng = random.Random(seed)
-    return [episodes_body(rng, steps, message_type=message_type) for _ in range(count)]
+    return [episodes_body(rng, steps, message_type=message_type, state_size=state_size) for _ in range(count)]
 
 
 # -- Measuring -----------------------------------------------------------------------

@@ -20,6 +20,10 @@ per message (new memory touched: everything received is kept while paused).
 
 Targets: TCP >= 50% of the orjson limit and >= 1,000,000 steps/s with one client;
 WebSocket within 2x of TCP.
+
+`--lstm`: the policy has memory (`--model.use-lstm`, cell 64) and every chunk carries its
+`state_in` (128 values, checked against the module's state size). Target: within 1.5x of
+the feed-forward run's gateway CPU per env step (two runs, compared by hand).
 """
 
 from __future__ import annotations
@@ -54,12 +58,15 @@ from _common import (  # noqa: E402
 )
 
 from app.sansio.protocol import RequestReceived, Session  # noqa: E402
-from app.settings.policies import PolicySet  # noqa: E402
+from app.settings.hyperparameters import ModelConfig  # noqa: E402
+from app.settings.policies import DEFAULT_MODULE_ID, Module, PolicySet  # noqa: E402
 from app.spaces.models import CARTPOLE_ACTION_SPACE, CARTPOLE_OBSERVATION_SPACE  # noqa: E402
+from app.training.algorithms import ALGORITHMS  # noqa: E402
 from rllink.framing import FrameDecoder, encode_frame
 
 STEPS = 500  # per EPISODES message
 DISTINCT_MESSAGES = 8
+LSTM_STATE_SIZE = 128  # --lstm: the default cell of 64, hidden and cell state
 HARD_TIMEOUT_S = 60  # a client gives up this long after its sending window
 
 
@@ -235,10 +242,13 @@ def _holder(gateway, frame: bytes) -> Iterator[None]:
 # -- Limits measured in-process ---------------------------------------------------------
 
 
-def measure_limits(bodies: list[bytes], seconds: float) -> dict[str, float]:
+def measure_limits(bodies: list[bytes], seconds: float, lstm: bool = False) -> dict[str, float]:
     """Env steps/s (wall clock, and per CPU second) of orjson.loads on the bodies, and
-    of the gateway's sans-I/O core on the same frames, one core, best of 5 rounds."""
-    session = Session(PolicySet.single(CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE), 8 << 20)
+    of the gateway's sans-I/O core on the same frames (for a module with memory: `lstm`),
+    one core, best of 5 rounds."""
+    model = ModelConfig(use_lstm=lstm)
+    module = Module(DEFAULT_MODULE_ID, CARTPOLE_OBSERVATION_SPACE, CARTPOLE_ACTION_SPACE, ALGORITHMS["ppo"].config(), model=model)
+    session = Session(PolicySet([module]), 8 << 20)
     frames = [encode_frame(body) for body in bodies]
 
     def parse(frame: bytes) -> None:
@@ -279,11 +289,12 @@ def main() -> None:
         help="tcp, ws (binary messages), ws-text, ws-deflate (permessage-deflate, as browsers "
         "negotiate it), tcp-msgpack (msgpack bodies); the last three with one client only",
     )
+    parser.add_argument("--lstm", action="store_true", help="a policy with memory, chunks with state_in")
     parser.add_argument("--gateway-prelude", default=None, help=argparse.SUPPRESS)  # experiments only
     args = parser.parse_args()
     raise_fd_limit(4096)
 
-    bodies = episodes_bodies(DISTINCT_MESSAGES, STEPS)
+    bodies = episodes_bodies(DISTINCT_MESSAGES, STEPS, state_size=LSTM_STATE_SIZE if args.lstm else 0)
     frames = [encode_frame(body) for body in bodies]
     msgpack_frames = [encode_frame(msgpack.packb(orjson.loads(body))) for body in bodies]
     bytes_per_step = sum(len(f) for f in frames) / len(frames) / STEPS
@@ -291,9 +302,9 @@ def main() -> None:
     def batch(of: list[bytes]) -> list[bytes]:
         return [of[i % len(of)] for i in range(args.frames_per_batch)]
 
-    limits = [measure_limits(bodies, 1.0)]
+    limits = [measure_limits(bodies, 1.0, args.lstm)]
     runs = []
-    gateway_flags = ["--train-batch-size", str(10**12), "--barrier-timeout-s", str(10**9)]
+    gateway_flags = ["--train-batch-size", str(10**12), "--barrier-timeout-s", str(10**9), *(["--model.use-lstm"] if args.lstm else [])]
     with running_gateway(*gateway_flags, prelude=args.gateway_prelude) as gateway, _holder(gateway, frames[0]):
         for transport in args.transports:
             for n in args.clients:
@@ -309,7 +320,7 @@ def main() -> None:
                     flush=True,
                 )
         rss = proc_peak_rss_bytes(gateway.pid)
-    limits.append(measure_limits(bodies, 1.0))
+    limits.append(measure_limits(bodies, 1.0, args.lstm))
 
     # The best orjson did in either measurement: the harshest reference.
     orjson_rate = max(x["orjson"] for x in limits)
@@ -351,9 +362,10 @@ def main() -> None:
     for name, (ok, value) in targets.items():
         lines.append(f"target {name}: {'met' if ok else 'MISSED'} ({value:,.2f})")
     emit(
-        "ingest",
+        "ingest_lstm" if args.lstm else "ingest",
         lines,
         {
+            "lstm": args.lstm,
             "bytes_per_message": len(frames[0]),
             "steps_per_message": STEPS,
             "orjson_limit_steps_per_s": rounded(orjson_rate, 0),

@@ -2,21 +2,28 @@
 
     python bench/memory.py [--seeds 0 1 2] [--max-env-steps 500000] [--target 400]
                            [--sides lstm ff] [--lstm-cell-size 64] [--max-seq-len 20]
-                           [--ppo '{"learning_rate": 0.001}']
+                           [--ppo '{"learning_rate": 0.001}'] [--inference local thin]
+                           [--env popgym-RepeatPreviousEasy-v0 --target none]
 
 StatelessCartPole-v1 (rllink_clients/memory_envs.py): CartPole-v1 observing only the cart's
 position and the pole's angle, so the velocities must be remembered. Per seed and side, a
 fresh gateway (`--seed N`; lstm: `--model.use-lstm` with the cell size and sequence
-length given; ff: the defaults) and one reference client (`rllink_clients.gym_client.run`,
-local inference: it feeds each step's state_out back as the next state_in and sends each
-chunk's state_in) until the mean return of its last 20 training episodes (and its last
-evaluation episodes: the client's rule) reaches `--target`, or `--max-env-steps`.
+length given; ff: the defaults) and one reference client until the mean return of its
+last 20 training episodes (and its last evaluation episodes: the client's rule) reaches
+`--target`, or `--max-env-steps`. `--inference local` (the default): the client runs the
+model (`rllink_clients.gym_client.run`: it feeds each step's state_out back as the next
+state_in and sends each chunk's state_in); `thin`: 8 envs in one batched GET_ACTION a step
+(`rllink_clients.thin_client.run_thin_envs`), the gateway keeping each episode's state.
+
+`--env`: another task; POPGym's (`pip install popgym`; ids `popgym-<Task>-v0`) observe
+Discrete or MultiDiscrete values, given to the gateway as one-hot boxes (gymnasium's
+FlattenObservation); `--target none` trains for the whole budget (then the last means are
+the figures).
 
 Printed per seed: env steps to the target (or missed, with the last mean), wall time,
 policy versions; then the median over the seeds per side. Targets (issue 53): with the
 LSTM, a mean of 400 within 500,000 env steps, median of 3 seeds (RLlib's tuned example
-asks 350 within 2,000,000). Thin clients (the gateway keeping each episode's state) are
-not measured yet: the gateway's server-side inference has no recurrent state yet.
+asks 350 within 2,000,000), with local and with thin clients.
 """
 
 from __future__ import annotations
@@ -34,20 +41,43 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import HOST, emit, running_gateway  # noqa: E402
 
 ENV_ID = "rllink_clients.memory_envs:StatelessCartPole-v1"
+POPGYM_PREFIX = "popgym-"
 
 
-def run_side(side: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
+def client_env_id(env_id: str) -> str:
+    """The id the client makes: a POPGym task registered again with its observations flattened
+    to one-hot boxes (the gateway's observation spaces are boxes); any other id as it is."""
+    if not env_id.startswith(POPGYM_PREFIX):
+        return env_id
+    import gymnasium as gym
+    import popgym  # noqa: F401  (registers the popgym-* ids)
+
+    flat = f"flat-{env_id}"
+    if flat not in gym.registry:
+        gym.register(id=flat, entry_point=lambda: gym.wrappers.FlattenObservation(gym.make(env_id)))
+    return flat
+
+
+THIN_ENVS = 8  # --inference thin: envs stepped together, one batched GET_ACTION a step
+
+
+def run_side(side: str, inference: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     from rllink_clients.gym_client import run
     from rllink_clients.rllink_client import RLlinkClient
+    from rllink_clients.thin_client import run_thin_envs
 
     flags = ["--seed", str(seed)]
     if side == "lstm":
         flags += ["--model.use-lstm", "--model.lstm-cell-size", str(args.lstm_cell_size), "--model.max-seq-len", str(args.max_seq_len)]
     if args.ppo:
         flags += ["--ppo", args.ppo]
+    env_id = client_env_id(args.env)
     with running_gateway(*flags) as gateway, RLlinkClient("tcp", HOST, gateway.tcp_port, timeout=600) as client:
         started = time.monotonic()
-        result = run(client, ENV_ID, target_return=args.target, max_env_steps=args.max_env_steps, seed=seed)
+        if inference == "thin":
+            result = run_thin_envs(client, env_id, THIN_ENVS, target_return=args.target, max_env_steps=args.max_env_steps, seed=seed)
+        else:
+            result = run(client, env_id, target_return=args.target, max_env_steps=args.max_env_steps, seed=seed)
         seconds = time.monotonic() - started
     return {
         "seed": seed,
@@ -64,35 +94,49 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--max-env-steps", type=int, default=500_000)
-    parser.add_argument("--target", type=float, default=400.0)
+    parser.add_argument("--env", default=ENV_ID, help="the task (default: StatelessCartPole-v1); popgym-<Task>-v0 for POPGym's")
+    parser.add_argument("--target", type=lambda text: None if text == "none" else float(text), default=400.0,
+                        help="mean return to stop at ('none': the whole budget)")
     parser.add_argument("--sides", nargs="+", choices=["lstm", "ff"], default=["lstm", "ff"])
     parser.add_argument("--lstm-cell-size", type=int, default=64)
     parser.add_argument("--max-seq-len", type=int, default=20)
     parser.add_argument("--ppo", help="PPO hyperparameters for both sides as one JSON object (the gateway's --ppo)")
+    parser.add_argument("--inference", nargs="+", choices=["local", "thin"], default=["local"])
     args = parser.parse_args(argv)
     lines, results = [], {}
-    for side in args.sides:
-        runs = []
+    for side, inference in ((s, i) for s in args.sides for i in args.inference):
+        runs, name = [], side if inference == "local" else f"{side} thin"
         for seed in args.seeds:
-            print(f"{side} seed {seed} ...", flush=True)
-            r = run_side(side, seed, args)
+            print(f"{name} seed {seed} ...", flush=True)
+            r = run_side(side, inference, seed, args)
             runs.append(r)
+            outcome = ("trained" if args.target is None else f"reached {args.target:g}" if r["reached_target"] else "MISSED")
             lines.append(
-                f"{side} seed {seed}: {'reached ' + str(args.target) if r['reached_target'] else 'MISSED'} at {r['env_steps']} env "
-                f"steps (last 20 training episodes {r['mean_return_last_20']}, evaluation {r['evaluation_return_mean']}), "
-                f"{r['seconds']} s, v{r['weights_seq_no']}"
+                f"{name} seed {seed}: {outcome} at {r['env_steps']} env steps (last 20 training episodes "
+                f"{r['mean_return_last_20']}, evaluation {r['evaluation_return_mean']}), {r['seconds']} s, v{r['weights_seq_no']}"
             )
             print(lines[-1], flush=True)
         steps = [r["env_steps"] if r["reached_target"] else float("inf") for r in runs]
         median = statistics.median(steps)
-        results[side] = {"runs": runs, "median_env_steps_to_target": None if median == float("inf") else median}
-        lines.append(f"{side}: median env steps to {args.target:g}: {'missed' if median == float('inf') else f'{median:,.0f}'}")
+        results[name] = {
+            "runs": runs,
+            "median_env_steps_to_target": None if median == float("inf") else median,
+            "median_last_20": statistics.median(r["mean_return_last_20"] for r in runs),
+            "median_evaluation": statistics.median(r["evaluation_return_mean"] for r in runs),
+        }
+        lines.append(f"{name}: median of the last 20 training episodes {results[name]['median_last_20']}, "
+                     f"of the evaluation episodes {results[name]['median_evaluation']}")
+        if args.target is not None:
+            lines.append(f"{name}: median env steps to {args.target:g}: {'missed' if median == float('inf') else f'{median:,.0f}'}")
     targets = {}
-    if "lstm" in results:
-        median = results["lstm"]["median_env_steps_to_target"]
-        targets[f"lstm: {args.target:g} within 500,000 env steps, median of the seeds"] = median is not None and median <= 500_000
+    for name in ("lstm", "lstm thin"):
+        if name in results and args.target is not None and args.env == ENV_ID:
+            median = results[name]["median_env_steps_to_target"]
+            within = median is not None and median <= 500_000
+            targets[f"{name}: {args.target:g} within 500,000 env steps, median of the seeds"] = within
     lines += [f"target {name}: {'met' if ok else 'MISSED'}" for name, ok in targets.items()]
-    emit("memory", lines, {"args": vars(args), "results": results, "targets": targets, "env": ENV_ID, "ppo": json.loads(args.ppo or "{}")})
+    ppo = json.loads(args.ppo or "{}")
+    emit("memory", lines, {"args": vars(args), "results": results, "targets": targets, "env": args.env, "ppo": ppo})
 
 
 if __name__ == "__main__":
