@@ -83,8 +83,8 @@ def run_side(side: str, inference: str, seed: int, args: argparse.Namespace) -> 
         "seed": seed,
         "reached_target": result.reached_target,
         "env_steps": result.env_steps,
-        "mean_return_last_20": round(result.mean_return, 1),
-        "evaluation_return_mean": round(result.evaluation_return_mean, 1),
+        "mean_return_last_20": round(result.mean_return, 3),
+        "evaluation_return_mean": round(result.evaluation_return_mean, 3),
         "seconds": round(seconds, 1),
         "weights_seq_no": result.weights_seq_no,
     }

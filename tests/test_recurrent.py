@@ -9,6 +9,7 @@
   names the field and both sizes, and the other client loses nothing.
 - Settings: use_lstm with SAC is refused at start, in one line.
 - best.onnx, `export` and a restart keep the state (a real gateway, trained, restarted).
+- The multi-agent reference client carries each agent's state, and an LSTM learns through it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from app.training.algorithms.ppo.learner import PPOLearner
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import OPSET
 from rllink_clients.gym_client import run
+from rllink_clients.multi_agent import run_scene
+from rllink_clients.multi_agent_env import gymnasium_scene
 from rllink_clients.thin_client import run_thin_envs
 
 from .gateway_process import ROOT
@@ -237,3 +240,17 @@ def test_the_shipped_exported_and_restarted_models_keep_the_memory(tmp_path):
         assert client.request({"type": "GET_STATE"})["weights_seq_no"] == version
         second = run(client, env_id, target_return=None, max_env_steps=1_000, seed=1)
     assert second.weights_seq_no > version
+
+
+@pytest.mark.e2e
+def test_the_multi_agent_client_carries_each_agents_state_and_an_lstm_learns_through_it(tmp_path):
+    """The multi-agent reference client with a recurrent module: each agent's state goes from
+    step to step (zeros when its episode starts), every chunk that goes on with an episode
+    carries its state_in (the gateway refuses one without, and the client would stop), and
+    the LSTM learns StatelessCartPole played as a scene of 4 carts, each restarting alone."""
+    scene = gymnasium_scene({f"cart_{i}": "rllink_clients.memory_envs:StatelessCartPole-v1" for i in range(4)})
+    settings = gateway_settings(tmp_path, model={"use_lstm": True}, observation_space={"type": "box", "shape": [2]})
+    with running_gateway(settings) as gateway, gateway.client("tcp") as client:
+        result = run_scene(client, scene, target_return=150, max_env_steps=40_000, seed=0)
+    assert np.mean(result.first_returns["default_policy"]) < 50  # the start: no memory of the velocities yet
+    assert result.reached_target, result.summary()

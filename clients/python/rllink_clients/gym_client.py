@@ -204,12 +204,21 @@ class OnnxPolicy:
     ) -> tuple[Any, float, np.ndarray]:
         """`act` for a recurrent model: `state` goes in as its state_in; the action, its
         log-prob and the state_out to feed with the next observation."""
-        feed = self._feed(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None])
-        feed[STATE_INPUT] = np.asarray(state, np.float32)[None]
-        dist_inputs, state_out = self.session.run([self.outputs[explore], STATE_OUTPUT], feed)
-        actions, logps = self.sample(dist_inputs.astype(np.float64), explore)
+        mask_batch = None if mask is None else np.asarray(mask)[None]
+        dist_inputs, state_out = self.dist_inputs_and_state(np.asarray(obs)[None], np.asarray(state)[None], mask_batch, explore)
+        actions, logps = self.sample(dist_inputs, explore)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), state_out[0]
+
+    def dist_inputs_and_state(
+        self, obs: np.ndarray, state: np.ndarray, mask: np.ndarray | None = None, explore: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`dist_inputs` for a recurrent model, `state` [N, state_size] fed as its state_in;
+        also its state_out [N, state_size], to feed with each row's next observation."""
+        feed = self._feed(obs, mask)
+        feed[STATE_INPUT] = np.asarray(state, np.float32)
+        dist_inputs, state_out = self.session.run([self.outputs[explore], STATE_OUTPUT], feed)
+        return dist_inputs.astype(np.float64), state_out
 
     def act_batch(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Sample an action for each row of `obs` [N, *obs_shape] with one model call."""

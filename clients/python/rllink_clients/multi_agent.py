@@ -98,11 +98,6 @@ class GatewayConfig:
                     f"module {module_id!r} samples a {distribution!r} distribution; "
                     f"this client samples {' and '.join(SAMPLED_DISTRIBUTIONS)} only"
                 )
-            if policy.get("state_size"):
-                raise ValueError(
-                    f"module {module_id!r} is recurrent (state_size {policy['state_size']}): this client carries no "
-                    "recurrent state yet; play it with rllink_clients.gym_client or thin clients"
-                )
             modules[module_id] = ModuleSpec(
                 module_id,
                 policy.get("observation_space", {}),
@@ -284,13 +279,20 @@ class ModulePolicies:
         self.playing_scripted[module_id] = name
 
     def act(
-        self, module_id: str, observations: list[Any], masks: list[Any] | None = None, explore: bool | Sequence[bool] = True
+        self,
+        module_id: str,
+        observations: list[Any],
+        masks: list[Any] | None = None,
+        explore: bool | Sequence[bool] = True,
+        states: Sequence[Any] | None = None,
     ) -> list[PlayedAction]:
         """An action for each observation, among those its mask allows (None: all), with one
         call of the module's model: sampled, or the distribution's mode unless `explore` (one
         flag for all, or one per observation: an evaluation episode's agents play the mode).
         The mode of a Box module: the mean (the env gets it clipped to the bounds), tanh of the
-        mean scaled to the bounds (`squashed_gaussian`), from a gSDE model's noise-free output."""
+        mean scaled to the bounds (`squashed_gaussian`), from a gSDE model's noise-free output.
+        A recurrent module's model is fed each agent's state (`states`; None: zeros, an
+        episode's start) and each action carries the state after it (`state_out`)."""
         spec = self.config.modules[module_id]
         masks = list(masks) if masks is not None else [None] * len(observations)
         if module_id in self.playing_scripted:
@@ -303,14 +305,21 @@ class ModulePolicies:
             raise ValueError(f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}")
         mask_batch = _mask_batch(module_id, spec, masks)
         explores = np.broadcast_to(np.asarray(explore, dtype=bool), (len(observations),))
-        dist_inputs = _dist_inputs(self.policies[module_id], batch, mask_batch, explores)
+        policy = self.policies[module_id]
+        state_outs: Sequence[Any] = [None] * len(observations)
+        if policy.state_size:  # a PPO model: one output, whatever `explore` says
+            zeros = np.zeros(policy.state_size, np.float32)
+            state_batch = np.stack([zeros if state is None else np.asarray(state, np.float32) for state in states or state_outs])
+            dist_inputs, state_outs = policy.dist_inputs_and_state(batch, state_batch, mask_batch)
+        else:
+            dist_inputs = _dist_inputs(policy, batch, mask_batch, explores)
         # The mode where not exploring, among the mask's actions (as the model's logits are already masked: to be sure).
         mode_mask = None if explores.all() else mask_batch
-        actions, logps = self.policies[module_id].sample(dist_inputs, explores, mode_mask)
+        actions, logps = policy.sample(dist_inputs, explores, mode_mask)
         version = self.weights_seq_no
         return [
-            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask)
-            for action, logp, mask in zip(actions, logps, masks)
+            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask, state)
+            for action, logp, mask, state in zip(actions, logps, masks, state_outs)
         ]
 
 
@@ -409,6 +418,11 @@ class SceneCollector:
         self.masks: dict[str, Any] = {}  # acting agent -> the action mask of that observation, if any
         self._sent: set[AgentTrajectory] = set()  # the trajectories whose chunks are sent
         self._start_episode(seed)
+
+    @property
+    def states(self) -> dict[str, Any]:
+        """The acting agents' recurrent states (None: zeros, an episode's start; feed-forward modules' too)."""
+        return {agent_id: self.live[agent_id].state for agent_id in self.acting}
 
     @property
     def evaluating(self) -> set[str]:
@@ -714,11 +728,13 @@ def choose_actions(
     *,
     explore: bool = True,
     evaluating: Collection[str] = (),
+    states: Mapping[str, Any] | None = None,
 ) -> dict[str, PlayedAction]:
     """Every acting agent's action (among its mask's, if it has one): local opponents one by
     one (given the mask too, if there is one), each module in one batch (greedy unless
-    `explore`; the agents in `evaluating`, of an evaluation episode, greedy anyway)."""
-    (actions,) = _choose([(acting, masks, casting, evaluating)], policies, explore)
+    `explore`; the agents in `evaluating`, of an evaluation episode, greedy anyway); a
+    recurrent module's agents fed their `states` (`SceneCollector.states`; none: zeros)."""
+    (actions,) = _choose([(acting, masks, casting, evaluating, states or {})], policies, explore)
     return actions
 
 
@@ -727,15 +743,18 @@ def choose_actions_in(
 ) -> list[dict[str, PlayedAction]]:
     """`choose_actions` for several scenes at once: each module's agents of all of them in one
     batch, those of an evaluation episode (`SceneCollector.evaluating`) with the mode."""
-    return _choose([(c.acting, c.masks, casting, c.evaluating) for c, casting in zip(collectors, castings)], policies, explore)
+    scenes = [(c.acting, c.masks, casting, c.evaluating, c.states) for c, casting in zip(collectors, castings)]
+    return _choose(scenes, policies, explore)
 
 
 def _choose(
-    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting, Collection[str]]], policies: ModulePolicies, explore: bool
+    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting, Collection[str], Mapping[str, Any]]],
+    policies: ModulePolicies,
+    explore: bool,
 ) -> list[dict[str, PlayedAction]]:
     actions: list[dict[str, PlayedAction]] = [{} for _ in scenes]
     by_module: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for k, (acting, masks, casting, _) in enumerate(scenes):
+    for k, (acting, masks, casting, _, _) in enumerate(scenes):
         for agent_id, obs in acting.items():
             opponent = casting.opponent(agent_id)
             if opponent is None:
@@ -746,7 +765,9 @@ def _choose(
     for module_id, agents in by_module.items():
         observations = [scenes[k][0][agent_id] for k, agent_id in agents]
         explores = [explore and agent_id not in scenes[k][3] for k, agent_id in agents]
-        played = policies.act(module_id, observations, [scenes[k][1].get(agent_id) for k, agent_id in agents], explores)
+        masks = [scenes[k][1].get(agent_id) for k, agent_id in agents]
+        states = [scenes[k][4].get(agent_id) for k, agent_id in agents]
+        played = policies.act(module_id, observations, masks, explores, states)
         for (k, agent_id), action in zip(agents, played):
             actions[k][agent_id] = action
     return actions

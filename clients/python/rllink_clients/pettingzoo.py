@@ -241,7 +241,7 @@ def evaluate(
     collector = SceneCollector(scene, lambda agent: False, seed, module_of=casting.module_id, on_game=casting.start_game)
     counts = {seat: dict.fromkeys(OUTCOMES, 0) for seat in scene.possible_agents}
     while collector.scene_episodes < games:
-        actions = choose_actions(collector.acting, collector.masks, casting, policies, explore=explore)
+        actions = choose_actions(collector.acting, collector.masks, casting, policies, explore=explore, states=collector.states)
         for trajectory in collector.step(actions):
             if trajectory.module_id is not None:
                 if trajectory.outcome is None:

@@ -16,13 +16,15 @@ INITIAL_ROWS = 16  # observations an agent's trajectory has room for before it f
 
 class PlayedAction(NamedTuple):
     """An agent's action: what the env gets (clipped), what the chunk records (as sampled),
-    and the action mask it was chosen under (None: all allowed)."""
+    the action mask it was chosen under (None: all allowed) and, for a recurrent module,
+    the model's state after the step (`state_out`, to feed with the agent's next observation)."""
 
     env_action: Any
     chunk_action: Any
     logp: float
     weights_seq_no: int
     action_mask: Any = None
+    state_out: Any = None
 
 
 class AgentTrajectory:
@@ -36,6 +38,10 @@ class AgentTrajectory:
     Observations are rows of one float32 array, grown by doubling: a chunk's are then one
     slice, which the gateway validates several times faster than lists (a 500-step
     CartPole chunk: 23 vs 85 us), and no list per step lingers for the collector.
+
+    A recurrent module's agent (RLLINK.md, "Recurrent policies"): `state` is the state to
+    feed with the observation it acts on next (None: zeros, at the episode's start), and
+    each chunk after the first carries the state fed with its first observation (`state_in`).
     """
 
     def __init__(self, episode_id: str, agent_id: str, obs: Any, module_id: str | None = None, *, evaluation: bool = False) -> None:
@@ -55,6 +61,9 @@ class AgentTrajectory:
         self.outcome: str | None = None
         self.episode_return = 0.0
         self.num_steps = 0  # actions over the whole trajectory, sent or not
+        self.state: Any = None  # a recurrent module's state for the next observation (None: zeros)
+        self._states: list[Any] = []  # each action's state_out (None: not recurrent)
+        self._chunk_state: Any = None  # the state fed with the next chunk's first observation (None: the episode's start)
 
     @property
     def done(self) -> bool:
@@ -78,6 +87,9 @@ class AgentTrajectory:
         self.logps.append(played.logp)
         self.versions.append(played.weights_seq_no)
         self.masks.append(played.action_mask)
+        self._states.append(played.state_out)
+        if played.state_out is not None:
+            self.state = played.state_out
         self.num_steps += 1
 
     def reward(self, reward: float) -> None:
@@ -125,7 +137,11 @@ class AgentTrajectory:
             chunk["evaluation"] = True
         if self.done and self.outcome is not None:
             chunk["outcome"] = self.outcome
-        self._obs[0] = self._obs[steps]  # the latest observation starts the next chunk
+        if self._chunk_state is not None:  # a recurrent module's chunk that goes on with its episode
+            chunk["state_in"] = np.asarray(self._chunk_state, np.float32).tolist()
+        self._chunk_state = self._states[steps - 1]  # fed with the latest observation, which starts the next chunk
+        self._obs[0] = self._obs[steps]
         self._num_obs = 1
         del self.actions[:steps], self.rewards[:steps], self.logps[:steps], self.versions[:steps], self.masks[:steps]
+        del self._states[:steps]
         return chunk
