@@ -250,7 +250,7 @@ def test_with_auth_on_the_right_token_trains_and_a_wrong_or_missing_one_is_a_cle
     with running_gateway(gateway_settings(tmp_path, auth_token=TOKEN)) as gateway:
         wrong = cartpole(project, gateway.tcp_port, "--token", "not-the-token")
         missing = cartpole(project, gateway.tcp_port)
-        right = cartpole(project, gateway.tcp_port, "--token", TOKEN, target=100)
+        right = cartpole(project, gateway.tcp_port, "--token", TOKEN, target=50)  # past random play (22): it trains
         after = metrics(gateway, TOKEN)
     for refused in (wrong, missing):
         # The gateway's ERROR frame reached the game as gateway_error(code, message).
@@ -333,7 +333,9 @@ def test_tls_with_a_pinned_self_signed_certificate(project, tmp_path):
     settings = gateway_settings(tmp_path, tls_certfile=cert, tls_keyfile=key)
     with running_gateway(settings) as gateway:
         # Godot 3's mbedtls checks DNS names only: the certificate's "localhost", not the IP.
-        pinned = cartpole(project, gateway.tcp_port, "--tls-cert", str(cert), "--tls-hostname", "localhost", target=100)
+        # A mean of 50 (random play: about 22) shows versions coming back over TLS; how well the
+        # policy learns is the other tests' to show.
+        pinned = cartpole(project, gateway.tcp_port, "--tls-cert", str(cert), "--tls-hostname", "localhost", target=50)
         untrusted = cartpole(project, gateway.tcp_port, "--tls-cert", str(other), "--tls-hostname", "localhost",
                              max_seconds=20)
         plain = cartpole(project, gateway.tcp_port, max_seconds=2)  # no TLS: the bridge does not answer plain RLlink

@@ -56,6 +56,7 @@ namespace RLlink.Example
             public string Token;
             public double TargetReturn = 450;
             public double MaxSeconds = 300;
+            public double ReconnectTimeoutSeconds = 30;
             public long MaxEnvSteps;
             public string Inference = "thin";
             public int Envs = 1;
@@ -72,6 +73,7 @@ namespace RLlink.Example
         const string Usage =
             "usage: mono CartPole.exe [--host 127.0.0.1] [--port 5555] [--token T] [--target-return 450]\n" +
             "                         [--max-seconds 300] [--max-env-steps 0] [--inference thin|local|heuristic]\n" +
+            "                         [--reconnect-timeout-s 30]\n" +
             "                         [--envs 1] [--seed 0] [--tls [--tls-cert cert.pem]]\n" +
             "                         [--env cartpole|two-targets|masked-targets|masked-pick]\n" +
             "                         [--show-env-params NAME[,NAME...]] [--show-episodes]\n" +
@@ -124,6 +126,7 @@ namespace RLlink.Example
                 Port = args.Port,
                 Token = args.Token,
                 UseTls = args.Tls,
+                ReconnectTimeoutMs = (int)(args.ReconnectTimeoutSeconds * 1000),
                 Log = line => Console.WriteLine("rllink: " + line),
             };
             if (args.TlsCert != null)
@@ -374,6 +377,7 @@ namespace RLlink.Example
                         case "--token": args.Token = value; break;
                         case "--target-return": args.TargetReturn = double.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--max-seconds": args.MaxSeconds = double.Parse(value, CultureInfo.InvariantCulture); break;
+                        case "--reconnect-timeout-s": args.ReconnectTimeoutSeconds = double.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--max-env-steps": args.MaxEnvSteps = long.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--envs": args.Envs = int.Parse(value, CultureInfo.InvariantCulture); break;
                         case "--seed": args.Seed = int.Parse(value, CultureInfo.InvariantCulture); break;
