@@ -158,6 +158,8 @@ class OnnxPolicy:
         outputs = [output.name for output in self.session.get_outputs()]
         # A gSDE actor's exploring model: the mode (explore False) is played from its noise-free output.
         self.outputs = {True: outputs[0], False: NOISE_FREE_OUTPUT if NOISE_FREE_OUTPUT in outputs else outputs[0]}
+        # Floats of a recurrent model's state (its `state_in` input); 0 for a feed-forward model.
+        self.state_size = next((int(i.shape[1]) for i in self.session.get_inputs() if i.name == STATE_INPUT), 0)
         self.weights_seq_no = int(set_state["weights_seq_no"])
         self.input_name = input_name
         self.mask_input = mask_input  # SET_CONFIG's onnx_action_mask_input_name
@@ -193,11 +195,6 @@ class OnnxPolicy:
         actions, logps = self.sample(dist_inputs, explore)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), dist_inputs[0].tolist()
-
-    @property
-    def state_size(self) -> int:
-        """Floats of a recurrent model's state (its `state_in` input); 0 for a feed-forward model."""
-        return next((int(i.shape[1]) for i in self.session.get_inputs() if i.name == STATE_INPUT), 0)
 
     def step(
         self, obs: np.ndarray, state: np.ndarray, mask: np.ndarray | None = None, explore: bool = True

@@ -309,7 +309,8 @@ class ModulePolicies:
         state_outs: Sequence[Any] = [None] * len(observations)
         if policy.state_size:  # a PPO model: one output, whatever `explore` says
             zeros = np.zeros(policy.state_size, np.float32)
-            state_batch = np.stack([zeros if state is None else np.asarray(state, np.float32) for state in states or state_outs])
+            given = states if states is not None else [None] * len(observations)
+            state_batch = np.stack([zeros if state is None else np.asarray(state, np.float32) for state in given])
             dist_inputs, state_outs = policy.dist_inputs_and_state(batch, state_batch, mask_batch)
         else:
             dist_inputs = _dist_inputs(policy, batch, mask_batch, explores)

@@ -61,7 +61,6 @@ class AgentTrajectory:
         self.outcome: str | None = None
         self.episode_return = 0.0
         self.num_steps = 0  # actions over the whole trajectory, sent or not
-        self.state: Any = None  # a recurrent module's state for the next observation (None: zeros)
         self._states: list[Any] = []  # each action's state_out (None: not recurrent)
         self._chunk_state: Any = None  # the state fed with the next chunk's first observation (None: the episode's start)
 
@@ -72,6 +71,12 @@ class AgentTrajectory:
     @property
     def in_flight(self) -> bool:
         return len(self.actions) == self._num_obs
+
+    @property
+    def state(self) -> Any:
+        """A recurrent module's state to feed with the next observation: the last action's
+        state_out (None: zeros, the episode's start; a feed-forward module's always)."""
+        return self._states[-1] if self._states else self._chunk_state
 
     @property
     def complete_steps(self) -> int:
@@ -88,8 +93,6 @@ class AgentTrajectory:
         self.versions.append(played.weights_seq_no)
         self.masks.append(played.action_mask)
         self._states.append(played.state_out)
-        if played.state_out is not None:
-            self.state = played.state_out
         self.num_steps += 1
 
     def reward(self, reward: float) -> None:
