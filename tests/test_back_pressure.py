@@ -8,6 +8,7 @@ polled; a thin client steps several CartPoles flat out with one batched `GET_ACT
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -55,6 +56,7 @@ def test_an_episodes_flood_is_held_back_with_a_bounded_backlog_and_every_step_ac
                     assert peer.receive()["type"] == "PONG"
                     pongs += 1
                     pinging.set()
+                    time.sleep(0.01)  # answered throughout, without a busy loop's CPU
 
         threads = [threading.Thread(target=send_all), threading.Thread(target=ping)]
         for thread in threads:
