@@ -8,6 +8,7 @@ torch stays 2.13.0+cpu):
     python bench/learn_suite.py [--tasks CartPole-v1 ...] [--seeds 0 1 2] [--long]
                                 [--sides gateway sb3] [--eval-episodes 10] [--clients N]
                                 [--learner-threads N] [--device cpu|cuda|auto]
+                                [--gateway-settings task|defaults]
 
 | task           | algorithm | budget (env steps) | --long    | rl-zoo entry (rl_zoo3 2.9.2)                                      |
 |----------------|-----------|--------------------|-----------|-------------------------------------------------------------------|
@@ -47,6 +48,10 @@ Per task and seed, one side after the other:
 - **SB3**: in this process, rl-zoo's tuned hyperparameters for the task (written out
   below), `make_vec_env(n_envs)` (DummyVecEnv + Monitor, as rl-zoo), `learn(budget)`.
   Wall time: building the envs and the model, and `learn`.
+
+`--gateway-settings defaults` runs the gateway side on its embedded defaults for the
+task's algorithm (only RLLINK_ALGORITHM and the spaces kept): what a user who tunes
+nothing gets, against rl-zoo's tuned SB3 (issue 51's first target).
 
 Beside wall time, each side's CPU seconds (the gateway: its process tree, start-up
 included, plus its clients'; SB3: this process while it builds and learns) and the
@@ -99,6 +104,7 @@ from _common import HOST, emit, proc_cpu_seconds, rounded, running_gateway  # no
 INSTALL_HINT = ".venv/bin/pip install -r requirements/bench.txt -c requirements/test.txt"
 LAST_EPISODES = 20
 EVAL_SEED_BASE = 10_000
+DEFAULTS_KEPT = ("RLLINK_ALGORITHM", "RLLINK_OBSERVATION_SPACE", "RLLINK_ACTION_SPACE")  # --gateway-settings defaults
 SETTLE_TIMEOUT_S = 900.0  # longest wait for an off-policy gateway to finish its owed gradient steps
 
 
@@ -665,6 +671,9 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  SKIPPED: {problem}", flush=True)
         return {**result, "skipped": problem}
     clients = args.clients or task.clients
+    if args.gateway_settings == "defaults":
+        task = replace(task, gateway_env={k: v for k, v in task.gateway_env.items() if k in DEFAULTS_KEPT})
+        result["gateway_settings"] = task.gateway_env
     device = {"RLLINK_DEVICE": args.device} if args.device else {}
     task = replace(task, gateway_env={**task.gateway_env, "RLLINK_LEARNER_THREADS": str(args.learner_threads), **device})
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
@@ -694,6 +703,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=os.cpu_count(),
         help="the gateway's learner_threads (default: the cores, as SB3's torch uses; the gateway's own default is 1)",
+    )
+    parser.add_argument(
+        "--gateway-settings",
+        choices=["task", "defaults"],
+        default="task",
+        help="the gateway's settings: the task's (rl-zoo's translated where the task has them) or its embedded defaults",
     )
     parser.add_argument(
         "--device",
