@@ -110,8 +110,8 @@ def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
         if saved != expected:
             raise CheckpointMismatch(
                 f"checkpoint {path} was saved with {key}={saved} "
-                f"but the settings give {key}={expected}: start with another --checkpoint-dir, "
-                f"or move {path.name} out of {directory} to start afresh"
+                f"but the settings give {key}={expected}: set {key} as it was saved to go on with this run, "
+                f"start with another --checkpoint-dir, or move {path.name} out of {directory} to start afresh"
             )
     for name, part in parts.items():
         part.load_state_dict(data[name])

@@ -60,8 +60,8 @@ class PPOLearner(Checkpointed):
         self.action_masking = action_masking
         torch.manual_seed(seed)
         normalize_obs = cfg.normalize_obs
-        if normalize_obs is None:  # on for continuous control and memory, not for images (scaled to 0..1 instead)
-            normalize_obs = (isinstance(action_space, BoxSpace) or self.model.use_lstm) and not has_images(observation_space)
+        if normalize_obs is None:  # on, but not for images (scaled to 0..1 instead)
+            normalize_obs = not has_images(observation_space)
         lstm_cell_size = self.model.lstm_cell_size if self.model.use_lstm else 0
         self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs, lstm_cell_size).to(device)
         self.symmetries = Symmetries(symmetries, device)
