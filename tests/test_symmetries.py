@@ -34,6 +34,9 @@ def bandit(symmetries: list[dict]) -> dict:
             "observation_space": {"type": "box", "shape": [2]},
             "action_space": {"type": "discrete", "n": 2},
             "symmetries": symmetries,
+            # Raw observations: without the mirror the learner only ever sees SIDE, and a normaliser of a
+            # constant input (std near 0) would blow OTHER_SIDE up to saturation, whatever was learnt.
+            "ppo": {"normalize_obs": False},
         }
     }
 
