@@ -13,6 +13,7 @@ from app.settings.config import Settings
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.algorithms.ppo.config import SELF_PLAY_ENTROPY_FLOOR, PPOConfig
+from app.training.algorithms.ppo.learner import PPOLearner
 from app.training.algorithms.ppo.loss import ppo_update
 from app.training.batch import Batch
 from app.training.policy import ActorCritic
@@ -73,6 +74,24 @@ def test_a_self_play_learner_gets_the_floor_unless_it_sets_one(tmp_path):
     assert modules["learner"].config.entropy_floor == SELF_PLAY_ENTROPY_FLOOR
     assert modules["tuned"].config.entropy_floor == 0.0 and modules["plain"].config.entropy_floor is None
     assert modules["learner"].config.entropy_floor_per_state and not modules["plain"].config.entropy_floor_per_state
+
+
+def test_a_self_play_learner_trains_on_raw_observations_unless_it_asks_for_normalised_ones(tmp_path):
+    """Observations are normalised by default, but a self-play learner's league was measured without it."""
+    board = {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"type": "discrete", "n": MOVES}}
+    policies = {
+        "learner": {**board, "self_play": {}},
+        "normalised": {**board, "self_play": {}, "ppo": {"normalize_obs": True}},
+        "plain": board,
+    }
+    modules = PolicySet.from_settings(Settings(policies=policies, checkpoint_dir=tmp_path)).modules
+    normalising = {}
+    for module_id in policies:
+        module = modules[module_id]
+        learner = PPOLearner(module.config, module.observation_space, module.action_space, seed=0,
+                             checkpoint_dir=tmp_path / module_id, onnx_input_name="obs")
+        normalising[module_id] = learner.policy.obs_norm is not None
+    assert normalising == {"learner": False, "normalised": True, "plain": True}
 
 
 OPENING = torch.tensor([1.0, 0.0, 0.0, 0.0])  # the one position where a move pays (a board game's opening)

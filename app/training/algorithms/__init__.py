@@ -52,7 +52,9 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             "ppo", ppo.PPOConfig, ppo.PPOConfigPatch, "app.training.algorithms.ppo.learner:PPOLearner",
             summary="on-policy; clients wait for each version", recurrent=True,
             fixed_while_training=ppo.FIXED_WHILE_TRAINING,
-            self_play_defaults={"entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR, "entropy_floor_per_state": True},
+            self_play_defaults={
+                "entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR, "entropy_floor_per_state": True, "normalize_obs": False,
+            },
         ),
         AlgorithmSpec(
             "sac", sac.SACConfig, sac.SACConfigPatch, "app.training.algorithms.sac.learner:SACLearner",

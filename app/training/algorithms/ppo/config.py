@@ -55,8 +55,10 @@ class PPOConfig(BaseModel):
     normalize_obs: bool | None = Field(
         None,
         description="Normalise observations by running statistics (baked into the exported ONNX, so clients send raw "
-        "observations); unset: on, except for image observations (scaled to 0..1 instead; CartPole-v1 reached 450 in a "
-        "median of 21,000 env steps with it, 25,500 without, 5 seeds; an LSTM on StatelessCartPole learnt nothing without it).",
+        "observations); unset: on, except for image observations (scaled to 0..1 instead) and self-play learners (their "
+        "league was measured without it; tic-tac-toe, seed 0, moving second: 71.0% not lost against minimax with it, 77.0% "
+        "without; CartPole-v1 reached 450 in a median of 21,000 env steps with it, 25,500 without, 5 seeds; an LSTM on "
+        "StatelessCartPole learnt nothing without it).",
     )
     normalize_reward: bool | None = Field(
         None,
