@@ -674,6 +674,7 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     if args.gateway_settings == "defaults":
         task = replace(task, gateway_env={k: v for k, v in task.gateway_env.items() if k in DEFAULTS_KEPT})
         result["gateway_settings"] = task.gateway_env
+        result["gateway_notes"] = "the gateway's embedded defaults (--gateway-settings defaults)"
     device = {"RLLINK_DEVICE": args.device} if args.device else {}
     task = replace(task, gateway_env={**task.gateway_env, "RLLINK_LEARNER_THREADS": str(args.learner_threads), **device})
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
