@@ -655,6 +655,9 @@ def task_lines(task: Task, budget: int, result: dict[str, Any]) -> list[str]:
 def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     """Every seed of one task, the gateway then SB3 for each; the summary of both sides."""
     budget = task.long_budget if args.long else task.budget
+    if args.gateway_settings == "defaults":
+        kept = {k: v for k, v in task.gateway_env.items() if k in DEFAULTS_KEPT}
+        task = replace(task, gateway_env=kept, notes="the gateway's embedded defaults (--gateway-settings defaults)")
     result: dict[str, Any] = {
         "algorithm": task.algorithm,
         "budget": budget,
@@ -671,10 +674,6 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  SKIPPED: {problem}", flush=True)
         return {**result, "skipped": problem}
     clients = args.clients or task.clients
-    if args.gateway_settings == "defaults":
-        task = replace(task, gateway_env={k: v for k, v in task.gateway_env.items() if k in DEFAULTS_KEPT})
-        result["gateway_settings"] = task.gateway_env
-        result["gateway_notes"] = "the gateway's embedded defaults (--gateway-settings defaults)"
     device = {"RLLINK_DEVICE": args.device} if args.device else {}
     task = replace(task, gateway_env={**task.gateway_env, "RLLINK_LEARNER_THREADS": str(args.learner_threads), **device})
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in args.sides}
