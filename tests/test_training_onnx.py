@@ -14,7 +14,7 @@ import torch
 from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.algorithms.ppo.onnx_head import export_onnx, policy_state
 from app.training.onnx_export import OUTPUT_NAME, load_payload
-from app.training.policy import ActorCritic
+from app.training.policy import OBS_MIN_STD, ActorCritic
 from app.training.policy_state import set_state_payload
 
 SPACES = {
@@ -57,6 +57,22 @@ def test_onnx_matches_torch(spaces, input_name, batch, normalize_obs):
     actual = run_onnx(export_onnx(policy, 7, input_name), input_name, obs)
     assert actual.shape == (batch, policy.num_dist_inputs)
     np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+
+
+def test_a_feature_constant_in_training_is_divided_by_at_least_the_floor_in_torch_and_onnx():
+    # A flag never set while training (std 0): when it first changes by 1, the normalised
+    # input moves by at most 1 / OBS_MIN_STD, not by 1 / sqrt(epsilon) = 10,000.
+    policy = ActorCritic(*SPACES["discrete"], (64, 64), normalize_obs=True)
+    seen = torch.randn(2000, 4)
+    seen[:, 0] = 0.0
+    policy.obs_norm.update(seen)
+    changed = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
+    normalised = policy.obs_norm(changed) - policy.obs_norm(torch.zeros(1, 4))
+    assert normalised[0, 0].item() == pytest.approx(1 / OBS_MIN_STD, rel=1e-4)
+    assert normalised[0, 1:].abs().max().item() == 0.0
+    # The export folds the same scale into its first layer.
+    obs = changed.numpy()
+    np.testing.assert_allclose(run_onnx(export_onnx(policy, 1, "obs"), "obs", obs), policy(changed).detach().numpy(), atol=1e-5)
 
 
 def test_box_output_is_mean_then_the_learned_log_std():

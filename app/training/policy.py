@@ -45,14 +45,21 @@ def masked_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tens
     return logits if mask is None else logits + (mask - 1) * MASK_PENALTY
 
 
+OBS_MIN_STD = 0.1  # an observation feature is never divided by less: a change of 1 maps to at most 10
+
+
 class RunningNormalizer(nn.Module):
     """(x - mean) / std with a running mean and variance of every x seen (Welford's
-    parallel update, as SB3's RunningMeanStd; no clipping, so that the ONNX export can
-    fold it into the first layer exactly). Its statistics are buffers: checkpointed."""
+    parallel update, as SB3's RunningMeanStd). No clipping, so that the ONNX export can
+    fold it into the first layer exactly; instead std is at least `min_std`, so a feature
+    that stayed constant in training (a flag never set, a board cell never filled) does
+    not blow up to saturation when it first changes (SB3 clips at 10 for that). Its
+    statistics are buffers: checkpointed."""
 
-    def __init__(self, dim: int, epsilon: float = 1e-8) -> None:
+    def __init__(self, dim: int, epsilon: float = 1e-8, min_std: float = 0.0) -> None:
         super().__init__()
         self.epsilon = epsilon
+        self.min_var = min_std**2
         self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
         self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
         self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
@@ -70,7 +77,7 @@ class RunningNormalizer(nn.Module):
 
     def scale_and_shift(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(1 / std, mean) as float32: normalised = (x - mean) * (1 / std)."""
-        return (1 / torch.sqrt(self.var + self.epsilon)).float(), self.mean.float()
+        return (1 / torch.sqrt(self.var.clamp(min=self.min_var) + self.epsilon)).float(), self.mean.float()
 
     def forward(self, flat: torch.Tensor) -> torch.Tensor:
         inverse_std, mean = self.scale_and_shift()
@@ -137,7 +144,7 @@ class ActorCritic(nn.Module):
         if self.encoder is not None and normalize_obs:
             raise ValueError("normalize_obs is for vector observations; images are scaled to 0..1 instead: turn it off")
         obs_dim = observation_space.flat_dim if self.encoder is None else self.encoder.features_dim
-        self.obs_norm = RunningNormalizer(obs_dim) if normalize_obs else None
+        self.obs_norm = RunningNormalizer(obs_dim, min_std=OBS_MIN_STD) if normalize_obs else None
         self.lstm = nn.LSTM(obs_dim, lstm_cell_size, batch_first=True) if lstm_cell_size else None
         head_dim = lstm_cell_size or obs_dim
         self.critic = mlp(head_dim, self.hidden_sizes, 1, out_std=1.0)
