@@ -77,6 +77,10 @@ class ChunkBlock:
     def num_chunks(self) -> int:
         return len(self.lengths)
 
+    def as_module(self, module_id: str) -> ChunkBlock:
+        """The block, as chunks of `module_id` (a population's member, for its module's)."""
+        return self if module_id == self.module_id else replace(self, module_id=module_id)
+
     @property
     def evaluation_steps(self) -> int:
         """The steps of its evaluation chunks (never trained on)."""

@@ -164,7 +164,7 @@ class Application:
                 state_size=module.state_size,
                 trainable=module.trainable,
             )
-            for module in policies.modules.values()
+            for module in policies.client_modules  # a population's members are not named: its module is
         }
         default = described[policies.default_module_id]
         return SetConfig(
@@ -180,4 +180,4 @@ class Application:
 
     def _set_state(self, client: ClientInfo, state: PolicySetState) -> SetState:
         self._training.note_state_sent(client, state)
-        return state.set_state
+        return state.set_state_for(client.slot)  # a population's module as the member the client plays

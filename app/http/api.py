@@ -28,6 +28,7 @@ from app.http.rest_models import (
     MetricsHistoryView,
     Policy,
     PolicyConfigView,
+    PopulationStatus,
     SelfPlayStatus,
 )
 from app.settings.config import Settings
@@ -308,6 +309,8 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
                 action_distribution=module.action_distribution,
                 **module_training(gateway.settings, status, module),
                 self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
+                population=PopulationStatus(**population) if (population := status.populations.get(module.module_id)) else None,
+                member_of=module.member_of,
                 best_model=asdict(best) if (best := status.best_models.get(module.module_id)) else None,
                 **{
                     **metrics[module.module_id].model_dump(),

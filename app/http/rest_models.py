@@ -287,6 +287,34 @@ class SelfPlayStatus(BaseModel):
     )
 
 
+class PopulationMember(BaseModel):
+    """One member of a population: how it does and what it trains with now."""
+
+    episode_return_mean: float | None = Field(description="Mean return of its episode window (restarted when it copies another).")
+    env_steps_since_decision: int = Field(description="Env steps trained since it was last ready (it is again at ready_env_steps).")
+    hyperparameters: dict[str, float] = Field(description="Its values of the hyperparameters the population varies.")
+
+
+class PopulationExploit(BaseModel):
+    """A member that copied a better one, and the hyperparameters it took."""
+
+    weights_seq_no: int = Field(description="The version published with the copy.")
+    member: str
+    source: str = Field(description="The member it copied (weights, optimizer state, statistics).")
+    member_return: float
+    source_return: float
+    changes: dict[str, tuple[float, float]] = Field(description="Each varied hyperparameter: [old value, new value].")
+
+
+class PopulationStatus(BaseModel):
+    """A population's members (population-based training, docs/training.md#populations)."""
+
+    serves: str = Field(description="The member whose model the module serves: the best by return.")
+    exploits: int = Field(description="Copies made so far.")
+    members: dict[str, PopulationMember]
+    recent_exploits: list[PopulationExploit] = Field(description="The latest copies, oldest first.")
+
+
 class BestModelView(BaseModel):
     """Which version a module's best.onnx is (RLLINK.md, "The model a game ships"), as its best.json says."""
 
@@ -325,6 +353,10 @@ class Policy(PolicyMetrics):
     algorithm: Algorithm = Field(description="How it trains (an opponent: as its learner).")
     action_masking: bool = Field(description="Its ONNX takes an action_mask input; chunks and GET_ACTION may carry one.")
     self_play: SelfPlayStatus | None = Field(description="For a self-play learner: its rating and league.")
+    population: PopulationStatus | None = Field(
+        None, description="For a population's module (it serves its best member's model): its members and their copies."
+    )
+    member_of: str | None = Field(None, description="For a population's member: the module its clients name.")
     best_model: BestModelView | None = Field(
         None, description="Its best.onnx so far (<models-dir>/<module_id>/best.onnx; `export --version best`), once "
         "evaluation episodes chose one."

@@ -110,6 +110,9 @@ def compact_action_body(message: Action) -> bytes:
     return orjson.dumps(data)
 
 
+MAX_CACHED_SET_STATES = 64  # encoded SET_STATE frames kept per encoding, of one version (one per population member)
+
+
 class ReplyEncoder:
     """Encodes replies, once for those that many clients get alike.
 
@@ -121,7 +124,8 @@ class ReplyEncoder:
     """
 
     def __init__(self) -> None:
-        self._set_state: dict[Encoding, tuple[int, str, dict[str, str], bytes]] = {}  # version, files, frame
+        # By encoding, the frames of one version (one per population member a client plays): version, files, frame.
+        self._set_state: dict[Encoding, list[tuple[int, str, dict[str, str], bytes]]] = {}
         self._fieldless: dict[tuple[type[BaseModel], Encoding], bytes] = {}
         self._has_fields: set[type[BaseModel]] = set()
 
@@ -131,16 +135,18 @@ class ReplyEncoder:
         if type(message) is Action and encoding is Encoding.JSON:
             return encode_frame(compact_action_body(message))
         if type(message) is SetState:
-            cached = self._set_state.get(encoding)
-            if (
-                cached is not None
-                and cached[0] == message.weights_seq_no
-                and (cached[1] is message.onnx_file or cached[1] == message.onnx_file)
-                and cached[2] == message.onnx_files  # the same strings: compared by identity
-            ):
-                return cached[3]
+            frames = self._set_state.setdefault(encoding, [])
+            for version, onnx_file, onnx_files, frame in frames:
+                if (
+                    version == message.weights_seq_no
+                    and (onnx_file is message.onnx_file or onnx_file == message.onnx_file)
+                    and onnx_files == message.onnx_files  # the same strings: compared by identity
+                ):
+                    return frame
             encoded = encode_message(message, encoding)
-            self._set_state[encoding] = (message.weights_seq_no, message.onnx_file, message.onnx_files, encoded)
+            if len(frames) >= MAX_CACHED_SET_STATES or any(version != message.weights_seq_no for version, *_ in frames):
+                frames.clear()  # another version's: the frames of one version are kept
+            frames.append((message.weights_seq_no, message.onnx_file, message.onnx_files, encoded))
             return encoded
         cls = type(message)
         if cls in self._has_fields:

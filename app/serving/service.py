@@ -114,6 +114,7 @@ class ServingService:
         except UnknownModule as exc:
             raise refusal(str(exc)) from None
         self._check_playable(module)
+        module = self.policies.member_for(module, client.slot)  # a population's: the member the client plays
         if request.episode_id is not None and request.episode_id in episodes:
             raise refusal(f"episode {request.episode_id!r} is already open on this connection")
         if len(episodes) >= self.settings.max_open_episodes_per_connection:

@@ -136,6 +136,82 @@ class SelfPlayConfig(BaseModel):
         return self
 
 
+class HyperparameterRange(BaseModel):
+    """Where a population's members may take one hyperparameter: a member starts at a value drawn
+    in it and its perturbations stay in it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    low: float = Field(description="The smallest value.")
+    high: float = Field(description="The largest value.")
+    log: bool = Field(
+        False, description="Draw and perturb on a log scale (of the value; of 1 - value for gamma), for scale parameters."
+    )
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> HyperparameterRange:
+        if not self.low < self.high:
+            raise ValueError(f"a hyperparameter range must have low < high, got low {self.low} and high {self.high}")
+        return self
+
+
+def _default_ranges() -> dict[str, HyperparameterRange]:
+    return {
+        "learning_rate": HyperparameterRange(low=1e-4, high=1e-2, log=True),
+        "ent_coef": HyperparameterRange(low=0.0, high=0.02),
+        "clip_coef": HyperparameterRange(low=0.1, high=0.3),
+        "gamma": HyperparameterRange(low=0.95, high=0.999, log=True),
+    }
+
+
+class PopulationConfig(BaseModel):
+    """Population-based training (Jaderberg et al. 2017): `size` members of one module, each
+    with its own weights and hyperparameters, the clients spread over them; a member that is
+    ready and among the worst copies one of the best and perturbs its hyperparameters
+    (docs/training.md#populations)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int = Field(4, ge=2, le=64, description="Members: copies of the module that train apart, each on its share of the clients.")
+    ready_env_steps: int = Field(
+        50_000, ge=1, description="Env steps a member trains on between two of its exploit decisions."
+    )
+    min_episodes: int = Field(
+        10, ge=1, le=100_000, description="Episodes a member needs in its return window to be compared (else it waits)."
+    )
+    quantile: float = Field(
+        0.25,
+        gt=0,
+        le=0.5,
+        description="Share of the members at each end: a ready member in the worst this share copies one in the best.",
+    )
+    perturb_factors: tuple[float, float] = Field(
+        (0.8, 1.2), description="After copying, each hyperparameter is multiplied by one of these, drawn at random."
+    )
+    resample_probability: float = Field(
+        0.25, ge=0, le=1, description="Chance that a hyperparameter is drawn afresh in its range instead of perturbed."
+    )
+    hyperparameters: dict[str, HyperparameterRange] = Field(
+        default_factory=_default_ranges,
+        description="The hyperparameters the members vary, with their ranges (PPO: learning_rate, ent_coef, clip_coef, "
+        "gamma by default). Member 0 starts on the module's own values; the others start drawn in the ranges.",
+    )
+
+    @field_validator("perturb_factors")
+    @classmethod
+    def _positive(cls, factors: tuple[float, float]) -> tuple[float, float]:
+        if min(factors) <= 0:
+            raise ValueError(f"perturb_factors must be positive, got {list(factors)}")
+        return factors
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _some(cls, ranges: dict[str, HyperparameterRange]) -> dict[str, HyperparameterRange]:
+        if not ranges:
+            raise ValueError("a population needs at least one hyperparameter to vary")
+        return ranges
+
+
 class Symmetry(BaseModel):
     """A transformation that leaves the game as it is (a board mirrored left to right): the
     learner trains on each step and on its image (docs/training.md#symmetries). Both are gather
@@ -184,6 +260,11 @@ class PolicyConfig(BaseModel):
         default_factory=list,
         description="Transformations the game is unchanged by (PPO, discrete actions): each trained step is also "
         "trained on as each one's image (docs/training.md#symmetries).",
+    )
+    population: PopulationConfig | None = Field(
+        None,
+        description="Train `size` members with their own weights and hyperparameters, the clients spread over them, "
+        "the worst copying the best (population-based training; PPO; docs/training.md#populations).",
     )
 
     @field_validator(*ALGORITHMS, check_fields=False)  # the fields algorithm_sections adds

@@ -16,9 +16,17 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from app.settings.hyperparameters import DEFAULT_MODULE_ID, ModelConfig, PolicyConfig, SelfPlayConfig, Symmetry
+from app.settings.hyperparameters import (
+    DEFAULT_MODULE_ID,
+    MODULE_ID_PATTERN,
+    ModelConfig,
+    PolicyConfig,
+    PopulationConfig,
+    SelfPlayConfig,
+    Symmetry,
+)
 from app.spaces.models import (
     ActionSpace,
     BoxSpace,
@@ -74,6 +82,8 @@ class Module:
     train_batch_size: int | None = None  # env steps per training batch; None: the gateway's
     symmetries: tuple[Symmetry, ...] = ()  # the learner also trains on each step's images under these
     model: ModelConfig = field(default_factory=ModelConfig)  # its memory (use_lstm); an opponent's: its learner's
+    population: PopulationConfig | None = None  # set: the module clients name, trained as these members (no learner of its own)
+    member_of: str | None = None  # a population's member: the module its clients name
 
     def __post_init__(self) -> None:
         if self.action_masking and not is_discrete(self.action_space):
@@ -104,6 +114,39 @@ class Module:
             raise ValueError(f"module {self.module_id!r}: symmetries are for feed-forward policies; drop them or model.use_lstm")
         if self.model.use_lstm and (self.self_play is not None or self.opponent_of is not None):
             raise ValueError(f"module {self.module_id!r}: self-play leagues are for feed-forward policies yet; drop model.use_lstm")
+        if self.population is not None:
+            self._check_population(self.population)
+
+    @property
+    def members(self) -> list[str]:
+        """A population's member ids, `<module_id>.<k>`; none for another module."""
+        return [] if self.population is None else [f"{self.module_id}.{k}" for k in range(self.population.size)]
+
+    def _check_population(self, population: PopulationConfig) -> None:
+        """PPO, feed-forward, no league; each varied hyperparameter one PATCH may change, its range valid for it."""
+        where = f"module {self.module_id!r}: population"
+        if self.algorithm != "ppo":
+            raise ValueError(f"{where} trains with ppo only; set algorithm ppo or drop population")
+        if self.self_play is not None:
+            raise ValueError(f"{where} and self_play do not go together yet; drop one")
+        if self.model.use_lstm:
+            raise ValueError(f"{where} is for feed-forward policies yet; drop model.use_lstm")
+        if not all(MODULE_ID_PATTERN.match(member) for member in self.members):
+            raise ValueError(f"{where}: member id {self.members[-1]!r} is too long; shorten the module id")
+        patch = ALGORITHMS[self.algorithm].patch.model_fields
+        for name, bounds in population.hyperparameters.items():
+            if name not in patch or name in ("update_epochs", "minibatch_size", "target_kl"):
+                varied = ", ".join(n for n in patch if n not in ("update_epochs", "minibatch_size", "target_kl"))
+                raise ValueError(f"{where} cannot vary {name!r}; it varies {varied}")
+            scale_of = (lambda v: 1 - v) if name == "gamma" else (lambda v: v)
+            if bounds.log and min(scale_of(bounds.low), scale_of(bounds.high)) <= 0:
+                needs = "values below 1" if name == "gamma" else "positive values"
+                raise ValueError(f"{where}.hyperparameters.{name}: a log range needs {needs}")
+            for value in (bounds.low, bounds.high):
+                try:
+                    ALGORITHMS[self.algorithm].patch.model_validate({name: value})
+                except ValidationError as exc:
+                    raise ValueError(f"{where}.hyperparameters.{name}: {value} is not a valid {name} ({exc.errors()[0]['msg']})") from None
 
     @property
     def state_size(self) -> int:
@@ -127,6 +170,7 @@ class Module:
 
     @property
     def trainable(self) -> bool:
+        """Clients send experience for it (a population's module too: its members train on it)."""
         return self.opponent_of is None
 
     @property
@@ -229,6 +273,13 @@ class PolicySet:
                     symmetries=tuple(policy.symmetries), model=policy.model or settings.model,
                 )
             )
+            if policy.population is not None:
+                head = modules[-1]
+                modules[-1] = head = Module(**{**vars(head), "population": policy.population})
+                modules += [
+                    Module(**{**vars(head), "module_id": member, "population": None, "member_of": module_id})
+                    for member in head.members
+                ]
             if policy.self_play is not None:
                 opponent_id = policy.self_play.opponent_module_id or f"{module_id}_opponent"
                 modules.append(
@@ -245,7 +296,29 @@ class PolicySet:
 
     @property
     def trainable(self) -> list[Module]:
-        return [module for module in self.modules.values() if module.trainable]
+        """The modules that learn, each with a learner of its own: a population's members, not its module."""
+        return [module for module in self.modules.values() if module.trainable and module.population is None]
+
+    @property
+    def populations(self) -> dict[str, list[str]]:
+        """Each population's module id and its members' ids."""
+        return {module.module_id: module.members for module in self.modules.values() if module.population is not None}
+
+    @property
+    def client_modules(self) -> list[Module]:
+        """The modules clients play and name: all but populations' members."""
+        return [module for module in self.modules.values() if module.member_of is None]
+
+    def played_by(self, module_id: str, slot: int) -> str:
+        """`member_for`, by id."""
+        return self.member_for(self.modules[module_id], slot).module_id
+
+    def member_for(self, module: Module, slot: int) -> Module:
+        """The module that trains and acts for a client in `slot` (ClientInfo.slot): in a
+        population, the member `slot` falls on; any other module is its own."""
+        if module.population is None:
+            return module
+        return self.modules[module.members[slot % module.population.size]]
 
     def module_for(self, agent_id: str | None, module_id: str | None = None) -> Module:
         """The trainable module a chunk of `agent_id` (or naming `module_id`) belongs to.

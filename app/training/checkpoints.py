@@ -9,6 +9,7 @@ differs.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import tempfile
@@ -64,6 +65,15 @@ class Checkpointed:
 
     def save(self) -> None:
         save_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.weights_seq_no)
+
+    def copy_from(self, other: Checkpointed) -> None:
+        """Take what a checkpoint of `other` holds (weights, optimizer state, statistics), not its
+        version: a population's member copying a better one (app/training/population.py)."""
+        if other.architecture != self.architecture:
+            raise CheckpointMismatch(f"cannot copy a learner made for {other.architecture} into one made for {self.architecture}")
+        mine = self._parts()
+        for name, part in other._parts().items():
+            mine[name].load_state_dict(copy.deepcopy(part.state_dict()))
 
 
 def save_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful], weights_seq_no: int) -> Path:

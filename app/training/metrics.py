@@ -95,6 +95,17 @@ class ModuleMetrics:
         """Whether experience of this module ever arrived (training or evaluation)."""
         return self.num_env_steps_sampled_lifetime > 0 or self.num_env_steps_evaluated_lifetime > 0
 
+    def restart_window(self) -> None:
+        """Empty the return window: its episodes were played by weights the module no longer has
+        (a population's member that copied another)."""
+        self.episode_returns.clear()
+        self.episode_lengths.clear()
+
+    def window_return(self, min_episodes: int) -> float | None:
+        """The mean return of the window, if it holds at least `min_episodes` episodes."""
+        returns = self.episode_returns
+        return sum(returns) / len(returns) if len(returns) >= min_episodes else None
+
     def record_game(self, client_id: int, episode_id: str | None, outcome: str) -> None:
         """One seat's outcome; a second seat of the same game makes it a game against itself."""
         first = None if episode_id is None else self._games.pop((client_id, episode_id), None)

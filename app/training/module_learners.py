@@ -22,6 +22,7 @@ from app.settings.config import Settings
 from app.settings.policies import Module, PolicySet
 from app.training.algorithms import ALGORITHMS
 from app.training.behavior_cloning import Demonstrations
+from app.training.checkpoints import Checkpointed
 from app.training.demos import load_demos
 from app.training.device import resolve_device
 from app.training.policy_state import PolicyState
@@ -159,6 +160,13 @@ class ModuleLearners:
         for learner in self.by_module.values():
             learner.save()
 
+    def copy_weights(self, source: str, member: str) -> None:
+        """A population's exploit: `member` takes `source`'s weights, optimizer state and statistics."""
+        learner = self.by_module[member]
+        if not isinstance(learner, Checkpointed):
+            raise TypeError(f"{member}'s learner cannot copy another's state")
+        learner.copy_from(cast(Checkpointed, self.by_module[source]))
+
     def set_config(self, module_id: str, cfg: BaseModel) -> None:
         """Use `cfg` from the module's next training step on."""
         self.by_module[module_id].cfg = cfg
@@ -168,4 +176,6 @@ class ModuleLearners:
         return {module_id: self.by_module[module_id].train(blocks, version) for module_id, blocks in by_module.items()}
 
 
-CALLS = frozenset({"set_num_threads", "num_threads", "restore", "adopt", "export", "save_all", "set_config", "train"})
+CALLS = frozenset(
+    {"set_num_threads", "num_threads", "restore", "adopt", "export", "save_all", "set_config", "copy_weights", "train"}
+)

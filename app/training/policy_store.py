@@ -26,6 +26,8 @@ class PolicySetState:
     env_params: dict[str, EnvParamValue] = field(default_factory=dict)  # SET_CONFIG's
     # Whether SET_STATE carries env_params: every version published after a curriculum lesson changed.
     send_env_params: bool = False
+    # Each population's module and its members (their exports are in `modules`; the module's is its best member's).
+    populations: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def default(self) -> PolicyState:
@@ -33,13 +35,36 @@ class PolicySetState:
 
     @cached_property
     def set_state(self) -> SetState:
-        """Built once per version: every client gets the same message (and encoded frame)."""
-        return SetState(
-            onnx_file=self.default.onnx_gzip_b64,
-            weights_seq_no=self.weights_seq_no,
-            onnx_files={module_id: state.onnx_gzip_b64 for module_id, state in self.modules.items()},
-            env_params=dict(self.env_params) if self.send_env_params else None,
-        )
+        """Built once per version: every client gets the same message (and encoded frame); with
+        populations, that of a client in slot 0 (`set_state_for`)."""
+        return self.set_state_for(0)
+
+    def set_state_for(self, slot: int) -> SetState:
+        """The SET_STATE of a client in `slot` (ClientInfo.slot): each population's module as the
+        member the slot falls on; members are not named. Built once per version and set of members."""
+        members = tuple(ids[slot % len(ids)] for ids in self.populations.values())
+        if (built := self._set_states.get(members)) is None:
+            played = dict(zip(self.populations, members))
+            files = {
+                module_id: self.modules[played.get(module_id, module_id)].onnx_gzip_b64
+                for module_id in self.modules
+                if module_id not in self._members
+            }
+            built = self._set_states[members] = SetState(
+                onnx_file=files[self.default_module_id],
+                weights_seq_no=self.weights_seq_no,
+                onnx_files=files,
+                env_params=dict(self.env_params) if self.send_env_params else None,
+            )
+        return built
+
+    @cached_property
+    def _set_states(self) -> dict[tuple[str, ...], SetState]:
+        return {}
+
+    @cached_property
+    def _members(self) -> frozenset[str]:
+        return frozenset(member for members in self.populations.values() for member in members)
 
 
 class PolicyStore:

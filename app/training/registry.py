@@ -21,6 +21,7 @@ class ClientInfo:
     waiting: bool = False  # inside wait_for_training, its data not yet trained on
     last_weights_seq_no_sent: int | None = None
     frontend: int | None = None  # on Ray: the front-end it is connected to (app/cluster/)
+    slot: int = 0  # the lowest number no other connected client holds: a population's member is slot % its size
 
 
 class ClientRegistry:
@@ -31,7 +32,9 @@ class ClientRegistry:
         self._ids = itertools.count(1)
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
-        client = ClientInfo(id=next(self._ids), transport=transport, peer=peer)
+        taken = {other.slot for other in self._clients.values()}
+        slot = next(n for n in itertools.count() if n not in taken)  # the clients spread evenly over members
+        client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, slot=slot)
         self._clients[client.id] = client
         return client
 

@@ -12,7 +12,8 @@ A composition of parts, each with one job:
   ratings, saved beside the checkpoints (`LeagueFiles`, league_files.py); the curriculum
   (curriculum.py, saved by `CurriculumFiles`, curriculum_files.py);
 - `SpaceAdoption` (space_adoption.py): a game's declared spaces, taken by a module given none;
-- `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download.
+- `PolicyStore` (policy_store.py): the published versions, for SET_STATE and download;
+- `Populations` (populations.py): each population's members, exploit steps, the member served.
 Here they are wired together: a learner turn trains every module whose batch is due, in
 the learners' thread or process (learner_host.py) so the event loop keeps serving; then
 all modules are published as one new version (one gateway-wide weights_seq_no) and
@@ -54,6 +55,7 @@ from app.training.module_configs import ModuleConfigs
 from app.training.module_queue import ModuleQueue
 from app.training.policy_state import PolicyState
 from app.training.policy_store import PolicySetState, PolicyStore
+from app.training.populations import Populations
 from app.training.recurrent_states import check_states
 from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
@@ -94,6 +96,7 @@ class LocalTrainingService:
         if self.curriculum.has_lessons:
             self.metrics.add_episode_listener(self._on_episode)
         self._registry = ClientRegistry()
+        self.populations = Populations(self.policies, settings, self._configs, self.metrics, self._learners, self.set_config)
         self._store = PolicyStore()
         self.adoption = SpaceAdoption(
             settings, self.policies, self._configs, self.metrics, self._learners, self._store, self._adopted
@@ -136,6 +139,7 @@ class LocalTrainingService:
             self.adoption.keep(module_id)  # its checkpoint was made for its spaces
         for module_id in self._configs:
             self._exports[module_id] = await self._learners.call("export", module_id)
+        await self.populations.start()
         for module_id in self.leagues:
             await self._league_files.restore(module_id, module_id in restored, self._exports[module_id].onnx_bytes)
         if restored:
@@ -147,7 +151,7 @@ class LocalTrainingService:
     async def stop(self) -> None:
         """Let a running training step finish, drop what is pending, save every checkpoint;
         the log says what it waits for."""
-        report = asyncio.ensure_future(self._report_stopping())
+        report = asyncio.ensure_future(_report_stopping(self._scheduler))
         try:
             await self._scheduler.stop()
         finally:
@@ -160,27 +164,23 @@ class LocalTrainingService:
         version = self._store.current.weights_seq_no
         logger.info("checkpoints saved in %s (weights_seq_no %d)", self.settings.checkpoint_dir.resolve(), version)
 
-    async def _report_stopping(self) -> None:
-        """While the training step under way holds up the stop: what it is, every STOP_REPORT_S."""
-        while self._scheduler.training_in_progress:
-            logger.info(
-                "stopping: waiting for the training step under way (%d env steps, %.0f s so far)",
-                self._scheduler.training_env_steps, time.monotonic() - self._scheduler.turn_started,
-            )
-            await asyncio.sleep(STOP_REPORT_S)
-
     def _publish(self, weights_seq_no: int) -> None:
         """Publish every module's latest export as one version; self-play draws its opponents."""
         states = {}
         for module in self.policies.modules.values():
-            if module.opponent_of is None:  # trainable
+            if module.population is not None:  # its best member's
+                states[module.module_id] = self._exports[self.populations.serves(module.module_id)]
+            elif module.opponent_of is None:  # trainable
                 states[module.module_id] = self._exports[module.module_id]
             else:
                 learner = self._exports[module.opponent_of]
                 states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
         curriculum = self.curriculum  # SET_STATE carries env_params from the first lesson change on
         self._store.publish(
-            PolicySetState(weights_seq_no, states, self.policies.default_module_id, curriculum.values, curriculum.changes > 0)
+            PolicySetState(
+                weights_seq_no, states, self.policies.default_module_id, curriculum.values, curriculum.changes > 0,
+                self.policies.populations,
+            )  # fmt: skip
         )
         curriculum.published()
         self.metrics.weights_seq_no = weights_seq_no
@@ -241,6 +241,8 @@ class LocalTrainingService:
         blocks = []
         games: dict[str, list[Game]] = {}  # each league's games ended in this message
         received = blocks_of(episodes, self.policies.default_module_id)
+        if self.populations:  # a population's module's chunks are the client's member's
+            received = [block.as_module(self.policies.played_by(block.module_id, client.slot)) for block in received]
         check_states(received, self.policies, partial(self.metrics.continues_episode, client.id))  # before any is kept
         # Received, so sampled (or evaluated): from here on trained, dropped or pending.
         for block in received:
@@ -313,11 +315,13 @@ class LocalTrainingService:
             force_on_policy=self._budgets.force_on_policy,
             device=str(self.device),
             default_module_id=self.policies.default_module_id,
-            configs={module_id: (configs.algorithm_of(module_id), configs[module_id]) for module_id in trainable},
+            configs={module_id: (configs.algorithm_of(module_id), configs[module_id]) for module_id in trainable}
+            | self.populations.served_configs(),
             clients=self._registry.clients,
             leagues=self.leagues,
             curriculum=self.curriculum.status(),
             best_models=dict(self.best_models.best),
+            populations=self.populations.status(),
         )
 
     # -- Hyperparameters ------------------------------------------------------------
@@ -347,8 +351,10 @@ class LocalTrainingService:
         for module_id, (state, stats) in results.items():
             self._exports[module_id] = state
             self._budgets.trained(module_id, stats)
-        self._publish(version)
         trained = {m: (sum(block.num_steps for block in by_module[m]), stats) for m, (_, stats) in results.items()}
+        if self.populations:
+            await self.populations.after_training(version, {m: steps for m, (steps, _) in trained.items()}, self._exports)
+        self._publish(version)
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         for listener in self._step_listeners:
             listener()
@@ -362,6 +368,16 @@ class LocalTrainingService:
         are logged; versions published from now on carry the new values in SET_STATE."""
         for change in self.curriculum.record_episode(module_id, episode_return, length):
             logger.info("%s", change.describe())
+
+
+async def _report_stopping(scheduler: BatchScheduler) -> None:
+    """While the training step under way holds up the stop: what it is, every STOP_REPORT_S."""
+    while scheduler.training_in_progress:
+        logger.info(
+            "stopping: waiting for the training step under way (%d env steps, %.0f s so far)",
+            scheduler.training_env_steps, time.monotonic() - scheduler.turn_started,
+        )  # fmt: skip
+        await asyncio.sleep(STOP_REPORT_S)
 
 
 async def _restore_checkpoints(learners: LearnerThread | LearnerProcess, module_ids: list[str], checkpoint_dir: Path) -> dict[str, int]:
