@@ -212,7 +212,7 @@ function spaceText(space) {
   return `Box(${shape})${bounds}`;
 }
 
-/** How a module trains: trainable (self-play vs the snapshot it plays), opponent of another, frozen. */
+/** How a module trains: trainable (self-play vs the snapshot it plays), opponent of another, frozen, a population or its member. */
 function roleText(policy, policies) {
   const opponentOf = get(policy, 'opponent_of');
   if (opponentOf !== null) {
@@ -221,10 +221,26 @@ function roleText(policy, policies) {
     if (league === null) return `opponent of ${opponentOf}`;
     return `opponent of ${opponentOf}: ${opponentText(league)}`;
   }
+  const memberOf = get(policy, 'member_of');
+  if (memberOf !== null) return `member of ${memberOf}: ${memberText(policy, policies, memberOf)}`;
+  const population = get(policy, 'population');
+  if (population !== null) {
+    return `population of ${Object.keys(get(population, 'members') ?? {}).length}, serves ${get(population, 'serves') ?? MISSING} `
+      + `(${formatNumber(num(population, 'exploits'))} copies)`;
+  }
   const trains = get(policy, 'trainable');
   if (trains === false) return 'frozen';
   if (trains !== true) return MISSING;
   return get(policy, 'self_play') === null ? 'trainable' : 'trainable, self-play';
+}
+
+/** A population member's hyperparameters now, as its population's entry in /api/policies has them. */
+function memberText(policy, policies, memberOf) {
+  const module = policies.find((p) => get(p, 'module_id') === memberOf);
+  const members = get(module, 'population.members');
+  const values = members === null ? null : members[get(policy, 'module_id')]?.hyperparameters;
+  if (!values) return MISSING;
+  return Object.entries(values).map(([name, value]) => `${name} ${formatNumber(value, 4)}`).join(', ');
 }
 
 /** Whom a self-play learner's current version plays: a reference, a snapshot or its latest weights. */

@@ -337,6 +337,21 @@ def test_the_policies_table_shows_win_draw_loss_against_each_reference_a_learner
     assert rows["duel_opponent"]["vs_references"] == rows["duel_opponent"]["greedy_vs_references"] == "—" and not errors, errors
 
 
+def test_the_policies_table_shows_a_population_and_each_members_hyperparameters(browser, tmp_path):
+    spaces = {"observation_space": {"type": "box", "shape": [2]}, "action_space": {"type": "discrete", "n": 2}}
+    settings = gateway_settings(tmp_path, policies={"p": spaces | {"population": {"size": 2}}})
+    with running_gateway(settings) as gateway, open_page(browser, gateway.base_url) as page:
+        policies = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies", timeout=10).json()}
+        _wait_for_policies_polls(page, _policies_polls(page) + 1)
+        rows = dict(page.page.evaluate(READ_POLICIES_JS))
+        errors = page.errors()
+    assert rows["p"]["role"] == "population of 2, serves p.0 (0 copies)"
+    drawn = policies["p"]["population"]["members"]["p.1"]["hyperparameters"]  # member 1 starts on drawn values
+    shown = ", ".join(f"{name} {value:.4f}".rstrip("0").rstrip(".") for name, value in drawn.items())
+    assert rows["p.1"]["role"] == f"member of p: {shown}"
+    assert rows["p.0"]["role"] == "member of p: learning_rate 0.003, ent_coef 0, clip_coef 0.2, gamma 0.99" and not errors, errors
+
+
 HISTORY_STEPS = 30
 
 
