@@ -19,6 +19,7 @@ import pytest
 
 from app.settings.config import Settings
 from app.settings.hyperparameters import PopulationConfig
+from app.telemetry.tensorboard import read_scalars
 from app.training.population import Population
 from rllink_clients.gym_client import OnnxPolicy
 
@@ -112,6 +113,7 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
         policies=population(size=2, ready_env_steps=200, min_episodes=20, resample_probability=0.0),
         train_batch_size=100,
         env_steps_per_sample=100,
+        tensorboard_dir=tmp_path / "tb",
     )
     with running_gateway(settings) as gateway:
         seen: list[dict[int, np.ndarray]] = [{}, {}]
@@ -138,6 +140,11 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
     assert exploit["member_return"] == 0.0 and exploit["source_return"] == 1.0
     assert status["serves"] == "p.0"
     assert policies["p.1"]["member_of"] == MODULE and policies["p.0"]["num_env_steps_trained_lifetime"] > 0
+    # TensorBoard has each member's hyperparameters at each of its training steps (and the log's lines).
+    scalars = read_scalars(tmp_path / "tb")
+    for member in ("p.0", "p.1"):
+        for name, value in status["members"][member]["hyperparameters"].items():
+            assert scalars[f"{member}/{name}"][-1][1] == pytest.approx(value, rel=1e-6), (member, name)
     # The members started apart; at the copy's version p.1 is p.0, and its client got that model.
     assert not np.allclose(seen[0][0], seen[1][0]), "the members started with the same weights"
     version = exploit["weights_seq_no"]

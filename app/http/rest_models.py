@@ -22,7 +22,10 @@ class Health(BaseModel):
 
 class LearnerStats(BaseModel):
     """The latest training step's statistics (absent before the first one): PPO's losses,
-    or SAC's (qf_loss, actor_loss, alpha, ...); entropy for both."""
+    or SAC's (qf_loss, actor_loss, alpha, ...); entropy for both; for a population's member,
+    also the values of the hyperparameters its population varies (learning_rate, ...)."""
+
+    model_config = ConfigDict(extra="allow")
 
     policy_loss: float | None = None
     vf_loss: float | None = None

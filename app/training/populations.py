@@ -82,13 +82,16 @@ class Populations:
         """The member whose model the population's module serves (its best by return)."""
         return self.by_module[module_id].best
 
-    async def after_training(self, version: int, trained_env_steps: dict[str, int], exports: dict[str, PolicyState]) -> None:
-        """Count what each member trained on; each ready member among the worst copies one of the
-        best and perturbs its hyperparameters (its new export, published as `version`, replaces its
-        entry in `exports`)."""
+    async def after_training(
+        self, version: int, trained: dict[str, tuple[int, dict[str, float]]], exports: dict[str, PolicyState]
+    ) -> None:
+        """Count what each member trained on (`trained`: env steps and learner stats by module); each
+        ready member among the worst copies one of the best and perturbs its hyperparameters (its new
+        export, published as `version`, replaces its entry in `exports`). A trained member's stats get
+        its hyperparameters, so that the log and TensorBoard show them."""
         for module_id, population in self.by_module.items():
             for member in population.members:
-                population.trained(member, trained_env_steps.get(member, 0))
+                population.trained(member, trained[member][0] if member in trained else 0)
             returns = {m: self._metrics.modules[m].window_return(population.config.min_episodes) for m in population.members}
             values = {m: self.values(population, m) for m in population.members}
             exploits = population.exploits_due(returns, values)
@@ -99,6 +102,9 @@ class Populations:
                 self._metrics.modules[exploit.member].restart_window()
                 self._recent[module_id].append({"weights_seq_no": version, **asdict(exploit)})
                 logger.info("%s", exploit.describe(module_id))
+            for member in population.members:
+                if member in trained:
+                    trained[member][1].update(self.values(population, member))
             state = {**population.state_dict(), "values": {m: self.values(population, m) for m in population.members}}
             await self._run(save_json, self._path(module_id), state)
 

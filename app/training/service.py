@@ -353,7 +353,7 @@ class LocalTrainingService:
             self._budgets.trained(module_id, stats)
         trained = {m: (sum(block.num_steps for block in by_module[m]), stats) for m, (_, stats) in results.items()}
         if self.populations:
-            await self.populations.after_training(version, {m: steps for m, (steps, _) in trained.items()}, self._exports)
+            await self.populations.after_training(version, trained, self._exports)
         self._publish(version)
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         for listener in self._step_listeners:
