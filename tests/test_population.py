@@ -19,6 +19,7 @@ import pytest
 
 from app.settings.config import Settings
 from app.settings.hyperparameters import PopulationConfig
+from app.startup.export import export_model
 from app.telemetry.tensorboard import read_scalars
 from app.training.population import Population
 from rllink_clients.gym_client import OnnxPolicy
@@ -154,6 +155,10 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
     for name, (old, new) in exploit["changes"].items():
         assert status["members"]["p.1"]["hyperparameters"][name] == pytest.approx(new) or status["exploits"] > 1
         assert new != pytest.approx(old), name
+    # Exported, the module's model is its newest file: that of the member it serves.
+    assert "version" in export_model(settings, MODULE, None, tmp_path / "p.onnx")
+    session = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {"obs": PROBES})[0], final_models[status["serves"]], atol=1e-6)
     # A restart resumes every member where it was, hyperparameters included.
     with running_gateway(settings) as gateway:
         restarted = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}

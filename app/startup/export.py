@@ -90,11 +90,16 @@ def export_model(settings: Settings, module_id: str | None, version: int | str |
     if version == BEST:
         return _copy_best(models, module_id, out)
     kept = kept_versions(models)
+    module = policies.modules[module_id]
+    if module.population is not None and version is None:  # no checkpoint of its own: its newest file (its best member's)
+        if not kept:
+            raise ExportError(f"module {module_id!r} of run {settings.run_id!r} has no model files yet (a population: "
+                              f"export one of its members, {', '.join(module.members)})")  # fmt: skip
+        version = max(kept)
     if version is not None and version in kept:
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(models / version_file(version), out)
         return f"module {module_id}, version {version} (kept in {models})"
-    module = policies.modules[module_id]
     if not module.trainable or not (settings.checkpoint_dir / module_id / CHECKPOINT_FILE).is_file():
         what = "no checkpoint (a self-play opponent has none)" if not module.trainable else "no checkpoint yet"
         raise ExportError(f"module {module_id!r} of run {settings.run_id!r} has {what}; kept versions: {_listed(kept)}")
