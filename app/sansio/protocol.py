@@ -136,13 +136,13 @@ class ReplyEncoder:
             return encode_frame(compact_action_body(message))
         if type(message) is SetState:
             frames = self._set_state.setdefault(encoding, [])
-            for version, onnx_file, onnx_files, frame in frames:
+            for version, onnx_file, onnx_files, encoded_before in frames:
                 if (
                     version == message.weights_seq_no
                     and (onnx_file is message.onnx_file or onnx_file == message.onnx_file)
                     and onnx_files == message.onnx_files  # the same strings: compared by identity
                 ):
-                    return frame
+                    return encoded_before
             encoded = encode_message(message, encoding)
             if len(frames) >= MAX_CACHED_SET_STATES or any(version != message.weights_seq_no for version, *_ in frames):
                 frames.clear()  # another version's: the frames of one version are kept

@@ -8,7 +8,7 @@ No torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -36,7 +36,7 @@ class TrainingStatus:
     leagues: Mapping[str, League]  # by self-play module
     curriculum: dict[str, dict[str, Any]]  # each env_params curriculum's lesson now, by parameter
     best_models: dict[str, BestModel]  # by trainable module that has one: which version best.onnx is
-    populations: dict[str, dict[str, Any]] = field(default_factory=dict)  # by population's module: Populations.status()
+    populations: dict[str, dict[str, Any]]  # by population's module: Populations.status()
 
     @property
     def onnx_output_names(self) -> list[str]:
