@@ -222,6 +222,12 @@ def test_replies_many_clients_get_alike_are_encoded_once_per_version():
     assert msgpack.unpackb(newer[8:]) == {"type": "SET_STATE", "onnx_file": "bmV3", "weights_seq_no": 4, "onnx_files": {}}
     both = SetState(onnx_file="bmV3", weights_seq_no=4, onnx_files={"a": "bmV3", "b": "b2xk"})
     assert msgpack.unpackb(encoder.encode(both, Encoding.MSGPACK)[8:])["onnx_files"] == both.onnx_files
+    # A population's members: one message per member for a version, each encoded once.
+    member_0, member_1 = (SetState(onnx_file=f, weights_seq_no=5, onnx_files={"p": f}) for f in ("bTA=", "bTE="))
+    frames = [encoder.encode(message, Encoding.JSON) for message in (member_0, member_1)]
+    assert frames[0] != frames[1]
+    assert [encoder.encode(message, Encoding.JSON) for message in (member_1, member_0)] == frames[::-1]
+    assert all(encoder.encode(m, Encoding.JSON) is f for m, f in zip((member_0, member_1), frames))
 
 
 # -- Properties --------------------------------------------------------------------
