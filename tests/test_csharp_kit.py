@@ -339,7 +339,7 @@ CHOICE_GATEWAYS = {
         observation_space={"type": "box", "shape": [12]}, action_space={"type": "discrete", "n": 6}, action_masking=True
     ),
 }
-CHOICE_TARGETS = {"two-targets": 14, "masked-targets": 14, "masked-pick": 7}
+CHOICE_TARGETS = {"two-targets": 14, "masked-targets": 12, "masked-pick": 6.5}  # at least half-way from random to best
 
 
 @pytest.mark.e2e
