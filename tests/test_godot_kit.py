@@ -3,7 +3,7 @@
 
 - Thin mode over TCP (the gateway acts), local inference (the addon's GDScript MLP runs
   each SET_STATE model) and non-blocking agents (several carts, as an HTML5 export runs
-  them) each reach a mean return of 200 over 20 episodes, and the gateway's metrics
+  them) each reach a mean return of 150 over 20 episodes, and the gateway's metrics
   show it served and trained on exactly what the game sent.
 - Evaluation episodes (SET_CONFIG's evaluation_interval): local inference plays every Nth
   episode with the mode and marks its chunks `evaluation`, which the gateway counts apart
@@ -71,7 +71,7 @@ GODOT = shutil.which("godot3-server")
 
 pytestmark = pytest.mark.skipif(GODOT is None, reason="no godot3-server: apt-get install -y godot3-server")
 
-TARGET = 200
+TARGET = 150  # random play: 22
 MAX_SECONDS = 180  # the example's own budget: it exits 1 when spent
 RUN_TIMEOUT_S = 240  # a hung Godot (a script that does not parse runs an empty scene forever) fails here
 
