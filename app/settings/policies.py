@@ -210,14 +210,18 @@ ACTION_SPACES: dict[str, tuple[Callable[[ActionSpace], bool], str]] = {  # Algor
 def hyperparameters(settings: ModuleSettings, algorithm: str, module_id: str) -> BaseModel:
     """The hyperparameters `algorithm` trains module `module_id` with: the settings' section of
     that name, with the module's own in `policies` and, for a self-play learner, the algorithm's
-    self-play defaults where unset (PPO's entropy_floor)."""
+    self-play defaults where the value is still the config's default (PPO's entropy_floor, gamma,
+    ...: so a snapshot of the settings, which writes every value, builds the same modules)."""
     spec, section = ALGORITHMS[algorithm], settings.hyperparameters(algorithm)
     policy = None if settings.policies is None else settings.policies.get(module_id)
     if policy is None:
         return section
     cfg = spec.config.model_validate({**section.model_dump(), **getattr(policy, algorithm)})
-    if policy.self_play is not None and (unset := {k: v for k, v in spec.self_play_defaults.items() if getattr(cfg, k) is None}):
-        cfg = cfg.model_copy(update=unset)
+    fields = spec.config.model_fields
+    if policy.self_play is not None and (
+        unset := {k: v for k, v in spec.self_play_defaults.items() if getattr(cfg, k) == fields[k].default}
+    ):
+        cfg = spec.config.model_validate({**cfg.model_dump(), **unset})
     return cfg
 
 

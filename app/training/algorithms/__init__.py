@@ -37,7 +37,7 @@ class AlgorithmSpec:
     demos: bool = True  # behavioural cloning from demonstrations
     recurrent: bool = False  # trains with memory (model.use_lstm): sequences, a state in and out of its ONNX
     fixed_while_training: Mapping[str, str] = field(default_factory=dict)  # hyperparameter: why PATCH cannot change it
-    self_play_defaults: Mapping[str, Any] = field(default_factory=dict)  # a self-play learner's values where unset
+    self_play_defaults: Mapping[str, Any] = field(default_factory=dict)  # a self-play learner's values where not given
 
     def learner_class(self) -> Any:
         """Its learner class (imported now: torch)."""
@@ -54,6 +54,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             fixed_while_training=ppo.FIXED_WHILE_TRAINING,
             self_play_defaults={
                 "entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR, "entropy_floor_per_state": True, "normalize_obs": False,
+                "normalize_reward": False, "gamma": ppo.SELF_PLAY_GAMMA, "gae_lambda": ppo.SELF_PLAY_GAE_LAMBDA,
             },
         ),
         AlgorithmSpec(

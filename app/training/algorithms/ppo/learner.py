@@ -65,7 +65,9 @@ class PPOLearner(Checkpointed):
         lstm_cell_size = self.model.lstm_cell_size if self.model.use_lstm else 0
         self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs, lstm_cell_size).to(device)
         self.symmetries = Symmetries(symmetries, device)
-        normalize_reward = cfg.normalize_reward if cfg.normalize_reward is not None else isinstance(action_space, BoxSpace)
+        normalize_reward = cfg.normalize_reward  # unset: on, but not for images (a self-play learner's is False: self_play_defaults)
+        if normalize_reward is None:
+            normalize_reward = not has_images(observation_space)
         self.reward_scaler = RewardScaler(cfg.gamma) if normalize_reward else None
         # fused: one kernel for all parameters, 4x faster than the default for small nets on CPU.
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.learning_rate, eps=1e-5, fused=True)
