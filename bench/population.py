@@ -13,9 +13,8 @@ has, and its figure is the gateway's total env steps sampled then (all clients).
 population each client plays one member, so the first to reach it is the best member's.
 
 Variants: `population` (the module with `population: {size: 4}`, everything else the
-defaults), `defaults`, `reward` (`ppo.normalize_reward`), `lr` (`ppo.normalize_reward`
-and learning rate 1e-3). Target: the population in no more total env steps than the
-best of the three.
+defaults), `defaults`, `lr` (learning rate 1e-3), `gamma` (0.999). Target: the population
+in no more total env steps than the best of the three.
 """
 
 from __future__ import annotations
@@ -40,8 +39,8 @@ SPACES = {  # declared, so that a population's members are built at start
 VARIANTS = {
     "population": lambda env: ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4}}})],
     "defaults": lambda env: [],
-    "reward": lambda env: ["--ppo.normalize-reward"],
-    "lr": lambda env: ["--ppo.normalize-reward", "--ppo.learning-rate", "1e-3"],
+    "lr": lambda env: ["--ppo.learning-rate", "1e-3"],
+    "gamma": lambda env: ["--ppo.gamma", "0.999"],
 }
 
 
