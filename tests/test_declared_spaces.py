@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import onnxruntime as ort
@@ -166,6 +167,35 @@ def test_only_the_first_game_is_adopted_and_never_after_experience(tmp_path):
         version = gateway.service.current_state().weights_seq_no
     assert late["type"] == "ERROR" and "the gateway's is" in late["message"]  # experience came: checked, not adopted
     assert version == 0
+
+
+def test_games_that_connect_at_once_to_a_fresh_gateway_all_get_the_adopted_spaces_model(tmp_path):
+    """Eight games declare Pendulum's spaces at the same moment: one adopts them, and every
+    one's SET_CONFIG comes after that version is out, so its GET_STATE has the model for them
+    (a GET_CONFIG answered while the first game's adoption was under way got the new spaces
+    with the old model)."""
+    barrier, shapes, errors = threading.Barrier(8), [], []
+
+    def game() -> None:
+        try:
+            with gateway.client("tcp", timeout=60) as client:
+                barrier.wait()
+                config = client.request({"type": "GET_CONFIG", **PENDULUM})
+                state = client.request({"type": "GET_STATE"})
+            (model_input,) = OnnxPolicy(state, "obs", config["action_space"], np.random.default_rng(0), "gaussian").session.get_inputs()
+            shapes.append((config["observation_space"]["shape"], model_input.shape[1:]))
+        except Exception as exc:  # noqa: BLE001 -- reported below
+            errors.append(exc)
+
+    with running_gateway(gateway_settings(tmp_path, learner_process=True)) as gateway:  # a slower adoption: a wider window
+        games = [threading.Thread(target=game) for _ in range(8)]
+        for thread in games:
+            thread.start()
+        for thread in games:
+            thread.join(timeout=60)
+        version = gateway.service.current_state().weights_seq_no
+    assert not errors, errors
+    assert shapes == [([3], [3])] * 8 and version == 1
 
 
 @pytest.mark.parametrize("learner_process", [False, True])

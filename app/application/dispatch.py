@@ -138,6 +138,8 @@ class Application:
         """The spaces the game declares: adopted by a module that was given none and has seen no
         experience yet (the first game's win), else checked (a mismatch raises its refusal)."""
         adoption = self._training.adoption  # None on Ray
+        if adoption is not None:
+            await adoption.settled()  # another game's adoption under way: its spaces come with its model
         adoptable = frozenset() if adoption is None else adoption.adoptable_modules - self._serving.modules_played
         for module_id, spaces in spaces_to_adopt(request, self._policies, adoptable).items():
             assert adoption is not None  # a module to adopt spaces is one of its adoptable_modules

@@ -67,6 +67,13 @@ class SpaceAdoption:
             if module_id not in self._fixed and not self._metrics.modules[module_id].received_any
         )  # fmt: skip
 
+    async def settled(self) -> None:
+        """Return once no adoption is under way: a module's new spaces are in the modules from the
+        start of its adoption, its model only once the adoption publishes it."""
+        if self._adopting.locked():
+            async with self._adopting:
+                pass
+
     async def adopt(self, module_id: str, observation_space: Any, action_space: Any) -> bool:
         """The module takes these spaces (None: keeps its own): a fresh learner, published as a
         new version and saved for restarts. False if it could no longer adopt (another game
