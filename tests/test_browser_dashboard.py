@@ -349,7 +349,7 @@ def test_the_policies_table_shows_a_population_and_each_members_hyperparameters(
     drawn = policies["p"]["population"]["members"]["p.1"]["hyperparameters"]  # member 1 starts on drawn values
     shown = ", ".join(f"{name} {value:.4f}".rstrip("0").rstrip(".") for name, value in drawn.items())
     assert rows["p.1"]["role"] == f"member of p: {shown}"
-    assert rows["p.0"]["role"] == "member of p: learning_rate 0.003, ent_coef 0, clip_coef 0.2, gamma 0.99" and not errors, errors
+    assert rows["p.0"]["role"] == "member of p: learning_rate 0.003, ent_coef 0, clip_coef 0.2, gamma 0.995" and not errors, errors
 
 
 HISTORY_STEPS = 30

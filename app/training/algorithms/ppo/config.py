@@ -28,8 +28,8 @@ class PPOConfig(BaseModel):
         0.995,
         gt=0,
         le=1,
-        description="Discount factor (a self-play learner's: 0.99 unless set to another value). LunarLander-v3 reached "
-        "200 in 148,000-156,000 env steps with 0.995, 3 seeds, and with 0.99 on 1 of them in 500,000 (docs/training.md).",
+        description="Discount factor; a self-play learner's is 0.99 unless set to another value (LunarLander-v3 reached 200 "
+        "in 148,000-156,000 env steps with 0.995 on 3 seeds, with 0.99 on 1 of them in 500,000: docs/training.md).",
     )
     gae_lambda: float = Field(0.98, ge=0, le=1, description="GAE lambda (a self-play learner's: 0.95 unless set to another value).")
     clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
