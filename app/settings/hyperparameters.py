@@ -155,6 +155,15 @@ class HyperparameterRange(BaseModel):
         return self
 
 
+NEVER_VARIED = frozenset({"update_epochs", "minibatch_size", "target_kl"})  # patchable, but not a population's to vary
+
+
+def varied_scale(name: str, value: float) -> float:
+    """What a population multiplies and draws on a log scale for hyperparameter `name`: gamma's
+    1 - gamma (the horizon's inverse), every other's value. Its own inverse."""
+    return 1 - value if name == "gamma" else value
+
+
 def _default_ranges() -> dict[str, HyperparameterRange]:
     return {
         "learning_rate": HyperparameterRange(low=1e-4, high=1e-2, log=True),

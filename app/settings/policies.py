@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
@@ -21,11 +21,13 @@ from pydantic import BaseModel, ValidationError
 from app.settings.hyperparameters import (
     DEFAULT_MODULE_ID,
     MODULE_ID_PATTERN,
+    NEVER_VARIED,
     ModelConfig,
     PolicyConfig,
     PopulationConfig,
     SelfPlayConfig,
     Symmetry,
+    varied_scale,
 )
 from app.spaces.models import (
     ActionSpace,
@@ -133,13 +135,11 @@ class Module:
             raise ValueError(f"{where} is for feed-forward policies yet; drop model.use_lstm")
         if not all(MODULE_ID_PATTERN.match(member) for member in self.members):
             raise ValueError(f"{where}: member id {self.members[-1]!r} is too long; shorten the module id")
-        patch = ALGORITHMS[self.algorithm].patch.model_fields
+        variable = [name for name in ALGORITHMS[self.algorithm].patch.model_fields if name not in NEVER_VARIED]
         for name, bounds in population.hyperparameters.items():
-            if name not in patch or name in ("update_epochs", "minibatch_size", "target_kl"):
-                varied = ", ".join(n for n in patch if n not in ("update_epochs", "minibatch_size", "target_kl"))
-                raise ValueError(f"{where} cannot vary {name!r}; it varies {varied}")
-            scale_of = (lambda v: 1 - v) if name == "gamma" else (lambda v: v)
-            if bounds.log and min(scale_of(bounds.low), scale_of(bounds.high)) <= 0:
+            if name not in variable:
+                raise ValueError(f"{where} cannot vary {name!r}; it varies {', '.join(variable)}")
+            if bounds.log and min(varied_scale(name, bounds.low), varied_scale(name, bounds.high)) <= 0:
                 needs = "values below 1" if name == "gamma" else "positive values"
                 raise ValueError(f"{where}.hyperparameters.{name}: a log range needs {needs}")
             for value in (bounds.low, bounds.high):
@@ -274,16 +274,11 @@ class PolicySet:
                     module_id, policy.observation_space, policy.action_space,
                     hyperparameters(settings, algorithm, module_id), policy.self_play,
                     algorithm=algorithm, action_masking=masking, train_batch_size=policy.train_batch_size,
-                    symmetries=tuple(policy.symmetries), model=policy.model or settings.model,
+                    symmetries=tuple(policy.symmetries), model=policy.model or settings.model, population=policy.population,
                 )
             )
-            if policy.population is not None:
-                head = modules[-1]
-                modules[-1] = head = Module(**{**vars(head), "population": policy.population})
-                modules += [
-                    Module(**{**vars(head), "module_id": member, "population": None, "member_of": module_id})
-                    for member in head.members
-                ]
+            head = modules[-1]
+            modules += [replace(head, module_id=member, population=None, member_of=module_id) for member in head.members]
             if policy.self_play is not None:
                 opponent_id = policy.self_play.opponent_module_id or f"{module_id}_opponent"
                 modules.append(

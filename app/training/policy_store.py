@@ -33,15 +33,10 @@ class PolicySetState:
     def default(self) -> PolicyState:
         return self.modules[self.default_module_id]
 
-    @cached_property
-    def set_state(self) -> SetState:
-        """Built once per version: every client gets the same message (and encoded frame); with
-        populations, that of a client in slot 0 (`set_state_for`)."""
-        return self.set_state_for(0)
-
     def set_state_for(self, slot: int) -> SetState:
         """The SET_STATE of a client in `slot` (ClientInfo.slot): each population's module as the
-        member the slot falls on; members are not named. Built once per version and set of members."""
+        member the slot falls on; members are not named. Built once per version and set of members:
+        without populations every client gets the same message (and encoded frame)."""
         members = tuple(ids[slot % len(ids)] for ids in self.populations.values())
         if (built := self._set_states.get(members)) is None:
             played = dict(zip(self.populations, members))

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from app.settings.hyperparameters import HyperparameterRange, PopulationConfig
+from app.settings.hyperparameters import HyperparameterRange, PopulationConfig, varied_scale
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Population:
                 continue
             factor = self._rng.choice(self.config.perturb_factors)
             value = values[name]
-            moved = 1 - (1 - value) * factor if name == "gamma" else value * factor
+            moved = varied_scale(name, varied_scale(name, value) * factor)
             new[name] = min(max(moved, bounds.low), bounds.high)
         return new
 
@@ -110,10 +110,8 @@ class Population:
         """A value in the range: uniform, or log-uniform (of 1 - gamma for gamma)."""
         if not bounds.log:
             return self._rng.uniform(bounds.low, bounds.high)
-        if name == "gamma":
-            low, high = math.log(1 - bounds.high), math.log(1 - bounds.low)
-            return 1 - math.exp(self._rng.uniform(low, high))
-        return math.exp(self._rng.uniform(math.log(bounds.low), math.log(bounds.high)))
+        low, high = sorted(math.log(varied_scale(name, bound)) for bound in (bounds.low, bounds.high))
+        return varied_scale(name, math.exp(self._rng.uniform(low, high)))
 
     def state_dict(self) -> dict[str, Any]:
         return {"trained_since": dict(self.trained_since), "exploits": self.exploits, "best": self.best}
