@@ -270,14 +270,14 @@ def test_owed_gradient_steps_go_on_in_versions_of_bounded_size_without_new_data(
     assert version == 4  # 1,000 owed gradient steps in versions of 250
 
 
-EPISODES_SENT = 40  # 8,000 env steps: random play about -1,200, the policy below -800 after them
+EPISODES_SENT = 10  # 2,000 env steps; the 5th brings the buffer to learning_starts (1,000)
 
 
 @pytest.mark.e2e
-def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
+def test_sac_trains_on_every_step_of_episodes_sent_without_ever_waiting(tmp_path):
     """A client faster than the learner sends EPISODES (no reply) and never waits: its data
-    is trained on all the same (the owed gradient steps go on after it stops), and the
-    final policy swings the pendulum up although most of the data came from early ones."""
+    is trained on all the same, the owed gradient steps going on after it stops. (That SAC
+    learns from such stale data is the Pendulum test above: its client never waits either.)"""
     rng = np.random.default_rng(0)
     env = gym.make("Pendulum-v1")
     with running_gateway(pendulum_settings(tmp_path)) as gateway, gateway.client("tcp", timeout=120) as client:
@@ -295,22 +295,15 @@ def test_sac_learns_from_episodes_sent_without_ever_waiting(tmp_path):
             policy = policy_of(client.request({"type": "GET_STATE"}))  # the latest version, never waited for
         learner = learner_of(gateway.service)
         wait_until(lambda: not learner.owes_updates and not gateway.service.status().training_in_progress, 300, "the owed gradient steps")
-        final = policy_of(client.request({"type": "GET_STATE"}))
+        final = client.request({"type": "GET_STATE"})
         trained = gateway.service.metrics.num_env_steps_trained_lifetime
+        gradient_steps = learner.sac.updates
 
-    returns = []
-    for i in range(5):
-        obs, _ = env.reset(seed=1000 + i)
-        total = 0.0
-        for _ in range(200):
-            obs, reward, _, _, _ = env.step(2 * np.tanh(final.dist_inputs(obs[None])[0, :1]))  # the mean action
-            total += reward
-        returns.append(total)
-    # How far the client ran ahead of the learner depends on the machine (under load in CI it
-    # barely did); what must hold is that every step was trained and the policy learned.
-    print(f"greedy returns after {trained} env steps: {np.round(returns)}")
     assert trained == 200 * EPISODES_SENT
-    assert np.mean(returns) > -800, returns  # random play: about -1,200
+    # One gradient step per env step received from the one that filled the buffer to
+    # learning_starts on: episodes 5 to 10, 1,200 steps, in versions of at most 250.
+    assert gradient_steps == 200 * (EPISODES_SENT - FAST_SAC.learning_starts // 200 + 1)
+    assert final["weights_seq_no"] >= 1200 // FAST_SAC.updates_per_version
 
 
 def mean_and_log_std(onnx_bytes: bytes, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
