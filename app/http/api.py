@@ -308,7 +308,9 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
                 module_id=module.module_id,
                 action_distribution=module.action_distribution,
                 **module_training(gateway.settings, status, module),
-                self_play=SelfPlayStatus(**league.summary()) if league is not None else None,
+                self_play=SelfPlayStatus(**league.summary(), exploiter=status.exploiters.get(module.module_id))
+                if league is not None
+                else None,
                 population=PopulationStatus(**population) if (population := status.populations.get(module.module_id)) else None,
                 member_of=module.member_of,
                 best_model=asdict(best) if (best := status.best_models.get(module.module_id)) else None,

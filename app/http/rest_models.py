@@ -128,12 +128,36 @@ class LeagueSnapshot(BaseModel):
     against_snapshots: LeagueScore | None = Field(
         description="Its score as the learner against older snapshots (None before such a game)."
     )
+    against_exploiters: LeagueScore | None = Field(
+        None, description="Its score as the learner against frozen exploiters (None before such a game)."
+    )
+
+
+class LeagueExploiter(BaseModel):
+    """A frozen copy of the learner's exploiter that joined the league when it beat the learner."""
+
+    joined_at: int = Field(description="The version at which it joined (its key in the league: minus this).")
+    elo: float = Field(description="Its rating, fitted from its games against the learner's snapshots.")
+    games: int = Field(description="Rated games it played as the opponent.")
+
+
+class ExploiterStatus(BaseModel):
+    """The learner's main exploiter now (self_play.exploiter): how it fares against the learner."""
+
+    module_id: str = Field(description="Its module (a learner of its own; clients never name it).")
+    win_rate: float | None = Field(description="Its mean score over its last `games` games against the learner; None before that many.")
+    games: int = Field(description="Games counted since it last started again from the learner's weights.")
+    env_steps: int = Field(description="Env steps it trained on since it last started again.")
+    joined: int = Field(description="Its frozen copies added to the league so far.")
+    restarts: int = Field(description="Times it started again without joining (max_env_steps spent).")
 
 
 class LeagueRecord(BaseModel):
     """The learner's recent games against one kind of opponent in one seat."""
 
-    opponent: str = Field(description="A reference's name (random, or a scripted reference's), snapshots, or latest (itself).")
+    opponent: str = Field(
+        description="A reference's name (random, or a scripted reference's), snapshots, exploiters (frozen exploiters), or latest (itself)."
+    )
     seat: str = Field(description="The learner's agent_id in those games (default: chunks without one).")
     win: int = Field(description="The learner's wins in those games (recent window).")
     draw: int = Field(description="The learner's draws in those games (recent window).")
@@ -282,6 +306,8 @@ class SelfPlayStatus(BaseModel):
     )
     references: list[LeagueReference] = Field(description="The fixed reference players; their ratings never move.")
     snapshots: list[LeagueSnapshot] = Field(description="Kept snapshots, oldest first.")
+    exploiters: list[LeagueExploiter] = Field(default_factory=list, description="Kept frozen exploiters, oldest first.")
+    exploiter: ExploiterStatus | None = Field(None, description="The main exploiter now; None without one.")
     record_window: int = Field(description="Recent games per opponent and seat that `records` counts.")
     records: list[LeagueRecord] = Field(description="Wins, draws and losses by opponent and seat over recent games.")
     evaluation_records: list[LeagueRecord] = Field(

@@ -110,11 +110,13 @@ class ServingService:
         episodes = self._episodes.setdefault(client.id, {})
         self._clients[client.id] = client
         try:
-            module = self.policies.module_to_play(request.agent_id, request.module_id)
+            named = self.policies.module_to_play(request.agent_id, request.module_id)
         except UnknownModule as exc:
             raise refusal(str(exc)) from None
-        self._check_playable(module)
-        module = self.policies.member_for(module, client.slot)  # a population's: the member the client plays
+        self._check_playable(named)
+        # A population's: the member the client plays; a self-play learner's on an exploiter's slot, the
+        # exploiter, and its opponent's there, the learner's latest weights (played, never trained on here).
+        module = self.policies.member_for(named, client.slot)
         if request.episode_id is not None and request.episode_id in episodes:
             raise refusal(f"episode {request.episode_id!r} is already open on this connection")
         if len(episodes) >= self.settings.max_open_episodes_per_connection:
@@ -130,9 +132,9 @@ class ServingService:
                 ErrorCode.TOO_MANY_EPISODES,
             )
         episode_id = request.episode_id or uuid.uuid4().hex
-        turn = module.trainable and not request.evaluation and self._evaluation_turn(client, request)
-        evaluation = module.trainable and (request.evaluation or turn)
-        training = request.training_enabled and module.trainable and not evaluation
+        turn = named.trainable and not request.evaluation and self._evaluation_turn(client, request)
+        evaluation = named.trainable and (request.evaluation or turn)
+        training = request.training_enabled and named.trainable and not evaluation
         steps = self._tables.setdefault(module.module_id, StepTable(module.state_size))
         episodes[episode_id] = ServedEpisode(
             episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation, turn

@@ -63,6 +63,26 @@ class ScriptedReference(BaseModel):
 REFERENCE_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 
 
+class ExploiterConfig(BaseModel):
+    """A main exploiter (AlphaStar's): a learner of its own, `<module_id>.exploiter`, that plays
+    only against the main learner's latest weights and looks for the lines that beat it. When
+    it wins often enough, a frozen copy of it joins the league, where the main learner meets
+    it until it stops losing to it, and the exploiter starts again from the main learner's weights."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: int = Field(
+        2, ge=2, le=1000, description="Every every-th client (by connection slot) plays the exploiter's seat instead of the learner's."
+    )
+    win_rate: float = Field(
+        0.6, gt=0, le=1, description="Score (a win 1, a draw 1/2) over its last `games` games against the learner that makes it join."
+    )
+    games: int = Field(100, ge=1, le=100_000, description="Games the win_rate rule needs (since the exploiter last started again).")
+    max_env_steps: int = Field(
+        200_000, ge=1, description="Env steps after which an exploiter that never met win_rate starts again from the learner's weights."
+    )
+
+
 class SelfPlayConfig(BaseModel):
     """A policy that plays a league: frozen snapshots of itself, its latest weights, the
     uniformly random reference and any scripted references, rated against those fixed
@@ -114,6 +134,11 @@ class SelfPlayConfig(BaseModel):
         "finite (n straight wins against random rate about 400 log10(n) above it); more pulls ratings towards it.",
     )
     record_window: int = Field(200, ge=1, le=100_000, description="Recent games per opponent and seat counted in /api/policies' records.")
+    exploiter: ExploiterConfig | None = Field(
+        None,
+        description="A main exploiter that trains against the learner's latest weights only; its frozen copies that beat "
+        "the learner join the league (docs/multi-agent.md); None: none.",
+    )
     # Settings of earlier releases, accepted and unused: ratings are now fitted, not stepped by a K-factor.
     elo_k: float | None = Field(None, description="Unused (ratings are fitted from the games); accepted for old settings.")
     initial_elo: float | None = Field(None, description="Unused (see random_elo); accepted for old settings.")

@@ -41,6 +41,14 @@ from app.spaces.models import (
 )
 from app.training.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, supporting
 
+EXPLOITER_SUFFIX = ".exploiter"
+
+
+def exploiter_id(module_id: str) -> str:
+    """The module id of a self-play learner's main exploiter (SelfPlayConfig.exploiter)."""
+    return module_id + EXPLOITER_SUFFIX
+
+
 MAX_REMEMBERED_AGENTS = 100_000  # agent ids whose module is remembered (then forgotten all at once)
 
 
@@ -118,6 +126,9 @@ class Module:
             raise ValueError(f"module {self.module_id!r}: self-play leagues are for feed-forward policies yet; drop model.use_lstm")
         if self.population is not None:
             self._check_population(self.population)
+        exploiter = exploiter_id(self.module_id)
+        if self.self_play is not None and self.self_play.exploiter is not None and not MODULE_ID_PATTERN.match(exploiter):
+            raise ValueError(f"module {self.module_id!r}: its exploiter's id {exploiter!r} is too long; shorten the module id")
 
     @property
     def members(self) -> list[str]:
@@ -287,6 +298,8 @@ class PolicySet:
                         algorithm=algorithm, action_masking=masking, model=policy.model or settings.model,
                     )
                 )
+            if policy.self_play is not None and policy.self_play.exploiter is not None:
+                modules.append(replace(head, module_id=exploiter_id(module_id), self_play=None, member_of=module_id))
         return cls(modules, settings.policy_mapping)
 
     @property
@@ -305,19 +318,35 @@ class PolicySet:
 
     @property
     def client_modules(self) -> list[Module]:
-        """The modules clients play and name: all but populations' members."""
+        """The modules clients play and name: all but populations' members and exploiters."""
         return [module for module in self.modules.values() if module.member_of is None]
+
+    @property
+    def slot_modules(self) -> dict[str, list[str]]:
+        """The modules clients name whose part depends on the client's slot (ClientInfo.slot): the
+        ids that play it, slot after slot, round. A population's module: its members. A self-play
+        learner with an exploiter: itself, but the exploiter every `every`-th slot, where its
+        opponent module plays the learner's latest weights."""
+        played: dict[str, list[str]] = dict(self.populations)
+        for module in self.modules.values():
+            if module.self_play is not None and module.self_play.exploiter is not None:
+                others = module.self_play.exploiter.every - 1
+                played[module.module_id] = [module.module_id] * others + [exploiter_id(module.module_id)]
+                opponent = next(m.module_id for m in self.modules.values() if m.opponent_of == module.module_id)
+                played[opponent] = [opponent] * others + [module.module_id]
+        return played
 
     def played_by(self, module_id: str, slot: int) -> str:
         """`member_for`, by id."""
         return self.member_for(self.modules[module_id], slot).module_id
 
     def member_for(self, module: Module, slot: int) -> Module:
-        """The module that trains and acts for a client in `slot` (ClientInfo.slot): in a
-        population, the member `slot` falls on; any other module is its own."""
-        if module.population is None:
+        """The module that trains and acts for a client in `slot` (ClientInfo.slot) where it
+        names `module`: the one `slot_modules` gives; any other module is its own."""
+        if module.population is None and module.self_play is None and module.opponent_of is None:
             return module
-        return self.modules[module.members[slot % module.population.size]]
+        played = self.slot_modules.get(module.module_id)
+        return module if played is None else self.modules[played[slot % len(played)]]
 
     def module_for(self, agent_id: str | None, module_id: str | None = None) -> Module:
         """The trainable module a chunk of `agent_id` (or naming `module_id`) belongs to.

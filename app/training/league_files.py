@@ -1,7 +1,8 @@
 """A self-play module's league on disk, beside its checkpoint: `league/league.json` (the
 ratings, which versions are snapshots, their rated results and the recent records: League.ratings;
 the fixed references are not saved) and one `league/<weights_seq_no>.onnx` per
-snapshot, written once; files of snapshots that left the window are removed. A league
+snapshot (`league/-<weights_seq_no>.onnx` per frozen exploiter, by the version it joined
+at), written once; files of snapshots that left the window are removed. A league
 made for another model interface (spaces, input names: `--action-masking` changed, say)
 or damaged is not restored: the league starts again, with its folder emptied. `LeagueFiles`
 does both for the training service, on the learner thread."""
@@ -40,7 +41,7 @@ def save_league(module_dir: Path, ratings: dict, snapshots: dict[int, bytes]) ->
             write_atomically(path, lambda f, data=onnx_bytes: f.write(data))
     write_atomically(directory / RATINGS_FILE, lambda f: f.write(orjson.dumps(ratings)))
     for path in directory.glob("*.onnx"):
-        if path.stem.isdigit() and int(path.stem) not in snapshots:
+        if path.stem.removeprefix("-").isdigit() and int(path.stem) not in snapshots:
             path.unlink(missing_ok=True)
 
 
@@ -54,7 +55,7 @@ def load_league(module_dir: Path, current_model: bytes) -> tuple[dict, dict[int,
     expected = interface(current_model)
     try:
         ratings = orjson.loads((directory / RATINGS_FILE).read_bytes())
-        versions = [int(snapshot["weights_seq_no"]) for snapshot in ratings["snapshots"]]
+        versions = [int(snapshot["weights_seq_no"]) for snapshot in ratings["snapshots"] + ratings.get("exploiters", [])]
         snapshots = {version: (directory / f"{version}.onnx").read_bytes() for version in versions}
         for version, onnx_bytes in snapshots.items():
             if (found := interface(onnx_bytes)) != expected:

@@ -26,24 +26,26 @@ class PolicySetState:
     env_params: dict[str, EnvParamValue] = field(default_factory=dict)  # SET_CONFIG's
     # Whether SET_STATE carries env_params: every version published after a curriculum lesson changed.
     send_env_params: bool = False
-    # Each population's module and its members (their exports are in `modules`; the module's is its best member's).
-    populations: dict[str, list[str]] = field(default_factory=dict)
+    # The modules clients name that each slot plays as another (PolicySet.slot_modules): a population's module its
+    # members (their exports are in `modules`; the module's is its best member's), a self-play learner its exploiter.
+    slot_modules: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def default(self) -> PolicyState:
         return self.modules[self.default_module_id]
 
     def set_state_for(self, slot: int) -> SetState:
-        """The SET_STATE of a client in `slot` (ClientInfo.slot): each population's module as the
-        member the slot falls on; members are not named. Built once per version and set of members:
-        without populations every client gets the same message (and encoded frame)."""
-        members = tuple(ids[slot % len(ids)] for ids in self.populations.values())
+        """The SET_STATE of a client in `slot` (ClientInfo.slot): each of `slot_modules` as the
+        module the slot falls on, under the name clients know (members and exploiters are not
+        named). Built once per version and combination: without slot_modules every client gets
+        the same message (and encoded frame)."""
+        members = tuple(ids[slot % len(ids)] for ids in self.slot_modules.values())
         if (built := self._set_states.get(members)) is None:
-            played = dict(zip(self.populations, members))
+            played = dict(zip(self.slot_modules, members))
             files = {
                 module_id: self.modules[played.get(module_id, module_id)].onnx_gzip_b64
                 for module_id in self.modules
-                if module_id not in self._members
+                if module_id not in self._hidden
             }
             built = self._set_states[members] = SetState(
                 onnx_file=files[self.default_module_id],
@@ -58,8 +60,9 @@ class PolicySetState:
         return {}
 
     @cached_property
-    def _members(self) -> frozenset[str]:
-        return frozenset(member for members in self.populations.values() for member in members)
+    def _hidden(self) -> frozenset[str]:
+        """The modules clients never name: those played under another's name only."""
+        return frozenset(member for members in self.slot_modules.values() for member in members) - set(self.slot_modules)
 
 
 class PolicyStore:

@@ -64,6 +64,7 @@ OUTCOMES = ("win", "draw", "loss")
 RANDOM = "random"  # the uniformly random reference's name
 LATEST, REFERENCE, SNAPSHOT = "latest", "reference", "snapshot"  # kinds of opponent
 SNAPSHOTS_RECORD = "snapshots"  # the opponent label of the per-seat records of games against snapshots
+EXPLOITERS_RECORD = "exploiters"  # ... and against frozen exploiters
 REMEMBERED_VERSIONS = 1_000  # versions whose opponent is remembered, to rate games reported late
 REMEMBERED_EPISODES = 10_000  # games remembered by episode id, so that each is counted once
 DEFAULT_SEAT = "default"  # the seat of a chunk without an agent_id
@@ -91,11 +92,18 @@ class Opponent:
     """The opponent of one version: its kind, and which reference or snapshot."""
 
     kind: str  # LATEST, REFERENCE or SNAPSHOT
-    player: Player | None = None  # the reference's name, the snapshot's version; None for LATEST
+    player: Player | None = None  # the reference's name, the snapshot's version (an exploiter's: negative); None for LATEST
 
     def label(self) -> str:
-        """Its row in the per-seat records: a reference's name, 'snapshots' or 'latest'."""
-        return str(self.player) if self.kind == REFERENCE else SNAPSHOTS_RECORD if self.kind == SNAPSHOT else LATEST
+        """Its row in the per-seat records: a reference's name, 'snapshots', 'exploiters' or 'latest'."""
+        if self.kind == SNAPSHOT:
+            return EXPLOITERS_RECORD if is_exploiter(self.player) else SNAPSHOTS_RECORD
+        return str(self.player) if self.kind == REFERENCE else LATEST
+
+
+def is_exploiter(player: Player | None) -> bool:
+    """A frozen exploiter's key: minus the version at which it joined (a learner's snapshots are >= 0)."""
+    return isinstance(player, int) and player < 0
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,7 @@ class League:
         }
         self._reference_states: dict[str, PolicyState] = {}  # made from the learner's first export
         self.snapshots: deque[Snapshot] = deque()
+        self.exploiters: deque[Snapshot] = deque()  # frozen exploiters (SelfPlayConfig.exploiter), the last `window`
         self.results: dict[tuple[int, Player], _Results] = {}
         self.rated_games = 0
         self.games = 0  # every game reported, each once
@@ -198,10 +207,20 @@ class League:
         self._forget_unused()
         self._fitted = False
 
+    def add_exploiter(self, state: PolicyState) -> None:
+        """A frozen exploiter joins the pool (`state.weights_seq_no`: its key, negative), starting
+        at the learner's rating; its games against the learner's snapshots rate it."""
+        assert is_exploiter(state.weights_seq_no), state.weights_seq_no
+        self.exploiters.append(Snapshot(state, self.elo))
+        while len(self.exploiters) > self.cfg.window:
+            self.exploiters.popleft()
+        self._forget_unused()
+        self._fitted = False
+
     def _draw(self) -> Opponent:
         """The opponent of the next version, by the schedule (see the module's docstring)."""
         draw = self._rng.random()
-        older = list(self.snapshots)[:-1]  # the newest is the learner's own snapshot
+        older = list(self.snapshots)[:-1] + list(self.exploiters)  # the newest snapshot is the learner's own
         for name, share in [(RANDOM, self.cfg.play_against_random_ratio)] + [
             (name, reference.play_ratio) for name, reference in self.cfg.scripted_references.items()
         ]:
@@ -220,7 +239,11 @@ class League:
         return Opponent(SNAPSHOT, self._rng.choice(older).weights_seq_no)
 
     def _snapshot(self, version: int) -> Snapshot:
-        return next(s for s in self.snapshots if s.weights_seq_no == version)
+        return next(s for s in self._players() if s.weights_seq_no == version)
+
+    def _players(self) -> list[Snapshot]:
+        """The rated players that are not references: the learner's snapshots, then the frozen exploiters."""
+        return [*self.snapshots, *self.exploiters]
 
     # -- Games ------------------------------------------------------------------------
 
@@ -286,11 +309,11 @@ class League:
         return 1
 
     def _known(self, version: int) -> bool:
-        return any(s.weights_seq_no == version for s in self.snapshots)
+        return any(s.weights_seq_no == version for s in self._players())
 
     def _forget_unused(self) -> None:
         """Drop the results of snapshots that left the window (the ratings are the window's)."""
-        kept = {s.weights_seq_no for s in self.snapshots}
+        kept = {s.weights_seq_no for s in self._players()}
         self.results = {(a, b): r for (a, b), r in self.results.items() if a in kept and (b in kept or b in self.references)}
 
     # -- Ratings ----------------------------------------------------------------------
@@ -309,11 +332,12 @@ class League:
         if self._fitted or not self.snapshots:
             self._fitted = True
             return
-        index = {s.weights_seq_no: i for i, s in enumerate(self.snapshots)}
+        players = self._players()
+        index = {s.weights_seq_no: i for i, s in enumerate(players)}
         pairs: list[tuple[int, Player, float, float]] = [(a, b, r.score, float(r.games)) for (a, b), r in self.results.items()]
         prior = self.cfg.prior_games
-        pairs += [(s.weights_seq_no, RANDOM, prior / 2, prior) for s in self.snapshots]
-        ratings = np.array([s.elo for s in self.snapshots], dtype=np.float64)
+        pairs += [(s.weights_seq_no, RANDOM, prior / 2, prior) for s in players]
+        ratings = np.array([s.elo for s in players], dtype=np.float64)
         c = math.log(10) / ELO_SCALE
         for _ in range(NEWTON_STEPS):
             gradient = np.zeros(len(ratings))
@@ -334,7 +358,7 @@ class League:
             ratings += step
             if np.max(np.abs(step)) < 1e-6:
                 break
-        for snapshot, rating in zip(self.snapshots, ratings):
+        for snapshot, rating in zip(players, ratings):
             snapshot.elo = float(rating)
         self._fitted = True
 
@@ -348,31 +372,33 @@ class League:
             "rated_games": self.rated_games,
             "games": self.games,
             "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.snapshots],
+            "exploiters": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.exploiters],
             "results": [[a, b, r.score, r.games] for (a, b), r in self.results.items()],
             "records": _saved(self.records),
             "evaluation_records": _saved(self.evaluation_records),
         }
 
     def snapshot_files(self) -> dict[int, bytes]:
-        """Each snapshot's ONNX, by version."""
-        return {s.weights_seq_no: s.state.onnx_bytes for s in self.snapshots}
+        """Each snapshot's ONNX, by version (a frozen exploiter's by its key)."""
+        return {s.weights_seq_no: s.state.onnx_bytes for s in self._players()}
 
     def restore(self, ratings: dict[str, Any], snapshot_files: dict[int, bytes]) -> None:
         """Take back what `ratings` and `snapshot_files` gave (the last `window` snapshots);
         a league saved before format 2 keeps its snapshots and their ratings, not its games."""
         self.rated_games, self.games = int(ratings["rated_games"]), int(ratings.get("games", ratings["rated_games"]))
-        self.snapshots.clear()
-        for snapshot in ratings["snapshots"][-self.cfg.window :]:
-            onnx_bytes = snapshot_files[snapshot["weights_seq_no"]]
-            state = PolicyState(int(snapshot["weights_seq_no"]), onnx_bytes, set_state_payload(onnx_bytes))
-            self.snapshots.append(Snapshot(state, float(snapshot["elo"])))
+        for players, saved_players in ((self.snapshots, ratings["snapshots"]), (self.exploiters, ratings.get("exploiters", []))):
+            players.clear()
+            for snapshot in saved_players[-self.cfg.window :]:
+                onnx_bytes = snapshot_files[snapshot["weights_seq_no"]]
+                state = PolicyState(int(snapshot["weights_seq_no"]), onnx_bytes, set_state_payload(onnx_bytes))
+                players.append(Snapshot(state, float(snapshot["elo"])))
         self.results = {(int(a), b): _Results(float(score), int(games)) for a, b, score, games in ratings.get("results", [])}
         _restore(self.records, ratings.get("records", []))
         _restore(self.evaluation_records, ratings.get("evaluation_records", []))
-        saved = (len(ratings["snapshots"]), len(self.results))
+        saved = (len(ratings["snapshots"]) + len(ratings.get("exploiters", [])), len(self.results))
         self._forget_unused()
         # The saved ratings are the fit of these results, unless the window dropped some: kept as they are.
-        self._fitted = ratings.get("format") == 2 and saved == (len(self.snapshots), len(self.results))
+        self._fitted = ratings.get("format") == 2 and saved == (len(self._players()), len(self.results))
 
     def summary(self) -> dict[str, Any]:
         """The rating, the league and the recent records, for /api/policies and the dashboard."""
@@ -391,9 +417,13 @@ class League:
                     "elo": s.elo,
                     "games": self._games_of(s.weights_seq_no),
                     "against_random": self._score_of(s.weights_seq_no, lambda b: b == RANDOM),
-                    "against_snapshots": self._score_of(s.weights_seq_no, lambda b: isinstance(b, int)),
+                    "against_snapshots": self._score_of(s.weights_seq_no, lambda b: isinstance(b, int) and not is_exploiter(b)),
+                    "against_exploiters": self._score_of(s.weights_seq_no, is_exploiter),
                 }
                 for s in self.snapshots
+            ],
+            "exploiters": [
+                {"joined_at": -s.weights_seq_no, "elo": s.elo, "games": self._games_of(s.weights_seq_no)} for s in self.exploiters
             ],
             "record_window": self.cfg.record_window,
             "records": self.records.rows(),

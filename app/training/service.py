@@ -47,7 +47,7 @@ from app.training.curriculum import Curriculum
 from app.training.curriculum_files import CurriculumFiles
 from app.training.demos import DemoFileError
 from app.training.device import resolve_device
-from app.training.league_files import LeagueFiles
+from app.training.leagues import Leagues
 from app.training.learner_host import LearnerProcess, LearnerThread, learner_host
 from app.training.metrics import TrainingMetrics
 from app.training.model_files import ModelFiles
@@ -59,7 +59,7 @@ from app.training.populations import Populations
 from app.training.recurrent_states import check_states
 from app.training.registry import ClientInfo, ClientRegistry
 from app.training.scheduler import BatchScheduler
-from app.training.self_play import Game, League
+from app.training.self_play import League
 from app.training.space_adoption import SpaceAdoption
 from app.training.status import TrainingStatus
 
@@ -83,12 +83,8 @@ class LocalTrainingService:
         self._configs = ModuleConfigs(self.policies)
         self._budgets = StepBudgets(settings, self.policies, self._configs)
         self._learners = learner_host(settings, self.policies)
-        self.leagues = {
-            module.module_id: League(module.self_play, seed=settings.seed)
-            for module in self.policies.trainable
-            if module.self_play is not None
-        }
-        self._league_files = LeagueFiles(settings.checkpoint_dir, self.leagues, self._learners.run)
+        self.leagues = Leagues(self.policies, settings.checkpoint_dir, settings.seed, self._learners)
+        self._slot_modules = bool(self.policies.slot_modules)  # a client's slot decides what it plays
         self._exports: dict[str, PolicyState] = {}  # each learner's latest export
         self._step_listeners: list[Callable[[], None]] = []
         self.curriculum = Curriculum(settings.env_params, self.policies.default_module_id)  # env_params and lessons
@@ -140,8 +136,7 @@ class LocalTrainingService:
         for module_id in self._configs:
             self._exports[module_id] = await self._learners.call("export", module_id)
         await self.populations.start()
-        for module_id in self.leagues:
-            await self._league_files.restore(module_id, module_id in restored, self._exports[module_id].onnx_bytes)
+        await self.leagues.restore(restored, self._exports)
         if restored:
             await self._curriculum_files.restore()
             await self._learners.run(self.best_models.restore, list(restored))
@@ -158,7 +153,7 @@ class LocalTrainingService:
             report.cancel()
         await asyncio.gather(*self._model_writes)
         await self._learners.call("save_all")
-        await self._league_files.save()
+        await self.leagues.save()
         await self._curriculum_files.save()
         await self._learners.stop()
         version = self._store.current.weights_seq_no
@@ -174,12 +169,12 @@ class LocalTrainingService:
                 states[module.module_id] = self._exports[module.module_id]
             else:
                 learner = self._exports[module.opponent_of]
-                states[module.module_id] = self.leagues[module.opponent_of].on_new_version(weights_seq_no, learner)
+                states[module.module_id] = self.leagues.opponent(module.opponent_of, weights_seq_no, learner)
         curriculum = self.curriculum  # SET_STATE carries env_params from the first lesson change on
         self._store.publish(
             PolicySetState(
                 weights_seq_no, states, self.policies.default_module_id, curriculum.values, curriculum.changes > 0,
-                self.policies.populations,
+                self.policies.slot_modules,
             )  # fmt: skip
         )
         curriculum.published()
@@ -239,26 +234,20 @@ class LocalTrainingService:
         if not episodes:
             return
         blocks = []
-        games: dict[str, list[Game]] = {}  # each league's games ended in this message
         received = blocks_of(episodes, self.policies.default_module_id)
-        if self.populations:  # a population's module's chunks are the client's member's
+        if self._slot_modules:  # a population's module's chunks are the client's member's, a learner's its exploiter's
             received = [block.as_module(self.policies.played_by(block.module_id, client.slot)) for block in received]
         check_states(received, self.policies, partial(self.metrics.continues_episode, client.id))  # before any is kept
         # Received, so sampled (or evaluated): from here on trained, dropped or pending.
         for block in received:
             self.metrics.record_chunks(client.id, block)
             sampled = block.select([not evaluation for evaluation in block.evaluation]) if any(block.evaluation) else block
-            if block.module_id in self.leagues and any(block.evaluation):
-                evaluated = _games(block.with_versions(client.last_weights_seq_no_sent), evaluation=True)
-                self.leagues[block.module_id].record_evaluations(evaluated)
+            if any(block.evaluation):
+                self.leagues.record_evaluations(block.with_versions(client.last_weights_seq_no_sent))
             training = sampled.with_versions(client.last_weights_seq_no_sent)
-            if not training.num_chunks:
-                continue
-            blocks.append(training)
-            if block.module_id in self.leagues and (ended := _games(training)):
-                games.setdefault(block.module_id, []).extend(ended)
-        for module_id, ended in games.items():
-            self.leagues[module_id].record_games(ended)
+            if training.num_chunks:
+                blocks.append(training)
+        self.leagues.record_games(blocks)
         self._scheduler.add(client, blocks)
 
     def stop_training(self, module_id: str, reason: str) -> None:
@@ -318,10 +307,11 @@ class LocalTrainingService:
             configs={module_id: (configs.algorithm_of(module_id), configs[module_id]) for module_id in trainable}
             | self.populations.served_configs(),
             clients=self._registry.clients,
-            leagues=self.leagues,
+            leagues=self.leagues.by_module,
             curriculum=self.curriculum.status(),
             best_models=dict(self.best_models.best),
             populations=self.populations.status(),
+            exploiters=self.leagues.exploiter_status(),
         )
 
     # -- Hyperparameters ------------------------------------------------------------
@@ -354,12 +344,13 @@ class LocalTrainingService:
         trained = {m: (sum(block.num_steps for block in by_module[m]), stats) for m, (_, stats) in results.items()}
         if self.populations:
             await self.populations.after_training(version, trained, self._exports)
+        await self.leagues.after_training(version, trained, self._exports)
         self._publish(version)
         self.metrics.record_training_step(version, trained, seconds)  # counted trained now
         for listener in self._step_listeners:
             listener()
-        _log_training_step(version, trained, reasons, stale_steps, seconds, self.metrics.snapshot(), self.leagues)
-        await self._league_files.save()  # a new snapshot, and the ratings so far (after clients heard of the version)
+        _log_training_step(version, trained, reasons, stale_steps, seconds, self.metrics.snapshot(), self.leagues.by_module)
+        await self.leagues.save()  # a new snapshot, and the ratings so far (after clients heard of the version)
         await self._curriculum_files.save()
         self._write_model_files()
 
@@ -445,16 +436,6 @@ def _log_training_step(
             rating,
             " ".join(f"{name} {value:.4g}" for name, value in stats.items()),
         )
-
-
-def _games(block: ChunkBlock, evaluation: bool = False) -> list[Game]:
-    """The games that chunks of the block end (those with an outcome), of training or of evaluation episodes."""
-    seats = zip(block.episode_id, block.agent_id, block.outcome, block.weights_seq_no, block.evaluation)
-    return [
-        Game(episode_id, seat, outcome, version)
-        for episode_id, seat, outcome, version, evaluated in seats
-        if outcome is not None and evaluated == evaluation
-    ]
 
 
 def _log_failure(call: Future[None]) -> None:

@@ -37,6 +37,7 @@ class TrainingStatus:
     curriculum: dict[str, dict[str, Any]]  # each env_params curriculum's lesson now, by parameter
     best_models: dict[str, BestModel]  # by trainable module that has one: which version best.onnx is
     populations: dict[str, dict[str, Any]]  # by population's module: Populations.status()
+    exploiters: dict[str, dict[str, Any]]  # by self-play module that has one: its exploiter, Leagues.exploiter_status()
 
     @property
     def onnx_output_names(self) -> list[str]:
