@@ -222,6 +222,10 @@ function roleText(policy, policies) {
     return `opponent of ${opponentOf}: ${opponentText(league)}`;
   }
   const memberOf = get(policy, 'member_of');
+  const exploiter = get(policies.find((p) => get(p, 'module_id') === memberOf), 'self_play.exploiter');
+  if (memberOf !== null && get(exploiter, 'module_id') === get(policy, 'module_id')) {
+    return `exploiter of ${memberOf}: ${exploiterText(exploiter)}`;
+  }
   if (memberOf !== null) return `member of ${memberOf}: ${memberText(policy, policies, memberOf)}`;
   const population = get(policy, 'population');
   if (population !== null) {
@@ -232,6 +236,13 @@ function roleText(policy, policies) {
   if (trains === false) return 'frozen';
   if (trains !== true) return MISSING;
   return get(policy, 'self_play') === null ? 'trainable' : 'trainable, self-play';
+}
+
+/** A self-play learner's exploiter now: its score against the learner and its frozen copies that joined the league. */
+function exploiterText(exploiter) {
+  const rate = num(exploiter, 'win_rate');
+  return `score ${rate === null ? MISSING : formatNumber(rate, 2)} over ${formatNumber(num(exploiter, 'games'))} games, `
+    + `${formatNumber(num(exploiter, 'joined'))} joined the league, ${formatNumber(num(exploiter, 'restarts'))} restarts`;
 }
 
 /** A population member's hyperparameters now, as its population's entry in /api/policies has them. */

@@ -352,6 +352,29 @@ def test_the_policies_table_shows_a_population_and_each_members_hyperparameters(
     assert rows["p.0"]["role"] == "member of p: learning_rate 0.003, ent_coef 0, clip_coef 0.2, gamma 0.995" and not errors, errors
 
 
+def test_the_policies_table_shows_a_self_play_learners_exploiter(browser, tmp_path):
+    spaces = {"observation_space": {"type": "box", "shape": [2]}, "action_space": {"type": "discrete", "n": 2}}
+    self_play = {"exploiter": {"games": 2}, "play_against_random_ratio": 0.0}
+    mapping = {"a": "duel", "b": "duel_opponent"}
+    settings = gateway_settings(tmp_path, policies={"duel": spaces | {"self_play": self_play}}, policy_mapping=mapping)
+    with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as first:
+        first.send(frame({"type": "GET_STATE"}))  # slot 0: the learner's seat; slot 1: the exploiter's
+        first.receive()
+        second = TcpPeer.connect(gateway)
+        second.send(frame({"type": "GET_STATE"}))
+        version = second.receive()["weights_seq_no"]
+        episode = chunk(2, obs_dim=2, agent_id="a", module_id="duel", outcome="loss", episode_id="e1", weights_seq_no=version)
+        second.send(frame({"type": "EPISODES_AND_GET_STATE", "episodes": [episode]}))
+        second.receive()
+        with open_page(browser, gateway.base_url) as page:
+            _wait_for_policies_polls(page, _policies_polls(page) + 1)
+            rows = dict(page.page.evaluate(READ_POLICIES_JS))
+            errors = page.errors()
+        second.close()
+    role = "exploiter of duel: score — over 1 games, 0 joined the league, 0 restarts"
+    assert rows["duel.exploiter"]["role"] == role and not errors, errors
+
+
 HISTORY_STEPS = 30
 
 
