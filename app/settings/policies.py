@@ -255,6 +255,7 @@ class PolicySet:
                     f"modules: {', '.join(self.modules)}"
                 )
         self.default_module_id = modules[0].module_id
+        self.slot_modules = self._slot_modules()  # ids and configs never change (`replace` swaps spaces only)
         self._mapped: dict[str, Module | None] = {}  # agent_id -> its module: globs matched once per agent
         self._trainable: dict[Any, Module] = {}  # module_for's answers, by agent_id or (agent_id, module_id) (modules_for)
 
@@ -321,8 +322,7 @@ class PolicySet:
         """The modules clients play and name: all but populations' members and exploiters."""
         return [module for module in self.modules.values() if module.member_of is None]
 
-    @property
-    def slot_modules(self) -> dict[str, list[str]]:
+    def _slot_modules(self) -> dict[str, list[str]]:
         """The modules clients name whose part depends on the client's slot (ClientInfo.slot): the
         ids that play it, slot after slot, round. A population's module: its members. A self-play
         learner with an exploiter: itself, but the exploiter every `every`-th slot, where its
@@ -343,8 +343,6 @@ class PolicySet:
     def member_for(self, module: Module, slot: int) -> Module:
         """The module that trains and acts for a client in `slot` (ClientInfo.slot) where it
         names `module`: the one `slot_modules` gives; any other module is its own."""
-        if module.population is None and module.self_play is None and module.opponent_of is None:
-            return module
         played = self.slot_modules.get(module.module_id)
         return module if played is None else self.modules[played[slot % len(played)]]
 

@@ -34,20 +34,20 @@ class Exploiter:
 
     learner_id: str
     config: ExploiterConfig
-    scores: deque[float] = field(default_factory=deque)
+    scores: deque[float] = field(init=False)  # its last `games` scores
     env_steps: int = 0
     joined: int = 0  # frozen copies added to the league so far
     restarts: int = 0  # times it started again without joining
+
+    def __post_init__(self) -> None:
+        self.scores = deque(maxlen=self.config.games)
 
     @property
     def module_id(self) -> str:
         return exploiter_id(self.learner_id)
 
     def record(self, games: list[Game]) -> None:
-        for game in games:
-            self.scores.append(SCORES[game.outcome])
-        while len(self.scores) > self.config.games:
-            self.scores.popleft()
+        self.scores.extend(SCORES[game.outcome] for game in games)
 
     @property
     def win_rate(self) -> float | None:
@@ -127,15 +127,14 @@ class Leagues:
                     stats["win_rate"] = rate  # the log and TensorBoard show it
             if (decision := exploiter.decision()) is None:
                 continue
-            rate, steps = exploiter.win_rate, exploiter.env_steps
+            rate, games, steps = exploiter.win_rate, len(exploiter.scores), exploiter.env_steps
             if decision == JOINS:
                 self.by_module[exploiter.learner_id].add_exploiter(replace(exports[exploiter.module_id], weights_seq_no=-version))
             await self._copy_learner(exploiter, exports)
             exploiter.started_again(decision == JOINS)
             logger.info(
                 "%s %s at weights_seq_no %d: score %s against %s over its last %d games, %d env steps",
-                exploiter.module_id, decision, version, "n/a" if rate is None else f"{rate:.2f}", exploiter.learner_id,
-                len(exploiter.scores) if rate is None else exploiter.config.games, steps,
+                exploiter.module_id, decision, version, "n/a" if rate is None else f"{rate:.2f}", exploiter.learner_id, games, steps,
             )  # fmt: skip
 
     def exploiter_status(self) -> dict[str, dict[str, Any]]:
