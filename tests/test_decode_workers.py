@@ -113,6 +113,41 @@ def hang_warnings(caplog, pid: int) -> list[str]:
     ]
 
 
+async def started(workers: DecodeWorkers) -> None:
+    """Start them: the first large body does (it is decoded here, while they import)."""
+    await workers.start()
+    assert await workers.submit(large_body(99)) is None
+    await asyncio.to_thread(wait_until, lambda: workers.ready == workers._count, what="the workers to start up")
+
+
+def start_workers_of(gateway) -> int:
+    """Send the gateway's first large body (it starts the decode workers) and wait for them
+    to start up; the env steps it has ingested by then."""
+    with tcp_socket(gateway) as sock:
+        sock.sendall(encode_frame(large_body(99)) + PING)
+        assert recv_frames(sock, 1) == [{"type": "PONG"}]
+    wait_until(lambda: gateway.decoders.ready == gateway.settings.decode_workers, what="the workers to start up")
+    return env_steps_ingested(gateway)
+
+
+def test_workers_start_with_the_first_large_body_not_with_the_gateway(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="app.transport.decode_workers")
+    with running_gateway(gateway_settings(tmp_path, decode_workers=2, train_batch_size=10**9)) as gateway:
+        with tcp_socket(gateway) as sock:
+            sock.sendall(frame({"type": "EPISODES", "episodes": [chunk(20)]}) + PING)
+            assert recv_frames(sock, 1) == [{"type": "PONG"}]
+            assert gateway.decoders.pids == []  # small bodies start none
+            sock.sendall(encode_frame(large_body()) + PING)  # decoded here while they start
+            assert recv_frames(sock, 1) == [{"type": "PONG"}]
+            wait_until(lambda: gateway.decoders.ready == 2, what="the workers to start up")
+            sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(1, 5)) + PING)
+            assert recv_frames(sock, 1) == [{"type": "PONG"}]
+        assert env_steps_ingested(gateway) == 20 + 5 * STEPS
+        assert gateway.decoders.decoded == 4
+    started_lines = [r.getMessage() for r in caplog.records if "decode worker process(es) started" in r.getMessage()]
+    assert started_lines == [f"2 decode worker process(es) started (the first body of {len(large_body())} bytes came in)"]
+
+
 def test_workers_decode_large_bodies_as_the_event_loop_would():
     bodies = [
         large_body(),
@@ -125,9 +160,8 @@ def test_workers_decode_large_bodies_as_the_event_loop_would():
 
     async def decode_all() -> list:
         workers = DecodeWorkers(1, ARRAY_FIELDS)
-        await workers.start()
         try:
-            await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
+            await started(workers)
             futures = [await workers.submit(body) for body in bodies]
             assert await workers.submit(b'{"type": "PING"}') is None  # small: decoded here
             assert futures[-1] is None  # not an object: decoded here
@@ -161,9 +195,8 @@ def test_a_body_for_a_worker_whose_socket_just_closed_is_decoded_here_not_an_err
 
     async def submit_after_close() -> None:
         workers = DecodeWorkers(1, ARRAY_FIELDS)
-        await workers.start()
         try:
-            await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
+            await started(workers)
             (worker,) = workers._workers
             worker._writer.transport.close()  # what the loop does when the worker dies
             await asyncio.sleep(0)  # the socket is closed now; the reader wakes a turn later
@@ -180,6 +213,8 @@ def test_a_worker_still_starting_up_is_given_no_bodies():
         workers = DecodeWorkers(1, ARRAY_FIELDS)
         await workers.start()
         try:
+            assert await workers.submit(large_body()) is None  # the first starts the worker
+            await asyncio.to_thread(wait_until, lambda: workers.running == 1, what="the worker to be spawned")
             (pid,) = workers.pids
             with stopped(pid):  # it cannot have said it is ready: it gets nothing to hold
                 assert workers.ready == 0
@@ -190,14 +225,32 @@ def test_a_worker_still_starting_up_is_given_no_bodies():
     asyncio.run(submit_before_ready())
 
 
+def test_workers_stopped_while_still_starting_up_exit_without_a_word(capfd):
+    """A gateway stopping (or failing to start) just after its first large body: the
+    workers, still importing, see their input end and exit quietly (they once raised
+    BrokenPipeError into the gateway's log)."""
+
+    async def stop_at_once() -> None:
+        workers = DecodeWorkers(2, ARRAY_FIELDS)
+        await workers.start()
+        assert await workers.submit(large_body()) is None
+        await asyncio.to_thread(wait_until, lambda: workers.running == 2, what="the workers to be spawned")
+        pids = workers.pids
+        assert workers.ready == 0  # still importing
+        await workers.stop()
+        assert not any(process_exists(pid) for pid in pids)
+
+    asyncio.run(stop_at_once())
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_a_hung_worker_is_killed_its_bodies_come_back_as_none_and_another_decodes(caplog):
     bodies = [large_body(seed) for seed in range(4)]
 
     async def hang_one() -> None:
         workers = DecodeWorkers(1, ARRAY_FIELDS, reply_timeout_s=HANG_BOUND_S)
-        await workers.start()
         try:
-            await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
+            await started(workers)
             (first,) = workers.pids
             assert_same(await (await workers.submit(bodies[0])), loads_with_arrays(bodies[0], ARRAY_FIELDS))
             with stopped(first):
@@ -231,7 +284,7 @@ def test_a_ping_after_large_episodes_is_answered_after_they_are_ingested(tmp_pat
     with running_gateway(settings) as gateway:
         decoders = gateway.decoders
         metrics = gateway.service.metrics
-        wait_until(lambda: decoders.ready == 1, what="the worker to start up")
+        base = start_workers_of(gateway)
         (worker,) = decoders.pids
         with tcp_socket(gateway) as sock:
             with stopped(worker):  # nothing comes back from the worker until SIGCONT
@@ -239,14 +292,14 @@ def test_a_ping_after_large_episodes_is_answered_after_they_are_ingested(tmp_pat
                 sock.settimeout(0.5)
                 with pytest.raises(TimeoutError):
                     sock.recv(1)  # no PONG ahead of the EPISODES it follows
-                assert metrics.num_env_steps_sampled_lifetime == 0
+                assert metrics.num_env_steps_sampled_lifetime == base
             sock.settimeout(60)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert metrics.num_env_steps_sampled_lifetime == STEPS
+            assert metrics.num_env_steps_sampled_lifetime == base + STEPS
             for round_ in range(1, 4):
                 sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(8)) + PING)
                 assert recv_frames(sock, 1) == [{"type": "PONG"}]
-                assert metrics.num_env_steps_sampled_lifetime == (1 + round_ * 8) * STEPS
+                assert metrics.num_env_steps_sampled_lifetime == base + (1 + round_ * 8) * STEPS
         assert decoders.pids == [worker]
         assert decoders.decoded == 1 + 3 * 8
 
@@ -255,20 +308,20 @@ def test_a_dead_worker_costs_no_data_and_is_replaced(tmp_path):
     settings = gateway_settings(tmp_path, decode_workers=1, train_batch_size=10**9)
     with running_gateway(settings) as gateway:
         decoders = gateway.decoders
-        wait_until(lambda: decoders.ready == 1, what="the worker to start up")
+        base = start_workers_of(gateway)
         (first,) = decoders.pids
         with tcp_socket(gateway) as sock:
             sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(40)))
             os.kill(first, signal.SIGKILL)  # while bodies are on their way to it or in it
             sock.sendall(PING)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert env_steps_ingested(gateway) == 40 * STEPS
+            assert env_steps_ingested(gateway) == base + 40 * STEPS
             wait_until(lambda: decoders.ready == 1 and decoders.pids != [first], what="a new worker")
             (second,) = decoders.pids
             assert second != first
             sock.sendall(encode_frame(large_body()) + PING)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert env_steps_ingested(gateway) == 41 * STEPS
+            assert env_steps_ingested(gateway) == base + 41 * STEPS
             assert decoders.decoded == 1  # the new worker did decode
 
 
@@ -279,21 +332,21 @@ def test_a_hung_worker_costs_no_data_and_is_replaced(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="app.transport.decode_workers")
     with running_gateway(settings) as gateway:
         decoders = gateway.decoders
-        wait_until(lambda: decoders.ready == 1, what="the worker to start up")
+        base = start_workers_of(gateway)
         (first,) = decoders.pids
         with tcp_socket(gateway) as sock, stopped(first):
             # The stopped worker takes these bodies and answers none of them: the PONG
             # behind them comes once they are decoded on the event loop instead.
             sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(6)) + PING)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert env_steps_ingested(gateway) == 6 * STEPS
+            assert env_steps_ingested(gateway) == base + 6 * STEPS
             wait_until(lambda: not process_exists(first), what="the hung worker killed and reaped")
             wait_until(lambda: decoders.ready == 1 and decoders.pids != [first], what="a new worker")
             (second,) = decoders.pids
             assert second != first
             sock.sendall(encode_frame(large_body(6)) + PING)
             assert recv_frames(sock, 1) == [{"type": "PONG"}]
-            assert env_steps_ingested(gateway) == 7 * STEPS
+            assert env_steps_ingested(gateway) == base + 7 * STEPS
             assert decoders.decoded == 1  # the new worker did decode
         (warning,) = hang_warnings(caplog, first)
         assert f"decode worker {first} answered nothing for {HANG_BOUND_S:g} s" in warning
@@ -304,9 +357,9 @@ def test_episodes_still_being_decoded_when_the_client_leaves_are_kept(tmp_path, 
     settings = gateway_settings(tmp_path, decode_workers=workers, train_batch_size=10**9)
     with running_gateway(settings) as gateway:
         decoders = gateway.decoders
-        wait_until(lambda: decoders.ready == workers, what="the workers to start up")
+        base = start_workers_of(gateway) if workers else 0
         sock = socket.create_connection(("127.0.0.1", gateway.tcp_port))
         sock.sendall(b"".join(encode_frame(large_body(seed)) for seed in range(20)))
         sock.close()
-        wait_until(lambda: env_steps_ingested(gateway) == 20 * STEPS, what="every env step ingested")
+        wait_until(lambda: env_steps_ingested(gateway) == base + 20 * STEPS, what="every env step ingested")
         assert decoders.running == workers

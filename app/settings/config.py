@@ -265,8 +265,8 @@ class Settings(BaseSettings):
         default_factory=default_decode_workers,
         ge=0,
         le=64,
-        description="Processes that decode large JSON bodies (episode chunks) beside the event loop; "
-        "0 decodes everything on the event loop.",
+        description="Processes that decode large JSON bodies (episode chunks) beside the event loop, started with "
+        "the first such body; 0 decodes everything on the event loop.",
     )
     decode_timeout_s: float = Field(
         2.0,

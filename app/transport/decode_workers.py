@@ -6,6 +6,10 @@ processes decode large JSON bodies into dicts with numpy arrays (a message's sev
 chunks as columns: app.sansio.chunk_columns) and send them back pickled; the event loop keeps
 framing, validation and the replies, in order.
 
+Workers start with the first body large enough for them, not with the gateway: a gateway
+whose bodies are all small (thin clients, short chunks, tests) never runs one, and the
+bodies that arrive while they import are decoded on the event loop.
+
 A worker is an accelerator, never a dependency: a body it cannot take (small, msgpack,
 no worker ready) or loses (the worker died, or hung) is decoded on the event loop, with
 the same result. A dead worker is replaced. So is a hung one (stopped, deadlocked,
@@ -78,17 +82,18 @@ class DecodeWorkers:
         self._keys = sorted(keys)  # the fields whose number lists become arrays
         self._reply_timeout_s = reply_timeout_s
         self._workers: list[_Worker] = []
+        self._accepting = False  # `start` ran and `stop` did not: bodies may start the workers
+        self._starting: asyncio.Task[None] | None = None  # spawning them, from the first large body on
         self._stopping = False
 
     async def start(self) -> None:
-        """Spawn the workers (they import in the background; bodies wait in their sockets)."""
-        for _ in range(self._count):
-            await self._spawn()
-        if self._count:
-            log.info("%d decode worker process(es) started", self._count)
+        """Let the first body large enough for a worker start them all (`submit`)."""
+        self._accepting = self._count > 0
 
     async def stop(self) -> None:
-        self._stopping = True
+        self._stopping, self._accepting = True, False
+        if self._starting is not None:
+            await self._starting  # a worker spawned after this sees `_stopping` and stops
         await asyncio.gather(*(worker.stop() for worker in self._workers))
         self._workers.clear()
 
@@ -119,11 +124,19 @@ class DecodeWorkers:
         """
         if len(body) < OFFLOAD_MIN_BODY_BYTES or body[:1] != b"{":
             return None
+        if self._starting is None and self._accepting:
+            self._starting = asyncio.create_task(self._spawn_all(len(body)), name="decode workers starting")
         workers = [worker for worker in self._workers if worker.ready]
         if not workers:
             return None
         worker = min(workers, key=lambda w: len(w.pending))
         return await worker.submit(body)
+
+    async def _spawn_all(self, body_bytes: int) -> None:
+        """Spawn the workers (they import in the background; bodies wait in their sockets)."""
+        for _ in range(self._count):
+            await self._spawn()
+        log.info("%d decode worker process(es) started (the first body of %d bytes came in)", self._count, body_bytes)
 
     async def _spawn(self) -> None:
         """Start a worker whose stdin and stdout are one end of a socket pair."""
