@@ -150,7 +150,7 @@ def _sac_env(obs_shape: int, action_shape: int, low: float, high: float, lr: flo
     rl-zoo's learning rate and learning_starts: one learning rate for actor, critics and
     alpha, batch 256, tau 0.005, gamma 0.99, 1M buffer, one gradient step per env step, the
     actor and the targets updated every step (SB3 has no delayed actor), autotuned alpha
-    starting at 1.0 (SB3's "auto"; the gateway starts autotune at its `alpha`, 0.2 by default),
+    starting at 1.0 (SB3's "auto", as the gateway's autotune starts by default),
     256x256 networks. 50 env steps per client request, so that the client fetches new
     versions often (SB3 acts with a policy never older than one step; the gateway's client
     may run up to `max_training_backlog` env steps ahead of training). At 200, Pendulum's

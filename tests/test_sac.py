@@ -169,7 +169,7 @@ def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, d
     make = lambda seed: SACLearner(cfg, *spaces, seed=seed, checkpoint_dir=tmp_path, onnx_input_name="obs")  # noqa: E731
     trained = make(0)
     _, stats = trained.train(blocks_of(random_chunks(4, 50, seed=0, discrete=discrete), "x"), weights_seq_no=3)
-    assert stats["gradient_steps"] == 200 and stats["alpha"] != cfg.alpha  # it trained, alpha moved
+    assert stats["gradient_steps"] == 200 and stats["alpha"] != cfg.initial_alpha  # it trained, alpha moved
 
     restored = make(1)  # other initial weights
     assert restored.restore() and restored.weights_seq_no == 3
@@ -187,6 +187,15 @@ def test_a_checkpoint_restores_networks_optimisers_and_alpha_exactly(tmp_path, d
     assert restored.export().onnx_bytes == trained.export().onnx_bytes
     if exploration == "gsde":  # its std is learnt: the entropy term moved it from its start
         assert not torch.equal(trained.sac.actor.gsde_log_std, torch.full_like(trained.sac.actor.gsde_log_std, cfg.gsde_log_std_init))
+
+
+@pytest.mark.parametrize(
+    ("settings", "alpha"), [({}, 1.0), ({"autotune": False}, 0.2), ({"alpha": 0.5}, 0.5), ({"alpha": 0.5, "autotune": False}, 0.5)]
+)
+def test_alpha_starts_at_1_with_autotune_and_at_0_2_without_unless_set(tmp_path, settings, alpha):
+    cfg = SACConfig(hidden_sizes=(8,), **settings)
+    learner = SACLearner(cfg, OBS_SPACE, ACTION_SPACE, seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs")
+    assert learner.sac.log_alpha.exp().item() == pytest.approx(alpha)
 
 
 def test_a_gsde_checkpoint_is_refused_by_a_gaussian_learner_naming_the_exploration(tmp_path):

@@ -26,14 +26,24 @@ class SACConfig(BaseModel):
     tau: float = Field(0.005, gt=0, le=1, description="Target networks' Polyak averaging coefficient.")
     buffer_size: int = Field(1_000_000, ge=1, description="Transitions the replay buffer keeps (the oldest go first).")
     batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
-    learning_starts: int = Field(5000, ge=1, description="Transitions in the buffer before the first update.")
+    learning_starts: int = Field(
+        1000,
+        ge=1,
+        description="Transitions in the buffer before the first update (Pendulum-v1, seeds 0-2, 15,000 env steps: "
+        "5,000 with alpha from 0.2 scored -374.5, 1,000 with alpha from 1.0 -150.9; SB3 -148.7).",
+    )
     utd_ratio: float = Field(1.0, gt=0, le=64, description="Gradient steps per env step received (update-to-data ratio).")
     updates_per_version: int = Field(
         250, ge=1, description="Gradient steps at most between two published versions; the rest follow in the next steps."
     )
     policy_frequency: int = Field(2, ge=1, description="Q updates per (delayed) actor update, as TD3.")
     target_network_frequency: int = Field(1, ge=1, description="Q updates between two target network updates.")
-    alpha: float = Field(0.2, gt=0, description="Entropy coefficient, or its start value with autotune.")
+    alpha: float | None = Field(
+        None,
+        gt=0,
+        description="Entropy coefficient, or its start value with autotune; unset: 0.2 without autotune, 1.0 with it "
+        "(log alpha 0: where CleanRL's and SB3's autotune start).",
+    )
     autotune: bool = Field(
         True,
         description="Tune alpha towards the target entropy: -dim(A) for a Box, target_entropy_scale * log(n) for Discrete(n).",
@@ -61,6 +71,13 @@ class SACConfig(BaseModel):
         "gradient steps per env step: -0.5 reached the flag within 3k env steps, -2.0 at 18k, -3.67, rl-zoo's, not in 11k).",
     )
     gsde_sample_every: int = Field(1, ge=1, description="gsde: published versions between two draws of theta.")
+
+    @property
+    def initial_alpha(self) -> float:
+        """alpha as set; unset, 1.0 with autotune and 0.2 without."""
+        if self.alpha is not None:
+            return self.alpha
+        return 1.0 if self.autotune else 0.2
 
 
 class SACConfigPatch(HyperparameterPatch):

@@ -42,7 +42,7 @@ class SoftActorCritic(nn.Module):
         self.qf1_target, self.qf2_target = q_network(), q_network()
         self.qf1_target.load_state_dict(self.qf1.state_dict())
         self.qf2_target.load_state_dict(self.qf2.state_dict())
-        self.log_alpha = nn.Parameter(torch.tensor(float(cfg.alpha)).log())
+        self.log_alpha = nn.Parameter(torch.tensor(cfg.initial_alpha).log())
         q_parameters = [*self.qf1.parameters(), *self.qf2.parameters()]
         self.q_optimizer = torch.optim.Adam(q_parameters, lr=cfg.q_lr, eps=adam_eps, fused=True)
         self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.policy_lr, eps=adam_eps, fused=True)
