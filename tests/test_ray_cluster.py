@@ -20,7 +20,7 @@ from app.settings.config import Settings  # noqa: E402
 from rllink_clients.gym_client import RunResult, run  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
-from .helpers import chunk, frame, wait_until  # noqa: E402
+from .helpers import TcpPeer, chunk, frame, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -273,3 +273,43 @@ def test_an_episodes_flood_into_both_front_ends_is_held_back_and_every_step_acco
     assert 0 < metrics["policies"]["default_policy"]["max_batch_env_steps"] <= FLOOD_BATCH
     assert metrics["evaluation_return_mean"] == 7.0 and metrics["num_env_steps_evaluated_lifetime"] == 14
     assert pongs[0] > 0
+
+
+def test_a_recurrent_module_on_ray_serves_thin_clients_and_refuses_a_chunk_without_state_in_at_the_front_end(
+    ray_nodes, tmp_path: Path
+) -> None:
+    """RLLINK.md "Recurrent policies" on a front-end: a chunk that goes on with an episode
+    without `state_in` is an ERROR to its client, and the other client's chunks (sent to the
+    learner in the same batch) are all taken; a thin client's episode is served with state."""
+    settings = Settings(
+        http_port=0, tcp_port=0, checkpoint_dir=tmp_path / "checkpoints", frontends=1, decode_workers=0,
+        model={"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 5}, train_batch_size=10_000,
+    )
+    cluster = start_cluster(settings)
+    try:
+        port = cluster.addresses[0]["tcp_port"]
+        with TcpPeer(socket.create_connection(("127.0.0.1", port), timeout=60)) as bad, \
+                TcpPeer(socket.create_connection(("127.0.0.1", port), timeout=60)) as good:
+            good.send(frame({"type": "EPISODES", "episodes": [chunk(4, episode_id="g", terminated=False)]}))
+            bad.send(frame({"type": "EPISODES", "episodes": [chunk(3, episode_id="b", terminated=False)]}))  # starts: zeros
+            bad.send(frame({"type": "EPISODES", "episodes": [chunk(3, episode_id="b")]}))  # goes on without a state
+            reply = bad.receive()
+            assert reply["type"] == "ERROR" and reply["code"] == "invalid_message", reply
+            assert "state_in" in reply["message"] and "state_size = 16" in reply["message"] and "'b'" in reply["message"]
+            good.send(frame({"type": "EPISODES", "episodes": [chunk(5, episode_id="g", state_in=[0.5] * 16)]}))
+            for peer in (bad, good):
+                peer.send(frame({"type": "PING"}))
+                assert peer.receive()["type"] == "PONG"
+
+            good.send(frame({"type": "START_EPISODE", "episode_id": "thin"}))
+            assert good.receive()["type"] == "EPISODE_STARTED"
+            for step in range(3):
+                good.send(frame({"type": "GET_ACTION", "episode_id": "thin", "obs": [0.01 * step, 0.0, 0.02, 0.0]}))
+                assert good.receive()["type"] == "ACTION"
+            good.send(frame({"type": "END_EPISODE", "episode_id": "thin", "obs": [0.0, 0.0, 0.3, 0.0], "is_terminated": True}))
+            good.send(frame({"type": "PING"}))
+            assert good.receive()["type"] == "PONG"
+            # the good client's 9 steps, the thin episode's 3 and the bad one's first 3: its refused chunk is not there
+            wait_until(lambda: metrics_of(cluster.addresses[0])["num_env_steps_sampled_lifetime"] == 15, 60, "15 env steps")
+    finally:
+        cluster.stop()

@@ -27,6 +27,7 @@ from app.training.module_configs import ConfigRefused
 from app.training.registry import ClientInfo
 from app.training.service import LocalTrainingService
 from app.training.status import TrainingStatus
+from rllink.errors import ProtocolError
 
 log = logging.getLogger("app.cluster")
 
@@ -170,7 +171,11 @@ class LearnerActor:
         not views of Ray's object store that would stay pinned while they wait to train)."""
         async with self._in_order(call):
             for client, chunks, sampling in packed.unpack():
-                self.service.ingest(self._client(client), chunks, sampling)
+                try:
+                    self.service.ingest(self._client(client), chunks, sampling)
+                except ProtocolError as exc:  # the front-end checks what the service does: a bug of ours
+                    log.error("front-end %d: client %d's chunks refused by the learner, not trained on: %s",
+                              call.frontend, client.id, exc.message)
 
     async def stop_training(self, call: Call, module_id: str, reason: str) -> None:
         async with self._in_order(call):

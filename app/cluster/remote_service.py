@@ -35,8 +35,9 @@ from app.schemas import EpisodeChunk
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
 from app.training.interface import LearnerUnreachable
-from app.training.metrics import TrainingMetrics
+from app.training.metrics import MAX_OPEN_EPISODES, TrainingMetrics
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
+from app.training.recurrent_states import RecurrentEpisodes
 from app.training.registry import ClientInfo
 from app.training.status import TrainingStatus
 
@@ -78,6 +79,7 @@ class RemoteTrainingService:
         self._version_arrived = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self._step_listeners: list[Callable[[], None]] = []
+        self._recurrent_episodes = RecurrentEpisodes(self.policies, MAX_OPEN_EPISODES)
         self._status: Any = None  # LearnerStatus (app/cluster/learner_actor.py)
         self._sent_since_status = 0  # env steps ingested here since the status was asked for
         self.metrics = TrainingMetrics(list(self.policies.modules))
@@ -174,6 +176,7 @@ class RemoteTrainingService:
 
     def disconnect(self, client: ClientInfo) -> None:
         self._here.pop(client.id, None)
+        self._recurrent_episodes.forget(client.id)
         self._send_outbox()  # its last chunks first
         self._learner.disconnect.remote(self._call(), client.id)
 
@@ -185,6 +188,7 @@ class RemoteTrainingService:
     def ingest(self, client: ClientInfo, episodes: Sequence[EpisodeChunk], sampling: bool = True) -> None:
         client.sampling = client.sampling or sampling
         blocks = blocks_of(episodes, self.policies.default_module_id)
+        self._recurrent_episodes.check_and_record(client.id, blocks)  # refused here, before any is queued
         received = sum(block.num_steps for block in blocks)
         steps = received - sum(block.evaluation_steps for block in blocks)  # evaluation steps never wait for room
         client.env_steps_sent += steps
