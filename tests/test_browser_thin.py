@@ -144,9 +144,10 @@ def test_rllink_js_thin_calls_are_served_counted_and_refused_with_their_error_co
 def test_demo_page_in_server_inference_mode_trains_cartpole_without_onnxruntime(browser, tmp_path):
     # Measured here (2 cores, nothing else running): a mean return of 150 over 20 episodes in 49 s,
     # 13,257 env steps, 5 versions (a random policy gets ~22): about 270 steps a second, each a
-    # round trip. The bounds (240 s in the page, 300 s here) leave room for a slow machine.
+    # round trip. 100, over four times random play, costs CI less. The bounds (240 s in the page,
+    # 300 s here) leave room for a slow machine.
     settings = gateway_settings(tmp_path)
-    query = "inference=server&seed=1&target=150&window=20&max_seconds=240"
+    query = "inference=server&seed=1&target=100&window=20&max_seconds=240"
     requested: list[str] = []
     with running_gateway(settings) as gateway, open_page(browser, "about:blank") as demo:
         demo.page.on("request", lambda request: requested.append(request.url))
@@ -156,8 +157,8 @@ def test_demo_page_in_server_inference_mode_trains_cartpole_without_onnxruntime(
 
     print(f"demo result (server inference): {result}")
     assert result["inference"] == "server" and result["phase"] == "done"
-    assert result["reached_target"], f"returns did not rise to 150: {result}\n{demo.console_text()}"
-    assert result["first_mean_return"] < 60 <= 150 <= result["recent_mean_return"]
+    assert result["reached_target"], f"returns did not rise to 100: {result}\n{demo.console_text()}"
+    assert result["first_mean_return"] < 60 <= 100 <= result["recent_mean_return"]
     # Nothing of a model runtime was fetched; the page's modules and uPlot were.
     assert not [url for url in requested if "/vendor/ort/" in url or url.endswith((".wasm", "onnx_policy.js"))], requested
     assert any(url.endswith("/static/rllink.js") for url in requested)

@@ -55,7 +55,9 @@ def gateway_on_ray(ray_nodes, tmp_path: Path) -> Iterator[Cluster]:
         cluster.stop()
 
 
-def test_two_front_ends_train_one_policy_and_each_reports_the_whole_gateway(gateway_on_ray: Cluster) -> None:
+def test_two_front_ends_train_one_policy_each_reports_the_whole_gateway_and_a_patch_reaches_both(
+    gateway_on_ray: Cluster,
+) -> None:
     addresses = gateway_on_ray.addresses
     assert [a["frontend"] for a in addresses] == [0, 1] and addresses[0]["tcp_port"] != addresses[1]["tcp_port"]
     # Watchers (PING only) on both front-ends: /api/clients of either lists both.
@@ -99,12 +101,13 @@ def test_two_front_ends_train_one_policy_and_each_reports_the_whole_gateway(gate
         )
         assert metrics["weights_seq_no"] >= max(result.weights_seq_no for result in results.values())
         assert metrics["env_steps_per_s"] > 0  # the learner's rate, measured there (clocks do not travel)
+    patch_on_one_front_end_changes_the_learners_hyperparameters_for_all(addresses)  # the same cluster: one start less
 
 
-def test_patch_on_one_front_end_changes_the_learners_hyperparameters_for_all(gateway_on_ray: Cluster) -> None:
+def patch_on_one_front_end_changes_the_learners_hyperparameters_for_all(addresses: list[dict]) -> None:
     """PATCH /api/config on front-end 1 is made by the learner: its answer and, soon, front-end
     0's config show it; bad changes are refused as on a single gateway, and change nothing."""
-    one, zero = (f"http://127.0.0.1:{a['http_port']}/api/config" for a in reversed(gateway_on_ray.addresses))
+    one, zero = (f"http://127.0.0.1:{a['http_port']}/api/config" for a in reversed(addresses))
     changed = httpx.patch(one, json={"ppo": {"learning_rate": 0.0011, "ent_coef": 0.01}}, timeout=60)
     assert changed.status_code == 200, changed.text
     assert changed.json()["ppo"]["learning_rate"] == 0.0011
