@@ -32,10 +32,11 @@ def test_discrete_sac_learns_cartpole_over_tcp_without_clients_waiting(tmp_path)
         config = client.request({"type": "GET_CONFIG"})
         # The target on sampled play alone: greedy evaluation episodes (tests/test_evaluation.py)
         # would cost this test three times the gradient steps.
-        result = run(client, "CartPole-v1", target_return=200, max_env_steps=40_000, seed=0, evaluation_interval=0)
+        result = run(client, "CartPole-v1", target_return=150, max_env_steps=40_000, seed=0, evaluation_interval=0)
         metrics = httpx.get(f"{gateway.base_url}/api/metrics").json()
     assert config["action_distribution"] == "categorical" and config["force_on_policy"] is False
-    # Random play lasts about 22 steps; 200 (sampled actions, not the greedy ones) needs a policy.
+    # Random play lasts about 22 steps; 150 (sampled actions, not the greedy ones) needs a policy
+    # (seed 0: 6,000 env steps, 26 s alone; 200 took 10,000, 45.5 s, with alpha from 1.0, 6,800 from 0.2).
     assert result.reached_target, (result.env_steps, result.mean_return)
     assert np.mean(result.first_returns) < 40
     assert metrics["dropped_env_steps"].get("stale", 0) == 0
