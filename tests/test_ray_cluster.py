@@ -209,7 +209,7 @@ def test_a_learner_that_dies_comes_back_at_its_version_while_front_ends_keep_ser
     assert restored >= version + 1
 
 
-FLOOD_STEPS, FLOOD_MESSAGES, FLOOD_BATCH, FLOOD_BACKLOG = 500, 40, 1000, 2000
+FLOOD_STEPS, FLOOD_MESSAGES, FLOOD_BATCH, FLOOD_BACKLOG = 500, 20, 1000, 2000
 PING_INTERVAL_S = 0.01  # the watcher's pace: answered throughout, without a busy loop's CPU (43,000 PINGs in 20 s)
 
 
@@ -270,7 +270,8 @@ def test_an_episodes_flood_into_both_front_ends_is_held_back_and_every_step_acco
     # A front-end may send what the learner's last status left room for and the message that
     # filled it; the status does not count what the other front-end had in transit then (at most
     # one such allowance of its own), so the backlog plus two allowances bound it. Measured: 5,000
-    # and 5,500; with the hold removed, 20,500.
+    # and 5,500; with the hold removed, 20,500 (40 messages a client then; 20 now, 5,000 again:
+    # the flood is still ten times the backlog).
     print(f"most pending {most_pending}, trained {metrics['num_env_steps_trained_lifetime']}, pongs {pongs[0]}")
     assert most_pending <= 3 * (FLOOD_BACKLOG + FLOOD_STEPS), most_pending
     assert 0 < metrics["policies"]["default_policy"]["max_batch_env_steps"] <= FLOOD_BATCH
