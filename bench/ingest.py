@@ -228,15 +228,29 @@ def run_clients(gateway, transport: str, n: int, frames: list[bytes], seconds: f
 def _holder(gateway, frame: bytes) -> Iterator[None]:
     """A client that has sent experience and stays connected without waiting for
     weights: while it is there, the gateway never finds "every client waiting" (so a
-    run's clients leaving does not start a training step on everything received)."""
+    run's clients leaving does not start a training step on everything received). Its
+    message, a large body, starts the decode workers: they have started up (the gateway's
+    processes have stopped using CPU) before the runs begin."""
     sock = tcp_connect(gateway.tcp_port)
     try:
         sock.sendall(frame + PING_FRAME)
         if read_frames(sock, 1, deadline=time.monotonic() + 30) != [PONG_BODY]:
             raise RuntimeError("the gateway refused the benchmark message")
+        _wait_until_idle(gateway.pid)
         yield
     finally:
         sock.close()
+
+
+def _wait_until_idle(pid: int, quiet_s: float = 0.5, timeout_s: float = 30.0) -> None:
+    """Until the process and its children use under 5% of a core over `quiet_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = proc_usage(pid)
+        time.sleep(quiet_s)
+        after = proc_usage(pid)
+        if after["user_s"] + after["system_s"] - before["user_s"] - before["system_s"] < 0.05 * quiet_s:
+            return
 
 
 # -- Limits measured in-process ---------------------------------------------------------
