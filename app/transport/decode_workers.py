@@ -135,6 +135,8 @@ class DecodeWorkers:
     async def _spawn_all(self, body_bytes: int) -> None:
         """Spawn the workers (they import in the background; bodies wait in their sockets)."""
         for _ in range(self._count):
+            if self._stopping:
+                return
             await self._spawn()
         log.info("%d decode worker process(es) started (the first body of %d bytes came in)", self._count, body_bytes)
 
