@@ -114,10 +114,10 @@ def hang_warnings(caplog, pid: int) -> list[str]:
 
 
 async def started(workers: DecodeWorkers) -> None:
-    """Start them: the first large body does (it is decoded here, while they import)."""
+    """Start one worker: the first large body does (it is decoded here, while it imports)."""
     await workers.start()
     assert await workers.submit(large_body(99)) is None
-    await asyncio.to_thread(wait_until, lambda: workers.ready == workers._count, what="the workers to start up")
+    await asyncio.to_thread(wait_until, lambda: workers.ready == 1, what="the worker to start up")
 
 
 def start_workers_of(gateway) -> int:
