@@ -34,8 +34,8 @@ subprocess:
 (the league: the lookahead player in 80% of the versions, the random reference in 20%; no
 entropy floor: the scripted player keeps the games varied; each move is trained on as
 played and mirrored (`--no-mirror`: as played only); measured best of the leagues tried,
-bench/RESULTS.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots, latest weights and
-the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
+bench/RESULTS.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots and latest weights,
+played at temperature 2, and the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
 client (`rllink_clients.pettingzoo`, what
 `python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 8
 --scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -73,6 +74,35 @@ def test_the_random_reference_plays_uniformly_among_the_legal_moves_with_the_lea
     probabilities = np.exp(logits - logits.max(1, keepdims=True))
     probabilities /= probabilities.sum(1, keepdims=True)
     assert np.allclose(probabilities, mask / mask.sum(1, keepdims=True))
+
+
+def logits(onnx_bytes: bytes) -> np.ndarray:
+    """The model's action_dist_inputs on two fixed observations, the middle action masked in one."""
+    session = ort.InferenceSession(onnx_bytes)
+    obs = np.random.default_rng(1).normal(size=(2, 4)).astype(np.float32)
+    (out,) = session.run(None, {"obs": obs, "action_mask": np.array([[1, 0, 1], [1, 1, 1]], np.float32)})
+    return out
+
+
+def test_snapshots_and_the_latest_weights_play_the_opponent_tempered_and_the_references_as_they_are():
+    league = League(config(play_against_latest_ratio=1.0), temperature=2.0)
+    latest = league.on_new_version(0, state(0))
+    assert league.opponent.kind == "latest" and latest.weights_seq_no == 0
+    np.testing.assert_allclose(logits(latest.onnx_bytes), logits(ONNX) / 2, rtol=1e-6)  # the same most likely move, flatter
+    metadata = {p.key: p.value for p in onnx.load_from_string(latest.onnx_bytes).metadata_props}
+    assert metadata["opponent_temperature"] == "2.0" and metadata["weights_seq_no"] == "0"
+    assert league.summary()["opponent_temperature"] == 2.0
+    league.cfg = config(play_against_latest_ratio=0.0)  # from now on, an older snapshot
+    league.on_new_version(1, state(1))
+    drawn = league.on_new_version(2, state(2))
+    assert league.opponent.kind == "snapshot" and drawn.weights_seq_no == league.opponent.player
+    np.testing.assert_allclose(logits(drawn.onnx_bytes), logits(ONNX) / 2, rtol=1e-6)
+    assert set(league.snapshot_files().values()) == {ONNX}  # kept and saved as trained
+    league.cfg = config(play_against_random_ratio=1.0)
+    uniform = league.on_new_version(3, state(3))
+    assert league.opponent.kind == "reference" and "opponent_temperature" not in uniform.onnx_bytes.decode("latin-1")
+    # At temperature 1 the opponent is the learner's own model.
+    assert League(config(play_against_latest_ratio=1.0)).on_new_version(0, state(0)).onnx_bytes == ONNX
 
 
 def test_opponents_follow_the_schedule():

@@ -304,6 +304,9 @@ class SelfPlayStatus(BaseModel):
     opponent_weights_seq_no: int | None = Field(
         description="The snapshot the current version plays against; None: the latest weights or a reference."
     )
+    opponent_temperature: float = Field(
+        description="The snapshots and the latest weights play the opponent with their logits divided by this (1: as trained)."
+    )
     references: list[LeagueReference] = Field(description="The fixed reference players; their ratings never move.")
     snapshots: list[LeagueSnapshot] = Field(description="Kept snapshots, oldest first.")
     exploiters: list[LeagueExploiter] = Field(default_factory=list, description="Kept frozen exploiters, oldest first.")

@@ -72,7 +72,10 @@ class Leagues:
 
     def __init__(self, policies: PolicySet, checkpoint_dir: Path, seed: int, learners: LearnerThread | LearnerProcess) -> None:
         learning = [module for module in policies.trainable if module.self_play is not None]
-        self.by_module = {module.module_id: League(module.self_play, seed=seed) for module in learning}  # type: ignore[arg-type]
+        self.by_module = {
+            module.module_id: League(module.self_play, seed=seed, temperature=module.opponent_temperature)  # type: ignore[arg-type]
+            for module in learning
+        }
         self.exploiters = {
             exploiter_id(module.module_id): Exploiter(module.module_id, module.self_play.exploiter)  # type: ignore[union-attr]
             for module in learning

@@ -2,7 +2,8 @@
 
 What every algorithm shares: the graph's inputs (Flatten for multi-dimensional observations,
 the optional second input `action_mask`), outputs and metadata, the image encoder's nodes
-(Slice, Reshape, Mul, Conv, Relu, Flatten, Gemm and Concat), the uniform reference player.
+(Slice, Reshape, Mul, Conv, Relu, Flatten, Gemm and Concat), the uniform reference player,
+the tempered opponent.
 The actor's own nodes are its algorithm's ONNX head (app/training/algorithms/*/onnx_head.py:
 Gemm and Tanh for PPO's policy, Gemm, Relu, Tanh, Mul, Add and Concat for SAC's actor).
 Opset 13, IR version 7: onnxruntime(-web) and Unity's Inference Engine (Sentis) run it.
@@ -239,6 +240,25 @@ def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> 
     }
     helper.set_model_props(result, {**props, "weights_seq_no": "0", **named})
     return result.SerializeToString()
+
+
+def tempered_policy(onnx_bytes: bytes, temperature: float) -> bytes:
+    """The model of `onnx_bytes` with its `action_dist_inputs` (logits) divided by `temperature`:
+    the same most likely action, the others more often (one Mul node, which every kit's runtime
+    runs); metadata `opponent_temperature`. Self-play's snapshots and latest weights as the
+    learner's opponent."""
+    model = onnx.load_from_string(onnx_bytes)
+    untempered = INTERNAL_PREFIX + "untempered"
+    for node in model.graph.node:
+        node.output[:] = [untempered if name == OUTPUT_NAME else name for name in node.output]
+    graph = OnnxGraph()
+    graph.node("Mul", [untempered, graph.constant(np.array(1.0 / temperature), "inverse_temperature")], OUTPUT_NAME)
+    model.graph.node.extend(graph.nodes)
+    model.graph.initializer.extend(graph.initializers)
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    del model.metadata_props[:]
+    helper.set_model_props(model, {**props, "opponent_temperature": repr(float(temperature))})
+    return model.SerializeToString()
 
 
 def policy_state(actor: OnnxActor, weights_seq_no: int, input_name: str, played: OnnxActor | None = None) -> PolicyState:

@@ -22,7 +22,10 @@ reference with its `play_ratio`, the latest weights (the learner itself, unrated
 `play_against_latest_ratio`, else a snapshot older than the learner's newest (while there
 is none: the random reference), uniformly or by prioritised fictitious self-play
 (AlphaStar's PFSP: weight (1 - p)^2, p the learner's expected score against it, so the
-snapshots it still loses to come more often).
+snapshots it still loses to come more often). A snapshot or the latest weights play the
+opponent at `temperature` (their logits divided by it: the same most likely move, the
+others more often), so the learner meets the positions a good player reaches after an
+unusual move, and how play goes on from them; the references play as they are.
 
 The ratings are the maximum a posteriori Elo (Bradley-Terry) ratings of the kept
 snapshots given their games in the window (a draw scores one half; a snapshot that left
@@ -56,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from app.settings.hyperparameters import SelfPlayConfig
-from app.training.onnx_export import uniform_policy
+from app.training.onnx_export import tempered_policy, uniform_policy
 from app.training.policy_state import PolicyState, set_state_payload
 
 SCORES = {"win": 1.0, "draw": 0.5, "loss": 0.0}
@@ -67,6 +70,7 @@ SNAPSHOTS_RECORD = "snapshots"  # the opponent label of the per-seat records of 
 EXPLOITERS_RECORD = "exploiters"  # ... and against frozen exploiters
 REMEMBERED_VERSIONS = 1_000  # versions whose opponent is remembered, to rate games reported late
 REMEMBERED_EPISODES = 10_000  # games remembered by episode id, so that each is counted once
+TEMPERED_KEPT_MORE = 4  # tempered opponents kept beyond the window: the latest weights', frozen exploiters'
 DEFAULT_SEAT = "default"  # the seat of a chunk without an agent_id
 ELO_SCALE = 400.0
 NEWTON_STEPS = 100
@@ -144,8 +148,10 @@ class _Records:
 class League:
     """The references, snapshots, opponents, game records and ratings of one self-play learner."""
 
-    def __init__(self, cfg: SelfPlayConfig, seed: int = 0) -> None:
+    def __init__(self, cfg: SelfPlayConfig, seed: int = 0, temperature: float = 1.0) -> None:
         self.cfg = cfg
+        self.temperature = temperature  # the snapshots and the latest weights play the opponent at it
+        self._tempered: OrderedDict[int, tuple[bytes, PolicyState]] = OrderedDict()  # version -> (its model, tempered)
         self.references: dict[str, float] = {  # fixed ratings
             RANDOM: cfg.random_elo,
             **{name: reference.elo for name, reference in cfg.scripted_references.items()},
@@ -184,8 +190,22 @@ class League:
         if self.opponent.kind == REFERENCE:
             return self._reference_states[str(self.opponent.player)]
         if self.opponent.kind == SNAPSHOT:
-            return self._snapshot(int(self.opponent.player)).state  # type: ignore[arg-type]
-        return learner
+            return self._played(self._snapshot(int(self.opponent.player)).state)  # type: ignore[arg-type]
+        return self._played(learner)
+
+    def _played(self, state: PolicyState) -> PolicyState:
+        """A snapshot's or the latest weights' policy as the opponent plays it: at the league's
+        temperature (a few recent ones kept: a snapshot is drawn again and again)."""
+        if self.temperature == 1.0:
+            return state
+        source, tempered = self._tempered.get(state.weights_seq_no, (b"", None))
+        if tempered is None or source != state.onnx_bytes:
+            onnx_bytes = tempered_policy(state.onnx_bytes, self.temperature)
+            tempered = PolicyState(state.weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))
+            self._tempered[state.weights_seq_no] = (state.onnx_bytes, tempered)
+            while len(self._tempered) > self.cfg.window + TEMPERED_KEPT_MORE:
+                self._tempered.popitem(last=False)
+        return tempered
 
     def _meets_snapshot_score(self, learner: PolicyState) -> bool:
         """Whether the learner changed since its newest snapshot and its rated games since then
@@ -410,6 +430,7 @@ class League:
             "games": self.games,
             "opponent": {"kind": opponent.kind, "player": opponent.player},
             "opponent_weights_seq_no": opponent.player if opponent.kind == SNAPSHOT else None,
+            "opponent_temperature": self.temperature,
             "references": [{"name": name, "elo": elo, "scripted": name != RANDOM} for name, elo in self.references.items()],
             "snapshots": [
                 {
