@@ -88,7 +88,8 @@ def test_the_pool_draws_the_snapshot_the_learner_loses_to_most(tmp_path):
 
 
 def test_set_state_carries_the_opponent_at_the_leagues_temperature_and_a_box_learner_is_refused_one(tmp_path):
-    self_play = {"play_against_latest_ratio": 1.0, "play_against_random_ratio": 0.0}  # the opponent: the learner's own weights
+    # The opponent: the learner's own weights, at temperature 2.
+    self_play = {"play_against_latest_ratio": 1.0, "play_against_random_ratio": 0.0, "opponent_temperature": 2}
     settings = gateway_settings(tmp_path, policies={"duel": SPACES | {"self_play": self_play}}, policy_mapping=MAPPING)
     with running_gateway(settings) as gateway, TcpPeer.connect(gateway) as peer:
         peer.send(frame({"type": "GET_STATE"}))
@@ -96,10 +97,10 @@ def test_set_state_carries_the_opponent_at_the_leagues_temperature_and_a_box_lea
         shown = league(gateway)
     learner, opponent = (ort.InferenceSession(load_payload(state["onnx_files"][m]).SerializeToString()) for m in ("duel", "duel_opponent"))
     obs = np.random.default_rng(0).normal(size=(5, 2)).astype(np.float32)
-    # The default for a discrete action space: temperature 2, the learner's logits halved.
+    # The learner's logits halved.
     np.testing.assert_allclose(opponent.run(None, {"obs": obs})[0], learner.run(None, {"obs": obs})[0] / 2, rtol=1e-5, atol=1e-7)
     assert shown["opponent"] == {"kind": "latest", "player": None} and shown["opponent_temperature"] == 2.0
     box = {"observation_space": {"type": "box", "shape": [2]}, "action_space": {"type": "box", "shape": [1]}}
     with pytest.raises(ValueError, match="self_play.opponent_temperature divides logits"):
         Settings(policies={"duel": box | {"self_play": {"opponent_temperature": 3}}}, checkpoint_dir=tmp_path)
-    Settings(policies={"duel": box | {"self_play": {}}}, checkpoint_dir=tmp_path)  # unset: a Box learner's opponent plays as trained
+    Settings(policies={"duel": box | {"self_play": {"opponent_temperature": 1}}}, checkpoint_dir=tmp_path)  # as trained

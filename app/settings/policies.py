@@ -77,9 +77,6 @@ class UnknownModule(ValueError):
     """A chunk names, or its agent maps to, no module that can train on it."""
 
 
-DISCRETE_OPPONENT_TEMPERATURE = 2.0  # measured on tic-tac-toe (docs/multi-agent.md, "The opponent's temperature")
-
-
 @dataclass(frozen=True)
 class Module:
     """One policy: what it observes and does, how it trains (no config: a frozen opponent)."""
@@ -129,7 +126,7 @@ class Module:
             raise ValueError(f"module {self.module_id!r}: self-play leagues are for feed-forward policies yet; drop model.use_lstm")
         if self.population is not None:
             self._check_population(self.population)
-        if self.self_play is not None and self.self_play.opponent_temperature not in (None, 1) and not is_discrete(self.action_space):
+        if self.self_play is not None and self.self_play.opponent_temperature != 1 and not is_discrete(self.action_space):
             raise ValueError(
                 f"module {self.module_id!r}: self_play.opponent_temperature divides logits (a discrete action space's); "
                 "drop it for a Box"
@@ -137,12 +134,6 @@ class Module:
         exploiter = exploiter_id(self.module_id)
         if self.self_play is not None and self.self_play.exploiter is not None and not MODULE_ID_PATTERN.match(exploiter):
             raise ValueError(f"module {self.module_id!r}: its exploiter's id {exploiter!r} is too long; shorten the module id")
-
-    @property
-    def opponent_temperature(self) -> float:
-        """The temperature its league's snapshots and latest weights play its opponent at (SelfPlayConfig)."""
-        chosen = None if self.self_play is None else self.self_play.opponent_temperature
-        return chosen if chosen is not None else DISCRETE_OPPONENT_TEMPERATURE if is_discrete(self.action_space) else 1.0
 
     @property
     def members(self) -> list[str]:

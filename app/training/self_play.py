@@ -145,13 +145,34 @@ class _Records:
         ]
 
 
+class TemperedPolicies:
+    """Policies as the learner's opponent plays them: their logits divided by `temperature`
+    (onnx_export.tempered_policy); the last `kept` made are kept, as a snapshot is drawn again and again."""
+
+    def __init__(self, temperature: float, kept: int) -> None:
+        self.temperature = temperature
+        self._kept = kept
+        self._made: OrderedDict[int, tuple[bytes, PolicyState]] = OrderedDict()  # version -> (its model, tempered)
+
+    def __call__(self, state: PolicyState) -> PolicyState:
+        if self.temperature == 1.0:
+            return state
+        source, tempered = self._made.get(state.weights_seq_no, (b"", None))
+        if tempered is None or source != state.onnx_bytes:
+            onnx_bytes = tempered_policy(state.onnx_bytes, self.temperature)
+            tempered = PolicyState(state.weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))
+            self._made[state.weights_seq_no] = (state.onnx_bytes, tempered)
+            while len(self._made) > self._kept:
+                self._made.popitem(last=False)
+        return tempered
+
+
 class League:
     """The references, snapshots, opponents, game records and ratings of one self-play learner."""
 
     def __init__(self, cfg: SelfPlayConfig, seed: int = 0, temperature: float = 1.0) -> None:
         self.cfg = cfg
-        self.temperature = temperature  # the snapshots and the latest weights play the opponent at it
-        self._tempered: OrderedDict[int, tuple[bytes, PolicyState]] = OrderedDict()  # version -> (its model, tempered)
+        self.played = TemperedPolicies(temperature, kept=cfg.window + TEMPERED_KEPT_MORE)  # snapshots and latest, as opponents
         self.references: dict[str, float] = {  # fixed ratings
             RANDOM: cfg.random_elo,
             **{name: reference.elo for name, reference in cfg.scripted_references.items()},
@@ -189,23 +210,7 @@ class League:
             self._versions.popitem(last=False)
         if self.opponent.kind == REFERENCE:
             return self._reference_states[str(self.opponent.player)]
-        if self.opponent.kind == SNAPSHOT:
-            return self._played(self._snapshot(int(self.opponent.player)).state)  # type: ignore[arg-type]
-        return self._played(learner)
-
-    def _played(self, state: PolicyState) -> PolicyState:
-        """A snapshot's or the latest weights' policy as the opponent plays it: at the league's
-        temperature (a few recent ones kept: a snapshot is drawn again and again)."""
-        if self.temperature == 1.0:
-            return state
-        source, tempered = self._tempered.get(state.weights_seq_no, (b"", None))
-        if tempered is None or source != state.onnx_bytes:
-            onnx_bytes = tempered_policy(state.onnx_bytes, self.temperature)
-            tempered = PolicyState(state.weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))
-            self._tempered[state.weights_seq_no] = (state.onnx_bytes, tempered)
-            while len(self._tempered) > self.cfg.window + TEMPERED_KEPT_MORE:
-                self._tempered.popitem(last=False)
-        return tempered
+        return self.played(self._snapshot(int(self.opponent.player)).state if self.opponent.kind == SNAPSHOT else learner)  # type: ignore[arg-type]
 
     def _meets_snapshot_score(self, learner: PolicyState) -> bool:
         """Whether the learner changed since its newest snapshot and its rated games since then
@@ -430,7 +435,7 @@ class League:
             "games": self.games,
             "opponent": {"kind": opponent.kind, "player": opponent.player},
             "opponent_weights_seq_no": opponent.player if opponent.kind == SNAPSHOT else None,
-            "opponent_temperature": self.temperature,
+            "opponent_temperature": self.played.temperature,
             "references": [{"name": name, "elo": elo, "scripted": name != RANDOM} for name, elo in self.references.items()],
             "snapshots": [
                 {
