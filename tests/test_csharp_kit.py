@@ -79,6 +79,7 @@ from app.spaces.models import BoxSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.demos import DemoFileError, load_demos
+from app.training.onnx_export import tempered_policy
 from app.training.policy import ActorCritic
 
 from .gateway_process import gateway_process
@@ -410,6 +411,8 @@ def _models() -> list[tuple[str, bytes, list[int]]]:
         ("cartpole", export_onnx(cartpole_policy, 3), [4]),
         ("box", export_onnx(box_policy, 4, input_name="onnx::Gemm_0"), [2, 3]),
         ("masked_multi_discrete", export_onnx(masked_policy, 5, action_masking=True), [5]),
+        # A self-play opponent at temperature 2 (SelfPlayConfig.opponent_temperature): one Mul after the masked output.
+        ("tempered_masked_multi_discrete", tempered_policy(export_onnx(masked_policy, 5, action_masking=True), 2.0), [5]),
     ]
 
 
@@ -418,7 +421,7 @@ def onnx_run(model: Path, shape: list[int], lines: list[str]) -> subprocess.Comp
                           input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["cartpole", "box", "masked_multi_discrete"])
+@pytest.mark.parametrize("name", ["cartpole", "box", "masked_multi_discrete", "tempered_masked_multi_discrete"])
 def test_mlp_policy_runtime_computes_what_onnxruntime_computes(kit, tmp_path, name):
     model, shape = next((m, s) for n, m, s in _models() if n == name)
     path = tmp_path / f"{name}.onnx"
@@ -427,7 +430,7 @@ def test_mlp_policy_runtime_computes_what_onnxruntime_computes(kit, tmp_path, na
     observations = rng.uniform(-3, 3, (64, *shape)).astype(np.float32)
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     inputs = {session.get_inputs()[0].name: observations}
-    if name == "masked_multi_discrete":
+    if name.endswith("masked_multi_discrete"):
         assert [i.name for i in session.get_inputs()] == ["obs", "action_mask"]
         masks = (rng.random((64, sum(MASKED_NVEC))) < 0.5).astype(np.float32)
         starts = np.cumsum((0, *MASKED_NVEC[:-1]))
@@ -446,8 +449,8 @@ def test_mlp_policy_runtime_computes_what_onnxruntime_computes(kit, tmp_path, na
     assert metadata["input_name"] == session.get_inputs()[0].name
     assert outputs.shape == expected.shape
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
-    if name == "masked_multi_discrete":  # forbidden logits pushed down by 1e8, the allowed ones untouched
-        assert (outputs[masks == 0] < -9e7).all() and (outputs[masks == 1] > -1e3).all()
+    if name.endswith("masked_multi_discrete"):  # forbidden logits pushed down by 1e8 (halved when tempered), the allowed ones untouched
+        assert (outputs[masks == 0] < -4e7).all() and (outputs[masks == 1] > -1e3).all()
 
 
 def test_mlp_policy_runtime_refuses_an_image_policy_pointing_to_sentis_or_thin_mode(kit, tmp_path):

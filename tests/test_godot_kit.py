@@ -62,6 +62,7 @@ from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteS
 from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.demos import load_demos
+from app.training.onnx_export import tempered_policy
 from app.training.policy import ActorCritic
 
 from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, running_gateway, wait_until
@@ -419,11 +420,14 @@ def tagged(lines: list[str], tag: str) -> list:
 
 
 @pytest.mark.parametrize(
-    "action_space", [DiscreteSpace(n=6), MultiDiscreteSpace(nvec=[3, 4])], ids=["discrete", "multi_discrete"]
+    ("action_space", "temperature"),
+    [(DiscreteSpace(n=6), 1.0), (MultiDiscreteSpace(nvec=[3, 4]), 1.0), (DiscreteSpace(n=6), 2.0)],
+    ids=["discrete", "multi_discrete", "discrete_tempered"],
 )
-def test_the_gdscript_runtime_computes_masked_logits_as_onnxruntime_does(project, tmp_path, action_space):
+def test_the_gdscript_runtime_computes_masked_logits_as_onnxruntime_does(project, tmp_path, action_space, temperature):
     """A masked model (second input action_mask; Sub, Mul, Add): every logit matches, the
-    forbidden ones (about -1e8, a multiple of 8 in float32) too."""
+    forbidden ones (about -1e8, a multiple of 8 in float32) too; also as a self-play opponent
+    at temperature 2 (one Mul more: SelfPlayConfig.opponent_temperature)."""
     import torch
 
     torch.manual_seed(0)
@@ -432,6 +436,7 @@ def test_the_gdscript_runtime_computes_masked_logits_as_onnxruntime_does(project
         for parameter in policy.parameters():
             parameter.uniform_(-0.5, 0.5)
     model = export_onnx(policy, 6, action_masking=True)
+    model = model if temperature == 1.0 else tempered_policy(model, temperature)
     rng = np.random.default_rng(2)
     observations = rng.uniform(-3, 3, (32, 5)).astype(np.float32)
     width = policy.num_dist_inputs
@@ -452,7 +457,7 @@ def test_the_gdscript_runtime_computes_masked_logits_as_onnxruntime_does(project
     expected = session.run(None, {"obs": observations, "action_mask": masks})[0]
     assert meta["mask_input_name"] == "action_mask" and meta["mask_width"] == width
     assert outputs.shape == expected.shape
-    assert (expected[masks == 0] < -9e7).all() and (masks == 0).sum() > 50
+    assert (expected[masks == 0] < -9e7 / temperature).all() and (masks == 0).sum() > 50
     np.testing.assert_allclose(outputs, expected, rtol=0, atol=1e-5)
 
 
