@@ -176,6 +176,30 @@ def test_a_learner_that_beats_its_snapshots_without_getting_stronger_does_not_in
     assert league.references == {RANDOM: 1000.0}
 
 
+def test_at_a_temperature_a_snapshot_as_the_opponent_is_a_player_of_its_own_and_ratings_do_not_inflate():
+    """Even against random, the learner beats every tempered (weakened) snapshot: those wins rate
+    the tempered players, not the snapshots as trained (one rating for both rose to 2,043 here)."""
+    league = League(config(window=10, play_against_random_ratio=0.5), seed=0, temperature=2.0)
+    elo = []
+    for version in range(300):
+        league.on_new_version(version, state(version))
+        if league.opponent.kind == "reference":
+            play(league, version, "win", 5)
+            play(league, version, "loss", 5)
+        else:
+            play(league, version, "win", 10)
+        elo.append(league.elo)
+    assert max(elo) < 1000 + 400, max(elo)
+    snapshots = league.summary()["snapshots"]
+    assert np.mean([s["tempered_elo"] for s in snapshots]) < np.mean([s["elo"] for s in snapshots]) - 150, snapshots
+    restored = League(config(window=10, play_against_random_ratio=0.5), temperature=2.0)
+    restored.restore(league.ratings(), league.snapshot_files())
+    assert restored.summary()["snapshots"] == snapshots  # both ratings of each snapshot, as saved
+    plain = League(config())  # at temperature 1 a snapshot is one player
+    plain.on_new_version(0, state(0))
+    assert plain.summary()["snapshots"][0]["tempered_elo"] is None
+
+
 def test_a_learner_that_gets_stronger_rises_and_ratings_stay_finite_when_it_always_wins():
     league = League(config(window=10, play_against_random_ratio=0.3), seed=0)
     for version in range(200):

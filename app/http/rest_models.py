@@ -120,6 +120,11 @@ class LeagueSnapshot(BaseModel):
 
     weights_seq_no: int = Field(description="The learner's version this snapshot froze.")
     elo: float = Field(description="Its rating, fitted from its own games against the references and other snapshots.")
+    tempered_elo: float | None = Field(
+        None,
+        description="Its rating as the learner's opponent plays it, at opponent_temperature: a player of its own, rated "
+        "from those games; None at temperature 1, where it is `elo`.",
+    )
     games: int = Field(description="Rated games it played (as the learner, between its version and the next snapshot, "
                        "or as the opponent).")
     against_random: LeagueScore | None = Field(

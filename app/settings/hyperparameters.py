@@ -114,14 +114,14 @@ class SelfPlayConfig(BaseModel):
         description="Share of versions whose opponent is the uniformly random reference: positions a weak player "
         "makes, and the games that anchor the ratings. The rest play a snapshot older than the learner's newest.",
     )
-    opponent_temperature: float = Field(
-        1.0,
+    opponent_temperature: float | None = Field(
+        None,
         gt=0,
         le=100,
         description="The snapshots and the latest weights play the learner's opponent with their logits divided by this: the "
         "same most likely move, the others more often, so the learner meets the positions a good player reaches after an "
-        "unusual move and learns how play goes on from them (2: tic-tac-toe never lost; docs/multi-agent.md). Discrete "
-        "action spaces only; 1: as trained.",
+        "unusual move and learns how play goes on from them (at 2 tic-tac-toe never lost; docs/multi-agent.md). Discrete "
+        "action spaces only; 1: as trained; None: 2 for a discrete action space, 1 for a Box.",
     )
     snapshot_sampling: Literal["pfsp", "uniform"] = Field(
         "pfsp",

@@ -41,6 +41,8 @@ from app.spaces.models import (
 )
 from app.training.algorithms import ALGORITHMS, DEFAULT_ALGORITHM, Algorithm, supporting
 
+DEFAULT_OPPONENT_TEMPERATURE = 2.0  # tic-tac-toe's plain league never lost to minimax with it (docs/multi-agent.md)
+
 EXPLOITER_SUFFIX = ".exploiter"
 
 
@@ -126,7 +128,7 @@ class Module:
             raise ValueError(f"module {self.module_id!r}: self-play leagues are for feed-forward policies yet; drop model.use_lstm")
         if self.population is not None:
             self._check_population(self.population)
-        if self.self_play is not None and self.self_play.opponent_temperature != 1 and not is_discrete(self.action_space):
+        if self.self_play is not None and self.self_play.opponent_temperature not in (None, 1) and not is_discrete(self.action_space):
             raise ValueError(
                 f"module {self.module_id!r}: self_play.opponent_temperature divides logits (a discrete action space's); "
                 "drop it for a Box"
@@ -134,6 +136,12 @@ class Module:
         exploiter = exploiter_id(self.module_id)
         if self.self_play is not None and self.self_play.exploiter is not None and not MODULE_ID_PATTERN.match(exploiter):
             raise ValueError(f"module {self.module_id!r}: its exploiter's id {exploiter!r} is too long; shorten the module id")
+
+    @property
+    def opponent_temperature(self) -> float:
+        """The self-play opponent's temperature: as set, else 2 for a discrete action space and 1 for a Box."""
+        chosen = self.self_play.opponent_temperature if self.self_play is not None else None
+        return chosen if chosen is not None else DEFAULT_OPPONENT_TEMPERATURE if is_discrete(self.action_space) else 1.0
 
     @property
     def members(self) -> list[str]:

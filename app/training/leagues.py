@@ -73,7 +73,7 @@ class Leagues:
     def __init__(self, policies: PolicySet, checkpoint_dir: Path, seed: int, learners: LearnerThread | LearnerProcess) -> None:
         learning = [module for module in policies.trainable if module.self_play is not None]
         self.by_module = {
-            module.module_id: League(module.self_play, seed=seed, temperature=module.self_play.opponent_temperature)  # type: ignore[arg-type, union-attr]
+            module.module_id: League(module.self_play, seed=seed, temperature=module.opponent_temperature)  # type: ignore[arg-type]
             for module in learning
         }
         self.exploiters = {

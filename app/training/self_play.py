@@ -27,6 +27,13 @@ opponent at `temperature` (their logits divided by it: the same most likely move
 others more often), so the learner meets the positions a good player reaches after an
 unusual move, and how play goes on from them; the references play as they are.
 
+At a temperature other than 1 a snapshot is two players: as trained (the learner's side of
+its games) and tempered (the opponent's side), each rated from its own games, so that the
+learner's wins against a weakened snapshot never raise the snapshot's rating as trained (one
+rating for two strengths inflates every later one). A tempered snapshot's prior is
+`prior_games` virtual draws against itself as trained (its first guess before it has played);
+a frozen exploiter only ever plays tempered, so its one rating is that.
+
 The ratings are the maximum a posteriori Elo (Bradley-Terry) ratings of the kept
 snapshots given their games in the window (a draw scores one half; a snapshot that left
 the window takes its games with it), the references held at their fixed ratings, with a
@@ -76,15 +83,30 @@ ELO_SCALE = 400.0
 NEWTON_STEPS = 100
 MAX_NEWTON_STEP = 200.0  # rating points one Newton step moves a rating at most (keeps the fit stable)
 
-Player = int | str  # a snapshot's weights_seq_no, or a reference's name
+Player = int | str  # a snapshot's weights_seq_no, a reference's name, or a tempered snapshot's key (tempered_key)
+
+
+TEMPERED = "@tempered"  # the end of a tempered snapshot's key ('@' is in no reference's name)
+
+
+def tempered_key(version: int) -> str:
+    """The key of snapshot `version` played tempered: a player of its own."""
+    return f"{version}{TEMPERED}"
+
+
+def is_snapshot(player: Player) -> bool:
+    """A key of one of the learner's snapshots, as trained or tempered (not an exploiter's, not a reference's)."""
+    return isinstance(player, int) and player >= 0 or isinstance(player, str) and player.endswith(TEMPERED)
 
 
 @dataclass
 class Snapshot:
-    """A frozen version of the learner and the rating its games give it."""
+    """A frozen version of the learner and the ratings its games give it: as trained, and tempered
+    (as the learner's opponent plays it at a temperature other than 1; else unused)."""
 
     state: PolicyState
     elo: float
+    tempered_elo: float
 
     @property
     def weights_seq_no(self) -> int:
@@ -173,6 +195,7 @@ class League:
     def __init__(self, cfg: SelfPlayConfig, seed: int = 0, temperature: float = 1.0) -> None:
         self.cfg = cfg
         self.played = TemperedPolicies(temperature, kept=cfg.window + TEMPERED_KEPT_MORE)  # snapshots and latest, as opponents
+        self.tempered = temperature != 1.0  # a snapshot as opponent is a player of its own
         self.references: dict[str, float] = {  # fixed ratings
             RANDOM: cfg.random_elo,
             **{name: reference.elo for name, reference in cfg.scripted_references.items()},
@@ -226,7 +249,7 @@ class League:
 
     def _take_snapshot(self, learner: PolicyState) -> None:
         """A new snapshot, starting (the fit's first guess) at the learner's rating; its games decide it."""
-        self.snapshots.append(Snapshot(learner, self.elo))
+        self.snapshots.append(Snapshot(learner, self.elo, self.elo))
         while len(self.snapshots) > self.cfg.window:
             self.snapshots.popleft()
         self._forget_unused()
@@ -236,7 +259,7 @@ class League:
         """A frozen exploiter joins the pool (`state.weights_seq_no`: its key, negative), starting
         at the learner's rating; its games against the learner's snapshots rate it."""
         assert is_exploiter(state.weights_seq_no), state.weights_seq_no
-        self.exploiters.append(Snapshot(state, self.elo))
+        self.exploiters.append(Snapshot(state, self.elo, self.elo))
         while len(self.exploiters) > self.cfg.window:
             self.exploiters.popleft()
         self._forget_unused()
@@ -258,10 +281,14 @@ class League:
             return Opponent(REFERENCE, RANDOM)
         if self.cfg.snapshot_sampling == "pfsp":
             self._fit()
-            weights = [(1.0 - expected_score(self.elo, s.elo)) ** 2 for s in older]
+            weights = [(1.0 - expected_score(self.elo, self._as_opponent(s))) ** 2 for s in older]
             if sum(weights) > 1e-9:
                 return Opponent(SNAPSHOT, self._rng.choices(older, weights)[0].weights_seq_no)
         return Opponent(SNAPSHOT, self._rng.choice(older).weights_seq_no)
+
+    def _as_opponent(self, player: Snapshot) -> float:
+        """The rating of a snapshot or frozen exploiter as the learner's opponent plays it."""
+        return player.tempered_elo if self.tempered and not is_exploiter(player.weights_seq_no) else player.elo
 
     def _snapshot(self, version: int) -> Snapshot:
         return next(s for s in self._players() if s.weights_seq_no == version)
@@ -326,7 +353,10 @@ class League:
             return 0
         if not any(s.weights_seq_no == learner_snapshot for s in self.snapshots):
             return 0  # the learner's snapshot has left the window since
-        results = self.results.setdefault((learner_snapshot, opponent.player), _Results())  # type: ignore[arg-type]
+        player = opponent.player
+        if opponent.kind == SNAPSHOT and self.tempered and not is_exploiter(player):
+            player = tempered_key(int(player))  # type: ignore[arg-type]
+        results = self.results.setdefault((learner_snapshot, player), _Results())  # type: ignore[arg-type]
         results.score += SCORES[game.outcome]
         results.games += 1
         self.rated_games += 1
@@ -338,7 +368,7 @@ class League:
 
     def _forget_unused(self) -> None:
         """Drop the results of snapshots that left the window (the ratings are the window's)."""
-        kept = {s.weights_seq_no for s in self._players()}
+        kept = set(self._ratings())
         self.results = {(a, b): r for (a, b), r in self.results.items() if a in kept and (b in kept or b in self.references)}
 
     # -- Ratings ----------------------------------------------------------------------
@@ -352,39 +382,28 @@ class League:
         rated = [s for s in self.snapshots if s.weights_seq_no in played]
         return rated[-1].elo if rated else self.snapshots[-1].elo if self.snapshots else self.cfg.random_elo
 
+    def _ratings(self) -> dict[Player, float]:
+        """The rated players' keys and current ratings: snapshots, frozen exploiters, tempered snapshots."""
+        ratings: dict[Player, float] = {s.weights_seq_no: s.elo for s in self._players()}
+        if self.tempered:
+            ratings.update({tempered_key(s.weights_seq_no): s.tempered_elo for s in self.snapshots})
+        return ratings
+
     def _fit(self) -> None:
-        """The MAP ratings of the kept snapshots (Newton's method on the concave log-posterior)."""
+        """The MAP ratings of the kept players given their games and the prior (fit_ratings)."""
         if self._fitted or not self.snapshots:
             self._fitted = True
             return
-        players = self._players()
-        index = {s.weights_seq_no: i for i, s in enumerate(players)}
-        pairs: list[tuple[int, Player, float, float]] = [(a, b, r.score, float(r.games)) for (a, b), r in self.results.items()]
         prior = self.cfg.prior_games
-        pairs += [(s.weights_seq_no, RANDOM, prior / 2, prior) for s in players]
-        ratings = np.array([s.elo for s in players], dtype=np.float64)
-        c = math.log(10) / ELO_SCALE
-        for _ in range(NEWTON_STEPS):
-            gradient = np.zeros(len(ratings))
-            hessian = np.zeros((len(ratings), len(ratings)))
-            for a, b, score, games in pairs:
-                i, j = index[int(a)], index.get(b) if isinstance(b, int) else None
-                opponent = ratings[j] if j is not None else self.references[str(b)]
-                expected = expected_score(ratings[i], opponent)
-                weight = c * c * games * expected * (1 - expected)
-                gradient[i] += c * (score - games * expected)
-                hessian[i, i] -= weight
-                if j is not None:
-                    gradient[j] -= c * (score - games * expected)
-                    hessian[j, j] -= weight
-                    hessian[i, j] += weight
-                    hessian[j, i] += weight
-            step = np.clip(np.linalg.solve(hessian, -gradient), -MAX_NEWTON_STEP, MAX_NEWTON_STEP)
-            ratings += step
-            if np.max(np.abs(step)) < 1e-6:
-                break
-        for snapshot, rating in zip(players, ratings):
-            snapshot.elo = float(rating)
+        pairs: list[tuple[Player, Player, float, float]] = [(a, b, r.score, float(r.games)) for (a, b), r in self.results.items()]
+        pairs += [(s.weights_seq_no, RANDOM, prior / 2, prior) for s in self._players()]
+        if self.tempered:
+            pairs += [(tempered_key(s.weights_seq_no), s.weights_seq_no, prior / 2, prior) for s in self.snapshots]
+        fitted = fit_ratings(self._ratings(), pairs, self.references)
+        for player in self._players():
+            player.elo = fitted[player.weights_seq_no]
+        for snapshot in self.snapshots:
+            snapshot.tempered_elo = fitted.get(tempered_key(snapshot.weights_seq_no), snapshot.elo)
         self._fitted = True
 
     # -- On disk and on show --------------------------------------------------------
@@ -396,7 +415,7 @@ class League:
             "format": 2,
             "rated_games": self.rated_games,
             "games": self.games,
-            "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.snapshots],
+            "snapshots": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo, "tempered_elo": s.tempered_elo} for s in self.snapshots],
             "exploiters": [{"weights_seq_no": s.weights_seq_no, "elo": s.elo} for s in self.exploiters],
             "results": [[a, b, r.score, r.games] for (a, b), r in self.results.items()],
             "records": _saved(self.records),
@@ -416,7 +435,8 @@ class League:
             for snapshot in saved_players[-self.cfg.window :]:
                 onnx_bytes = snapshot_files[snapshot["weights_seq_no"]]
                 state = PolicyState(int(snapshot["weights_seq_no"]), onnx_bytes, set_state_payload(onnx_bytes))
-                players.append(Snapshot(state, float(snapshot["elo"])))
+                elo = float(snapshot["elo"])
+                players.append(Snapshot(state, elo, float(snapshot.get("tempered_elo", elo))))
         self.results = {(int(a), b): _Results(float(score), int(games)) for a, b, score, games in ratings.get("results", [])}
         _restore(self.records, ratings.get("records", []))
         _restore(self.evaluation_records, ratings.get("evaluation_records", []))
@@ -441,9 +461,10 @@ class League:
                 {
                     "weights_seq_no": s.weights_seq_no,
                     "elo": s.elo,
+                    "tempered_elo": s.tempered_elo if self.tempered else None,
                     "games": self._games_of(s.weights_seq_no),
                     "against_random": self._score_of(s.weights_seq_no, lambda b: b == RANDOM),
-                    "against_snapshots": self._score_of(s.weights_seq_no, lambda b: isinstance(b, int) and not is_exploiter(b)),
+                    "against_snapshots": self._score_of(s.weights_seq_no, is_snapshot),
                     "against_exploiters": self._score_of(s.weights_seq_no, is_exploiter),
                 }
                 for s in self.snapshots
@@ -465,7 +486,7 @@ class League:
 
     def _games_of(self, version: int) -> int:
         """The rated games a snapshot played, on either side."""
-        return sum(r.games for (a, b), r in self.results.items() if version in (a, b))
+        return sum(r.games for (a, b), r in self.results.items() if version in (a, b) or b == tempered_key(version))
 
 
 def _saved(records: _Records) -> list[list[str]]:
@@ -483,6 +504,37 @@ def _restore(records: _Records, saved: list[list[str]]) -> None:
 def expected_score(rating: float, opponent: float) -> float:
     """Elo's expected score of `rating` against `opponent`: 1 / (1 + 10^((opponent - rating) / 400))."""
     return float(1.0 / (1.0 + 10.0 ** ((opponent - rating) / ELO_SCALE)))
+
+
+def fit_ratings(
+    start: dict[Player, float], pairs: list[tuple[Player, Player, float, float]], fixed: dict[str, float]
+) -> dict[Player, float]:
+    """The maximum a posteriori Elo (Bradley-Terry) ratings of the players of `start` (the first
+    guess), given `pairs` (a, b, a's score, games; the prior among them) against each other and
+    against the `fixed` players: Newton's method on the concave log-posterior."""
+    keys = list(start)
+    index = {key: i for i, key in enumerate(keys)}
+    ratings = np.array([start[key] for key in keys], dtype=np.float64)
+    c = math.log(10) / ELO_SCALE
+    for _ in range(NEWTON_STEPS):
+        gradient = np.zeros(len(ratings))
+        hessian = np.zeros((len(ratings), len(ratings)))
+        for a, b, score, games in pairs:
+            i, j = index[a], index.get(b)
+            expected = expected_score(ratings[i], ratings[j] if j is not None else fixed[str(b)])
+            weight = c * c * games * expected * (1 - expected)
+            gradient[i] += c * (score - games * expected)
+            hessian[i, i] -= weight
+            if j is not None:
+                gradient[j] -= c * (score - games * expected)
+                hessian[j, j] -= weight
+                hessian[i, j] += weight
+                hessian[j, i] += weight
+        step = np.clip(np.linalg.solve(hessian, -gradient), -MAX_NEWTON_STEP, MAX_NEWTON_STEP)
+        ratings += step
+        if np.max(np.abs(step)) < 1e-6:
+            break
+    return {key: float(rating) for key, rating in zip(keys, ratings)}
 
 
 def _reference_state(learner: PolicyState, name: str) -> PolicyState:
