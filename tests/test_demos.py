@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from app.experience import blocks_of
 from app.schemas import EpisodeChunk
 from app.settings.config import Settings
+from app.settings.hyperparameters import ModelConfig
 from app.settings.policies import PolicySet
 from app.spaces.models import BoxSpace, DiscreteSpace
 from app.training.algorithms.ppo.config import PPOConfig
@@ -61,16 +62,20 @@ def fetch_model(base_url: str) -> bytes:
 
 def play_greedily(model: bytes, env_id: str, episodes: int) -> list[tuple[float, bool]]:
     """Each episode's return and whether it terminated (MountainCar: reached the flag), the
-    policy's most likely action at every step."""
+    policy's most likely action at every step; a recurrent model's state carried step to step
+    from zeros at each episode's start."""
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    inputs = {i.name: i.shape for i in session.get_inputs()}
     env = gym.make(env_id)
     results = []
     for episode in range(episodes):
         obs, _ = env.reset(seed=10_000 + episode)  # starts the demonstrations never saw
+        state = {"state_in": np.zeros((1, inputs["state_in"][1]), np.float32)} if "state_in" in inputs else {}
         total, terminated, truncated = 0.0, False, False
         while not (terminated or truncated):
-            logits = session.run(None, {"obs": np.asarray(obs, np.float32)[None]})[0][0]
-            obs, reward, terminated, truncated, _ = env.step(int(np.argmax(logits)))
+            logits, *state_out = session.run(None, {"obs": np.asarray(obs, np.float32)[None], **state})
+            state = {"state_in": state_out[0]} if state_out else {}
+            obs, reward, terminated, truncated, _ = env.step(int(np.argmax(logits[0])))
             total += float(reward)
         results.append((total, terminated))
     return results
@@ -102,6 +107,27 @@ def test_cartpole_demos_pretrain_a_policy_that_balances(tmp_path: Path) -> None:
         model = fetch_model(gateway.base_url)
     returns = [total for total, _ in play_greedily(model, "CartPole-v1", 5)]
     assert np.mean(returns) >= 300, returns  # random play: about 22
+
+
+STATELESS_CARTPOLE = "rllink_clients.memory_envs:StatelessCartPole-v1"
+STATELESS_SPACES = ["--observation-space", '{"type": "box", "shape": [2]}', "--action-space", '{"type": "discrete", "n": 2}']
+
+
+def test_a_recurrent_policy_clones_a_demonstrator_with_memory_where_a_feed_forward_one_cannot(tmp_path: Path) -> None:
+    """CartPole seeing only the position and the angle: the reference client's scripted
+    demonstrator remembers the last observation (the velocities are the differences). Cloned
+    episode by episode through the LSTM, the pre-trained policy balances as it does; a
+    feed-forward policy cloned from the same file cannot know the velocities."""
+    demos = tmp_path / "stateless.jsonl"
+    summary = record(STATELESS_CARTPOLE, 5, demos)
+    assert summary["min_return"] == 500.0, summary
+    returns = {}
+    for name, model in (("lstm", '{"use_lstm": true, "lstm_cell_size": 32}'), ("feed_forward", "{}")):
+        log = tmp_path / f"{name}.log"
+        with gateway_process(tmp_path / name, log, *STATELESS_SPACES, "--model", model, "--demos", str(demos)) as gateway:
+            returns[name] = [total for total, _ in play_greedily(fetch_model(gateway.base_url), STATELESS_CARTPOLE, 5)]
+        assert "pre-trained by behavioural cloning on 2500 steps" in log.read_text(), log.read_text()
+    assert np.mean(returns["lstm"]) >= 400 and np.mean(returns["feed_forward"]) < 150, returns
 
 
 def bad_line(demos: Path, tmp_path: Path, line_3: str) -> Path:
@@ -232,11 +258,15 @@ def random_play_chunk(policies: PolicySet, steps: int) -> EpisodeChunk:
     return EpisodeChunk.model_validate(chunk, context={"policies": policies, "from_json": True})
 
 
-def test_the_bc_loss_pulls_a_ppo_update_towards_the_demonstrated_actions(tmp_path: Path, mountain_car_demos: Path) -> None:
-    policies = PolicySet.from_settings(Settings(observation_space=BoxSpace(shape=(2,)), action_space=DiscreteSpace(n=3)))
+@pytest.mark.parametrize("memory", [{}, {"use_lstm": True, "lstm_cell_size": 16}], ids=["feed_forward", "lstm"])
+def test_the_bc_loss_pulls_a_ppo_update_towards_the_demonstrated_actions(tmp_path: Path, mountain_car_demos: Path, memory: dict) -> None:
+    """A recurrent learner draws whole demonstrated episodes (run through its LSTM) for the BC term."""
+    model = ModelConfig(**memory)
+    spaces = {"observation_space": BoxSpace(shape=(2,)), "action_space": DiscreteSpace(n=3)}
+    policies = PolicySet.from_settings(Settings(**spaces, model=model))
     batch = [random_play_chunk(policies, 200)]
     learners = [
-        PPOLearner(PPOConfig(), BoxSpace(shape=(2,)), DiscreteSpace(n=3), seed=0, checkpoint_dir=tmp_path / name, onnx_input_name="obs")
+        PPOLearner(PPOConfig(), *spaces.values(), seed=0, checkpoint_dir=tmp_path / name, onnx_input_name="obs", model=model)
         for name in ("with_bc", "without")
     ]
     demos = learners[0].demonstrations(load_demos(mountain_car_demos, policies))
@@ -245,7 +275,8 @@ def test_the_bc_loss_pulls_a_ppo_update_towards_the_demonstrated_actions(tmp_pat
     for learner in learners:  # the same start (seed), the same batch of random play, one PPO update each
         learner.train(blocks_of(batch, "x"), 1)
         with torch.no_grad():
-            nll.append(float(demo_nll(learner.policy, demos, torch.arange(demos.num_steps))))
+            nll.append(float(demo_nll(learner.policy, demos, torch.arange(demos.num_units))))
+    assert demos.num_units == (demos.num_steps if not memory else 20)  # steps, or the 20 episodes
     # Untrained, the policy is uniform: log(3) = 1.099. Measured: 0.89 with the BC term, 1.05 without.
     assert nll[0] < nll[1] - 0.05, nll
 

@@ -134,15 +134,11 @@ def test_use_lstm_with_sac_is_refused_at_start():
         Settings(algorithm="sac", action_space=box, model=LSTM)
 
 
-def test_what_memory_does_not_do_yet_is_refused_clearly(tmp_path):
+def test_what_memory_does_not_do_yet_is_refused_clearly():
     with pytest.raises(ValidationError, match="self-play leagues are for feed-forward policies"):
         box = {"type": "box", "shape": [4]}
         Settings(policies={"duel": {"observation_space": box, "action_space": {"type": "discrete", "n": 2}, "model": LSTM,
                                     "self_play": {}}})
-    demos = tmp_path / "demos.jsonl"
-    demos.write_text("")
-    with pytest.raises(ValidationError, match="behavioural cloning does not train"):
-        Settings(model=LSTM, demos=demos)
 
 
 def test_a_thin_clients_episodes_keep_their_own_states(tmp_path):

@@ -427,11 +427,6 @@ class Settings(BaseSettings):
                 f"demos: {', '.join(refused)} learn with {algorithms}, which has no behavioural-cloning pre-training; "
                 f"give demos to {cloned} modules only (as {{module_id: path}})"
             )
-        if recurrent := [module_id for module_id in targets if trainable[module_id].state_size]:
-            raise ValueError(
-                f"demos: {', '.join(recurrent)} have memory (model.use_lstm), which behavioural cloning does not train "
-                "yet; give demos to feed-forward modules only"
-            )
         return self
 
     @model_validator(mode="after")

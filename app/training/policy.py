@@ -180,14 +180,14 @@ class ActorCritic(nn.Module):
     def forward(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """`action_dist_inputs` [batch, k] for observations [batch, *obs_shape] (feed-forward);
         `mask` [batch, k] (1 allowed, 0 not) masks the logits of a discrete action space."""
-        return self.dist_inputs(self._features(obs), mask)
+        return self.dist_inputs(self.features(obs), mask)
 
     def recurrent(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The LSTM over sequences: observations [batch, steps, *obs_shape] from states
         [batch, state_size] -> the heads' inputs [batch, steps, lstm_cell_size] and the states after."""
         assert self.lstm is not None, "a feed-forward policy has no state"
         batch, steps = obs.shape[:2]
-        flat = self._features(obs.reshape(batch * steps, *obs.shape[2:])).reshape(batch, steps, -1)
+        flat = self.features(obs.reshape(batch * steps, *obs.shape[2:])).reshape(batch, steps, -1)
         h, c = state.split(self.lstm.hidden_size, dim=-1)
         out, (h_after, c_after) = self.lstm(flat, (h[None].contiguous(), c[None].contiguous()))
         return out, torch.cat([h_after[0], c_after[0]], dim=-1)
@@ -242,9 +242,9 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """V(obs), shape [batch]."""
-        return self.critic(self._features(obs)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)
 
-    def _features(self, obs: torch.Tensor) -> torch.Tensor:
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
         """What the MLPs take: the flat observations, normalised (if normalising) or encoded (images)."""
         flat = obs.flatten(start_dim=1)
         if self.encoder is not None:

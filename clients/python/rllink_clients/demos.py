@@ -51,7 +51,30 @@ def acrobot(obs: np.ndarray) -> int:
     return 2 if obs[5] >= 0 else 0
 
 
-SCRIPTED: dict[str, Policy] = {"CartPole-v1": cartpole, "MountainCar-v0": mountain_car, "Acrobot-v1": acrobot}
+class StatelessCartPoleDemonstrator:
+    """StatelessCartPole-v1 (memory_envs: position and angle only): `cartpole`'s rule on the
+    velocities it remembers, the change of the position and the angle since the step before
+    divided by CartPole's time step (zero at an episode's first step). A policy with memory:
+    `reset` at each episode's start."""
+
+    TAU = 0.02  # CartPole-v1's seconds between two steps
+
+    def __init__(self) -> None:
+        self.last: np.ndarray | None = None
+
+    def reset(self) -> None:
+        self.last = None
+
+    def __call__(self, obs: np.ndarray) -> int:
+        x_dot, theta_dot = (0.0, 0.0) if self.last is None else (obs - self.last) / self.TAU
+        self.last = np.array(obs, np.float32)
+        return cartpole(np.array([obs[0], x_dot, obs[1], theta_dot]))
+
+
+SCRIPTED: dict[str, Policy | type[StatelessCartPoleDemonstrator]] = {
+    "CartPole-v1": cartpole, "MountainCar-v0": mountain_car, "Acrobot-v1": acrobot,
+    "rllink_clients.memory_envs:StatelessCartPole-v1": StatelessCartPoleDemonstrator,
+}  # fmt: skip
 
 
 def policy_named(name: str, env_id: str) -> Policy:
@@ -59,7 +82,8 @@ def policy_named(name: str, env_id: str) -> Policy:
     if name == "scripted":
         if env_id not in SCRIPTED:
             raise ValueError(f"no scripted policy for {env_id}; scripted ones: {', '.join(SCRIPTED)}")
-        return SCRIPTED[env_id]
+        scripted = SCRIPTED[env_id]
+        return scripted() if isinstance(scripted, type) else scripted  # a policy with memory: its own instance
     module_name, _, function = name.partition(":")
     if not module_name or not function:
         raise ValueError(f"--policy {name!r}: give 'scripted' or 'package.module:function'")
@@ -97,7 +121,10 @@ class DemoWriter:
 
 
 def play_episode(env: gym.Env, policy: Policy, seed: int | None = None) -> dict[str, Any]:
-    """One whole episode played by `policy`, as one episode chunk."""
+    """One whole episode played by `policy`, as one episode chunk (a policy with a `reset`
+    method, one with memory, is reset first)."""
+    if callable(reset := getattr(policy, "reset", None)):
+        reset()
     obs, info = env.reset(seed=seed)
     chunk: dict[str, Any] = {"episode_id": uuid.uuid4().hex, "obs": [np.asarray(obs, np.float32).tolist()], "actions": [], "rewards": []}
     while True:

@@ -103,7 +103,7 @@ class PPOLearner(Checkpointed):
 
     def demonstrations(self, chunks: list[EpisodeChunk]) -> Demonstrations:
         """The chunks as this policy's tensors, on its device: what `pretrain` and `clone_during_rl` take."""
-        return Demonstrations.from_chunks(chunks, self.policy, self.cfg.gamma)
+        return Demonstrations.from_chunks(chunks, self.policy, self.cfg.gamma, self.model.max_seq_len)
 
     def pretrain(self, demos: Demonstrations, epochs: int, fit_value: bool) -> dict[str, float]:
         """Behavioural cloning on the demonstrations (behavior_cloning.py), then a checkpoint,
