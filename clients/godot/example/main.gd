@@ -147,9 +147,9 @@ func _on_episode_finished(episode_return: float, steps: int, agent) -> void:
 			recent.pop_front()
 	var reached = recent.size() == WINDOW and _mean() >= options.target_return
 	if episodes % WINDOW == 0 or reached:
-		var reconnects = 0
-		for a in agents:
-			reconnects += a.session.reconnects
+		# Connections made again after a drop (the client's count: a step that never saw the
+		# drop, cut between two requests, still counts it).
+		var reconnects = client.connection_number - 1 if client != null else 0
 		print("v%d  env steps %d  episodes %d  mean return (last %d) %.1f  %.1fs%s" % [
 			agent.weights_seq_no, env_steps, episodes, recent.size(), _mean(), _elapsed(),
 			"  reconnects %d" % reconnects if reconnects > 0 else ""])
