@@ -281,14 +281,16 @@ class League:
             return Opponent(REFERENCE, RANDOM)
         if self.cfg.snapshot_sampling == "pfsp":
             self._fit()
-            weights = [(1.0 - expected_score(self.elo, self._as_opponent(s))) ** 2 for s in older]
+            ratings = self._ratings()
+            weights = [(1.0 - expected_score(self.elo, ratings[self._met(s.weights_seq_no)])) ** 2 for s in older]
             if sum(weights) > 1e-9:
                 return Opponent(SNAPSHOT, self._rng.choices(older, weights)[0].weights_seq_no)
         return Opponent(SNAPSHOT, self._rng.choice(older).weights_seq_no)
 
-    def _as_opponent(self, player: Snapshot) -> float:
-        """The rating of a snapshot or frozen exploiter as the learner's opponent plays it."""
-        return player.tempered_elo if self.tempered and not is_exploiter(player.weights_seq_no) else player.elo
+    def _met(self, player: Player) -> Player:
+        """The key of the player the learner meets when `player` is its opponent: a snapshot's
+        tempered one at a temperature other than 1; any other as it is."""
+        return tempered_key(int(player)) if self.tempered and is_snapshot(player) else player
 
     def _snapshot(self, version: int) -> Snapshot:
         return next(s for s in self._players() if s.weights_seq_no == version)
@@ -353,10 +355,7 @@ class League:
             return 0
         if not any(s.weights_seq_no == learner_snapshot for s in self.snapshots):
             return 0  # the learner's snapshot has left the window since
-        player = opponent.player
-        if opponent.kind == SNAPSHOT and self.tempered and not is_exploiter(player):
-            player = tempered_key(int(player))  # type: ignore[arg-type]
-        results = self.results.setdefault((learner_snapshot, player), _Results())  # type: ignore[arg-type]
+        results = self.results.setdefault((learner_snapshot, self._met(opponent.player)), _Results())  # type: ignore[arg-type]
         results.score += SCORES[game.outcome]
         results.games += 1
         self.rated_games += 1
