@@ -157,19 +157,26 @@ def test_references_never_move_and_a_snapshot_is_rated_from_its_own_games():
         assert league.references == {RANDOM: 1000.0}
 
 
-def test_a_learner_that_beats_its_snapshots_without_getting_stronger_does_not_inflate():
-    """The issue's failure: every snapshot beaten by the next, yet even against random;
-    each snapshot inheriting the learner's rating, ELO rose without bound."""
-    league = League(config(window=10, play_against_random_ratio=0.5), seed=0)
+def even_against_random_beating_every_snapshot(league: League, versions: int) -> list[float]:
+    """`versions` versions of a learner that draws even with random play (5 wins, 5 losses) and
+    wins all 10 of its games against any older snapshot; its rating after each."""
     elo = []
-    for version in range(600):
+    for version in range(versions):
         league.on_new_version(version, state(version))
         if league.opponent.kind == "reference":
             play(league, version, "win", 5)
             play(league, version, "loss", 5)
         else:
-            play(league, version, "win", 10)  # the learner beats every older snapshot
+            play(league, version, "win", 10)
         elo.append(league.elo)
+    return elo
+
+
+def test_a_learner_that_beats_its_snapshots_without_getting_stronger_does_not_inflate():
+    """The issue's failure: every snapshot beaten by the next, yet even against random;
+    each snapshot inheriting the learner's rating, ELO rose without bound."""
+    league = League(config(window=10, play_against_random_ratio=0.5), seed=0)
+    elo = even_against_random_beating_every_snapshot(league, 600)
     means = [np.mean(elo[start : start + 100]) for start in range(100, 600, 100)]
     assert max(means) < 1000 + 400 and max(means) - min(means) < 150, means  # flat, not rising
     assert max(elo) < 1000 + 1500  # a newest snapshot that beat many older ones, no more
@@ -180,15 +187,7 @@ def test_at_a_temperature_a_snapshot_as_the_opponent_is_a_player_of_its_own_and_
     """Even against random, the learner beats every tempered (weakened) snapshot: those wins rate
     the tempered players, not the snapshots as trained (one rating for both rose to 2,043 here)."""
     league = League(config(window=10, play_against_random_ratio=0.5), seed=0, temperature=2.0)
-    elo = []
-    for version in range(300):
-        league.on_new_version(version, state(version))
-        if league.opponent.kind == "reference":
-            play(league, version, "win", 5)
-            play(league, version, "loss", 5)
-        else:
-            play(league, version, "win", 10)
-        elo.append(league.elo)
+    elo = even_against_random_beating_every_snapshot(league, 300)
     assert max(elo) < 1000 + 400, max(elo)
     snapshots = league.summary()["snapshots"]
     assert np.mean([s["tempered_elo"] for s in snapshots]) < np.mean([s["elo"] for s in snapshots]) - 150, snapshots

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from app.schemas import EpisodeChunk
-from app.spaces.models import num_dist_inputs
+from app.training.batch import _masks
 from app.training.policy import ActorCritic
 
 BC_LEARNING_RATE = 1e-3
@@ -66,16 +66,13 @@ class Demonstrations:
         for k, chunk in enumerate(chunks):
             episodes.setdefault(chunk.episode_id if chunk.episode_id is not None and policy.lstm is not None else k, []).append(chunk)
         ordered = [chunk for parts in episodes.values() for chunk in parts]
-        width = num_dist_inputs(policy.action_space)
-        masks = None
-        if any(chunk.action_mask is not None for chunk in ordered):
-            masks = np.concatenate([c.action_mask if c.action_mask is not None else np.ones((len(c.actions), width)) for c in ordered])
+        masks = _masks(ordered, policy.num_dist_inputs)
         rewards = [np.concatenate([chunk.rewards for chunk in parts]) for parts in episodes.values()]
         device = policy.device
         demos = cls(
             obs=torch.from_numpy(np.concatenate([chunk.obs[:-1] for chunk in ordered])).to(device),
             actions=torch.from_numpy(np.concatenate([chunk.actions for chunk in ordered])).to(device),
-            masks=None if masks is None else torch.from_numpy(masks.astype(np.float32)).to(device),
+            masks=None if masks is None else masks.to(device),
             returns=torch.from_numpy(np.concatenate([discounted_returns(r, gamma) for r in rewards])).to(device),
         )
         if policy.lstm is None:
@@ -131,9 +128,15 @@ def demo_nll_and_features(
     policy: ActorCritic, demos: Demonstrations, idx: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """demo_nll, and the heads' inputs and step indices it came from (for the value fit)."""
-    features, steps = demos.features(policy, idx)
-    dist_inputs = policy.dist_inputs(features, None if demos.masks is None else demos.masks[steps])
+    dist_inputs, features, steps = demo_heads(policy, demos, idx)
     return -policy.log_prob(dist_inputs, demos.actions[steps]).mean(), features, steps
+
+
+def demo_heads(policy: ActorCritic, demos: Demonstrations, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The policy's `action_dist_inputs` at the steps of units `idx` (masked where the
+    demonstrations carry masks), the heads' inputs there, and those steps' indices."""
+    features, steps = demos.features(policy, idx)
+    return policy.dist_inputs(features, None if demos.masks is None else demos.masks[steps]), features, steps
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,6 @@ def bc_pretrain(
     stats["bc_steps"] = float(demos.num_steps)
     if policy.is_discrete and demos.actions.ndim == 1:
         with torch.no_grad():
-            features, steps = demos.features(policy, torch.arange(num_units, device=policy.device))
-            greedy = policy.dist_inputs(features, None if demos.masks is None else demos.masks[steps]).argmax(-1)
-        stats["bc_accuracy"] = float((greedy == demos.actions[steps]).float().mean())
+            dist_inputs, _, steps = demo_heads(policy, demos, torch.arange(num_units, device=policy.device))
+        stats["bc_accuracy"] = float((dist_inputs.argmax(-1) == demos.actions[steps]).float().mean())
     return stats

@@ -195,7 +195,6 @@ class League:
     def __init__(self, cfg: SelfPlayConfig, seed: int = 0, temperature: float = 1.0) -> None:
         self.cfg = cfg
         self.played = TemperedPolicies(temperature, kept=cfg.window + TEMPERED_KEPT_MORE)  # snapshots and latest, as opponents
-        self.tempered = temperature != 1.0  # a snapshot as opponent is a player of its own
         self.references: dict[str, float] = {  # fixed ratings
             RANDOM: cfg.random_elo,
             **{name: reference.elo for name, reference in cfg.scripted_references.items()},
@@ -287,9 +286,13 @@ class League:
                 return Opponent(SNAPSHOT, self._rng.choices(older, weights)[0].weights_seq_no)
         return Opponent(SNAPSHOT, self._rng.choice(older).weights_seq_no)
 
+    @property
+    def tempered(self) -> bool:
+        """Whether the opponents play tempered: a snapshot as the opponent is then a player of its own."""
+        return self.played.temperature != 1.0
+
     def _met(self, player: Player) -> Player:
-        """The key of the player the learner meets when `player` is its opponent: a snapshot's
-        tempered one at a temperature other than 1; any other as it is."""
+        """The key of the player the learner meets when `player` is its opponent (a snapshot's: its tempered one's)."""
         return tempered_key(int(player)) if self.tempered and is_snapshot(player) else player
 
     def _snapshot(self, version: int) -> Snapshot:
