@@ -55,6 +55,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
             self_play_defaults={
                 "entropy_floor": ppo.SELF_PLAY_ENTROPY_FLOOR, "entropy_floor_per_state": True, "normalize_obs": False,
                 "normalize_reward": False, "gamma": ppo.SELF_PLAY_GAMMA, "gae_lambda": ppo.SELF_PLAY_GAE_LAMBDA,
+                "learning_rate": ppo.SELF_PLAY_LEARNING_RATE,
             },
         ),
         AlgorithmSpec(
