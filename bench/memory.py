@@ -3,7 +3,7 @@
     python bench/memory.py [--seeds 0 1 2] [--max-env-steps 500000] [--target 400]
                            [--sides lstm ff] [--lstm-cell-size 64] [--max-seq-len 20]
                            [--ppo '{"learning_rate": 0.001}'] [--inference local thin]
-                           [--env popgym-RepeatPreviousEasy-v0 --target none]
+                           [--env popgym-RepeatPreviousEasy-v0 --target none [--previous-action]]
 
 StatelessCartPole-v1 (rllink_clients/memory_envs.py): CartPole-v1 observing only the cart's
 position and the pole's angle, so the velocities must be remembered. Per seed and side, a
@@ -18,7 +18,8 @@ state_in and sends each chunk's state_in); `thin`: 8 envs in one batched GET_ACT
 `--env`: another task; POPGym's (`pip install popgym`; ids `popgym-<Task>-v0`) observe
 Discrete or MultiDiscrete values, given to the gateway as one-hot boxes (gymnasium's
 FlattenObservation); `--target none` trains for the whole budget (then the last means are
-the figures).
+the figures); `--previous-action` adds the last action to each observation, as POPGym's
+own baselines do.
 
 Printed per seed: env steps to the target (or missed, with the last mean), wall time,
 policy versions; then the median over the seeds per side. Targets (issue 53): with the
@@ -44,17 +45,23 @@ ENV_ID = "rllink_clients.memory_envs:StatelessCartPole-v1"
 POPGYM_PREFIX = "popgym-"
 
 
-def client_env_id(env_id: str) -> str:
+def client_env_id(env_id: str, previous_action: bool = False) -> str:
     """The id the client makes: a POPGym task registered again with its observations flattened
-    to one-hot boxes (the gateway's observation spaces are boxes); any other id as it is."""
+    to one-hot boxes (the gateway's observation spaces are boxes), the previous action among
+    them with `previous_action` (POPGym's own protocol); any other id as it is."""
     if not env_id.startswith(POPGYM_PREFIX):
         return env_id
     import gymnasium as gym
     import popgym  # noqa: F401  (registers the popgym-* ids)
+    from popgym.wrappers import PreviousAction
 
-    flat = f"flat-{env_id}"
+    def make() -> gym.Env:
+        env = PreviousAction(gym.make(env_id).unwrapped) if previous_action else gym.make(env_id)
+        return gym.wrappers.FlattenObservation(env)
+
+    flat = f"flat-{'prev-' if previous_action else ''}{env_id}"
     if flat not in gym.registry:
-        gym.register(id=flat, entry_point=lambda: gym.wrappers.FlattenObservation(gym.make(env_id)))
+        gym.register(id=flat, entry_point=make)
     return flat
 
 
@@ -71,7 +78,7 @@ def run_side(side: str, inference: str, seed: int, args: argparse.Namespace) -> 
         flags += ["--model.use-lstm", "--model.lstm-cell-size", str(args.lstm_cell_size), "--model.max-seq-len", str(args.max_seq_len)]
     if args.ppo:
         flags += ["--ppo", args.ppo]
-    env_id = client_env_id(args.env)
+    env_id = client_env_id(args.env, args.previous_action)
     with running_gateway(*flags) as gateway, RLlinkClient("tcp", HOST, gateway.tcp_port, timeout=600) as client:
         started = time.monotonic()
         if inference == "thin":
@@ -97,6 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env", default=ENV_ID, help="the task (default: StatelessCartPole-v1); popgym-<Task>-v0 for POPGym's")
     parser.add_argument("--target", type=lambda text: None if text == "none" else float(text), default=400.0,
                         help="mean return to stop at ('none': the whole budget)")
+    parser.add_argument("--previous-action", action="store_true",
+                        help="POPGym tasks: the previous action one-hot in each observation (POPGym's PreviousAction wrapper)")
     parser.add_argument("--sides", nargs="+", choices=["lstm", "ff"], default=["lstm", "ff"])
     parser.add_argument("--lstm-cell-size", type=int, default=64)
     parser.add_argument("--max-seq-len", type=int, default=20)
