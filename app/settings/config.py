@@ -164,7 +164,7 @@ class Settings(BaseSettings):
         "0: none, and no best.onnx.",
     )
     best_model_episodes: int = Field(
-        5,
+        10,
         ge=1,
         le=100_000,
         description="Evaluation episodes best.onnx is chosen over: the newest version of the last this many, when their "
