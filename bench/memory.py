@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ppo", help="PPO hyperparameters for both sides as one JSON object (the gateway's --ppo)")
     parser.add_argument("--inference", nargs="+", choices=["local", "thin"], default=["local"])
     args = parser.parse_args(argv)
+    if args.previous_action and not args.env.startswith(POPGYM_PREFIX):
+        parser.error("--previous-action wraps POPGym tasks only (--env popgym-<Task>-v0)")
     lines, results = [], {}
     for side, inference in ((s, i) for s in args.sides for i in args.inference):
         runs, name = [], side if inference == "local" else f"{side} thin"
