@@ -168,8 +168,8 @@ class Settings(BaseSettings):
         ge=1,
         le=100_000,
         description="Evaluation episodes best.onnx is chosen over: the newest version of the last this many, when their "
-        "mean return is the highest so far (RLLINK.md, The model a game ships). Fewer overstate the version shipped "
-        "more (LunarLander-v3, five runs: windows of 10 shipped 198.0 in fresh greedy play, windows of 5 182.0).",
+        "mean return is the highest so far (RLLINK.md, The model a game ships; fewer overstate the version shipped "
+        "more: on LunarLander-v3, five runs, windows of 10 shipped 198.0 in fresh greedy play, windows of 5 182.0).",
     )
     config: Path | None = Field(
         None, description="A YAML file of settings (the names of this list); flags and RLLINK_ variables override it."
