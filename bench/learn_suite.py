@@ -8,7 +8,7 @@ torch stays 2.13.0+cpu):
     python bench/learn_suite.py [--tasks CartPole-v1 ...] [--seeds 0 1 2] [--long]
                                 [--sides gateway sb3] [--eval-episodes 10] [--clients N]
                                 [--learner-threads N] [--device cpu|cuda|auto]
-                                [--gateway-settings task|defaults]
+                                [--gateway-settings task|defaults] [--gateway-env NAME=VALUE ...]
 
 | task           | algorithm | budget (env steps) | --long    | rl-zoo entry (rl_zoo3 2.9.2)                                      |
 |----------------|-----------|--------------------|-----------|-------------------------------------------------------------------|
@@ -51,7 +51,9 @@ Per task and seed, one side after the other:
 
 `--gateway-settings defaults` runs the gateway side on its embedded defaults for the
 task's algorithm (only RLLINK_ALGORITHM and the spaces kept): what a user who tunes
-nothing gets, against rl-zoo's tuned SB3 (issue 51's first target).
+nothing gets, against rl-zoo's tuned SB3 (issue 51's first target). `--gateway-env
+RLLINK_SAC__POLICY_LR=0.001 ...` sets variables on top of either (one change to the
+defaults, measured on the suite before it becomes one).
 
 Beside wall time, each side's CPU seconds (the gateway: its process tree, start-up
 included, plus its clients'; SB3: this process while it builds and learns) and the
@@ -658,6 +660,8 @@ def run_task(task: Task, args: argparse.Namespace) -> dict[str, Any]:
     if args.gateway_settings == "defaults":
         kept = {k: v for k, v in task.gateway_env.items() if k in DEFAULTS_KEPT}
         task = replace(task, gateway_env=kept, notes="the gateway's embedded defaults (--gateway-settings defaults)")
+    if args.gateway_env:
+        task = replace(task, gateway_env={**task.gateway_env, **args.gateway_env}, notes=f"{task.notes}; set: {args.gateway_env}")
     result: dict[str, Any] = {
         "algorithm": task.algorithm,
         "budget": budget,
@@ -711,10 +715,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the gateway's settings: the task's (rl-zoo's translated where the task has them) or its embedded defaults",
     )
     parser.add_argument(
+        "--gateway-env",
+        nargs="+",
+        default=[],
+        metavar="NAME=VALUE",
+        help="RLLINK_* variables set on top of the chosen settings (RLLINK_SAC__POLICY_LR=0.001)",
+    )
+    parser.add_argument(
         "--device",
         help="the gateway's device (RLLINK_DEVICE): cpu, cuda, cuda:N, auto (default: the gateway's own, auto)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    pairs = [item.partition("=") for item in args.gateway_env]
+    if bad := [name for name, sep, _ in pairs if not (sep and name.startswith("RLLINK_"))]:
+        parser.error(f"--gateway-env takes RLLINK_NAME=VALUE, got {bad[0]!r}")
+    args.gateway_env = {name: value for name, _, value in pairs}
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
