@@ -36,7 +36,9 @@ Per task and seed, one side after the other:
   as `RLLINK_*` environment variables (each task declares them below; other `RLLINK_*`
   variables of this shell are not passed on), and `clients` reference clients
   (`rllink_clients.gym_client.run`, what `python -m rllink_clients.cartpole` runs) over TCP,
-  each with its share of the budget (one in this process, several in processes). Wall
+  each with its share of the budget (one in this process, several in processes), playing
+  no evaluation episodes (every env step of the budget is trained on, as SB3's; rl-zoo
+  evaluates on an env of its own, outside its n_timesteps). Wall
   time: the longest client's run (from its GET_CONFIG to its last reply, gateway start
   excluded, as bench/learn.py), plus, for an off-policy learner, the wait until the
   gateway has done every gradient step its data asks for (so the final policy has had
@@ -404,7 +406,9 @@ def client_run(port: int, env_id: str, max_env_steps: int, seed: int) -> dict[st
 
     cpu_started = time.process_time()
     with RLlinkClient("tcp", HOST, port, timeout=600) as client:
-        result = run(client, env_id, target_return=None, max_env_steps=max_env_steps, seed=seed)
+        # No evaluation episodes: every env step of the budget is trained on, as SB3's are (rl-zoo
+        # evaluates on an env of its own, outside n_timesteps); the suite evaluates the final policy.
+        result = run(client, env_id, target_return=None, max_env_steps=max_env_steps, seed=seed, evaluation_interval=0)
     return {
         "cpu_s": time.process_time() - cpu_started,
         "env_steps": result.env_steps,
