@@ -453,6 +453,32 @@ def test_mlp_policy_runtime_computes_what_onnxruntime_computes(kit, tmp_path, na
         assert (outputs[masks == 0] < -4e7).all() and (outputs[masks == 1] > -1e3).all()
 
 
+def test_mlp_policy_runtime_plays_a_gsde_models_noise_free_output_when_asked(kit, tmp_path):
+    """SAC's gSDE exploring model (its default exploration): output 0 carries this version's
+    noise, action_dist_inputs_noise_free not; an evaluation episode plays the latter's mode
+    (AgentSession sets PlayNoiseFree), every other step output 0, as onnxruntime computes them."""
+    import torch
+
+    from app.training.algorithms.sac.networks import SquashedGaussianActor
+    from app.training.algorithms.sac.onnx_head import export_onnx as export_sac_onnx
+
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(BoxSpace(shape=(3,)), BoxSpace(shape=(2,), low=-1, high=3), (32, 16), gsde_log_std_init=-0.5)
+    model = export_sac_onnx(actor, 7, exploration_noise=actor.exploration_noise(np.random.default_rng(1)))
+    path = tmp_path / "gsde.onnx"
+    path.write_bytes(model)
+    observations = np.random.default_rng(2).uniform(-3, 3, (16, 3)).astype(np.float32)
+    played, noise_free = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"obs": observations})
+    assert np.abs(played[:, :2] - noise_free[:, :2]).mean() > 0.05  # the noise moves the means
+
+    lines = [json.dumps({"obs": o.tolist(), "noise_free": i % 2 == 1}) for i, o in enumerate(observations)]
+    result = onnx_run(path, [3], lines)
+    assert result.returncode == 0, result.stderr
+    outputs = np.array([json.loads(line) for line in result.stdout.splitlines()[1:]])
+    expected = np.where((np.arange(16) % 2 == 1)[:, None], noise_free, played)
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_mlp_policy_runtime_refuses_an_image_policy_pointing_to_sentis_or_thin_mode(kit, tmp_path):
     policy = ActorCritic(BoxSpace(shape=(3, 10, 10), dtype="uint8"), DiscreteSpace(n=4), (16,))
     path = tmp_path / "image.onnx"

@@ -12,6 +12,9 @@
 // A recurrent model (input state_in): the tool carries the state itself, zeros at first and
 // then each step's state_out (a line's "state_in" replaces it: e.g. zeros at a new episode),
 // and each stdout line is {"outputs": [...], "state_out": [...]}.
+//
+// A line {"obs": [...], "noise_free": true} runs a gSDE actor's exploring model without its
+// noise (MlpPolicyRuntime.PlayNoiseFree: its output action_dist_inputs_noise_free).
 
 using System;
 using System.Collections.Generic;
@@ -61,6 +64,7 @@ namespace RLlink.Tools
                 var item = parsed as Dictionary<string, object>;
                 float[] obs = Json.ToFloats(item == null ? parsed : item["obs"]);
                 float[] mask = item != null && item.ContainsKey("action_mask") ? Json.ToFloats(item["action_mask"]) : null;
+                runtime.PlayNoiseFree = item != null && item.ContainsKey("noise_free") && (bool)item["noise_free"];
                 if (state == null)
                 {
                     Console.WriteLine(Json.Serialize(runtime.Run(obs, mask)));

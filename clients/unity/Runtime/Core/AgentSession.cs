@@ -335,6 +335,8 @@ namespace RLlink
                 mask = actionMask != null ? (float[])actionMask.Clone() : AllAllowed();
                 ((List<float[]>)chunk["action_mask"]).Add(mask);
             }
+            var noiseFree = runtime as INoiseFreePolicyRuntime;
+            if (noiseFree != null) noiseFree.PlayNoiseFree = IsEvaluationEpisode; // a gSDE model's mode without its noise
             if (Module.Recurrent)
             {
                 float[] next;

@@ -23,7 +23,7 @@ using System.Text;
 
 namespace RLlink
 {
-    public sealed class MlpPolicyRuntime : IRecurrentPolicyRuntime
+    public sealed class MlpPolicyRuntime : IRecurrentPolicyRuntime, INoiseFreePolicyRuntime
     {
         sealed class Tensor
         {
@@ -58,6 +58,7 @@ namespace RLlink
         Dictionary<string, int[]> graphInputShapes = new Dictionary<string, int[]>();
         string inputName, outputName, maskInputName;
         string stateInputName, stateOutputName; // a recurrent model's state_in and state_out, else null
+        bool hasNoiseFreeOutput; // a gSDE actor's exploring model: its second output, without the noise
         int stateSize;
         int[] observationShape;
 
@@ -208,11 +209,19 @@ namespace RLlink
             this.stateInputName = newStateInput;
             this.stateOutputName = newStateOutput;
             this.stateSize = newStateSize;
+            this.hasNoiseFreeOutput = graphOutputs.Contains(NoiseFreeOutput);
             Metadata = metadata;
         }
 
         /// <summary>The gateway's names of a recurrent model's state input and output (RLLINK.md).</summary>
         public const string StateInput = "state_in", StateOutput = "state_out";
+
+        /// <summary>A gSDE actor's second output: output 0 without this version's exploration noise.</summary>
+        public const string NoiseFreeOutput = "action_dist_inputs_noise_free";
+
+        /// <summary>true: Run gives <see cref="NoiseFreeOutput"/> where the model has it (an evaluation
+        /// episode of a gSDE module plays its mode); else, and by default, output 0.</summary>
+        public bool PlayNoiseFree { get; set; }
 
         public float[] Run(float[] observation)
         {
@@ -267,8 +276,9 @@ namespace RLlink
                 values[node.Outputs[0]] = result;
             }
             Tensor output;
-            if (!values.TryGetValue(outputName, out output))
-                throw new InvalidOperationException("the model computed no output named " + outputName);
+            string played = PlayNoiseFree && hasNoiseFreeOutput ? NoiseFreeOutput : outputName;
+            if (!values.TryGetValue(played, out output))
+                throw new InvalidOperationException("the model computed no output named " + played);
             if (stateOutputName != null)
             {
                 Tensor state;

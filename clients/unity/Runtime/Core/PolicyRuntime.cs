@@ -72,6 +72,19 @@ namespace RLlink
         float[] Run(float[] observation, float[] actionMask, float[] stateIn, out float[] stateOut);
     }
 
+    /// <summary>
+    /// A runtime that can play a gSDE actor's model without this version's exploration noise.
+    /// The gateway's SAC with <c>sac.exploration: gsde</c> (its default) sends a model whose
+    /// output 0 carries the noise drawn for this version, and whose second output,
+    /// <c>action_dist_inputs_noise_free</c>, is the same without it: evaluation episodes play
+    /// that output's mode (RLLINK.md, "Evaluation episodes"). MlpPolicyRuntime has it.
+    /// </summary>
+    public interface INoiseFreePolicyRuntime : IPolicyRuntime
+    {
+        /// <summary>true: Run gives the noise-free output where the loaded model has one (else output 0).</summary>
+        bool PlayNoiseFree { get; set; }
+    }
+
     /// <summary>Turns the model's output into an action and its log-prob (app/action_dists.py's rules).</summary>
     public sealed class ActionSampler
     {
