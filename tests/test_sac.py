@@ -198,18 +198,22 @@ def test_alpha_starts_at_1_with_autotune_and_at_0_2_without_unless_set(tmp_path,
     assert learner.sac.log_alpha.exp().item() == pytest.approx(alpha)
 
 
-def test_a_gsde_checkpoint_is_refused_by_a_gaussian_learner_naming_the_exploration(tmp_path):
-    make = lambda exploration: SACLearner(  # noqa: E731
+def test_a_checkpoint_of_the_other_exploration_is_refused_naming_the_setting(tmp_path):
+    make = lambda exploration, folder: SACLearner(  # noqa: E731
         SACConfig(hidden_sizes=(16,), exploration=exploration),
         OBS_SPACE,
         ACTION_SPACE,
         seed=0,
-        checkpoint_dir=tmp_path,
+        checkpoint_dir=tmp_path / folder,
         onnx_input_name="obs",
     )
-    make("gsde").save()
-    with pytest.raises(CheckpointMismatch, match="exploration"):
-        make("gaussian").restore()
+    make("gsde", "a").save()
+    with pytest.raises(CheckpointMismatch, match="saved with exploration=gsde but the settings give no exploration"):
+        make("gaussian", "a").restore()
+    # A white-noise checkpoint names no exploration: the message says it was saved without one.
+    make("gaussian", "b").save()
+    with pytest.raises(CheckpointMismatch, match=r"saved without exploration \(its default then\) but the settings give exploration=gsde"):
+        make("gsde", "b").restore()
 
 
 def test_a_ppo_checkpoint_is_refused_by_a_sac_gateway_naming_the_algorithm(tmp_path):
@@ -220,7 +224,7 @@ def test_a_ppo_checkpoint_is_refused_by_a_sac_gateway_naming_the_algorithm(tmp_p
 
     ppo = gateway_settings(tmp_path, observation_space=OBS_SPACE, action_space=ACTION_SPACE)
     asyncio.run(start_and_stop(ppo))
-    with pytest.raises(CheckpointMismatch, match="algorithm=None but the settings give algorithm=sac"):
+    with pytest.raises(CheckpointMismatch, match=r"saved without algorithm \(its default then\) but the settings give algorithm=sac"):
         asyncio.run(start_and_stop(pendulum_settings(tmp_path)))
 
 

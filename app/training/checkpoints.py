@@ -118,9 +118,11 @@ def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
     for key in [*architecture, *(key for key in data["architecture"] if key not in architecture)]:
         saved, expected = data["architecture"].get(key), architecture.get(key)
         if saved != expected:
+            was = f"without {key} (its default then)" if saved is None else f"with {key}={saved}"
+            given = f"no {key}" if expected is None else f"{key}={expected}"
             raise CheckpointMismatch(
-                f"checkpoint {path} was saved with {key}={saved} "
-                f"but the settings give {key}={expected}: set {key} as it was saved to go on with this run, "
+                f"checkpoint {path} was saved {was} "
+                f"but the settings give {given}: set {key} as it was saved to go on with this run, "
                 f"start with another --checkpoint-dir, or move {path.name} out of {directory} to start afresh"
             )
     for name, part in parts.items():
