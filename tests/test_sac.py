@@ -57,6 +57,17 @@ def test_sac_learns_pendulum_over_tcp_and_clients_do_not_wait_for_each_version(t
     assert learner["gradient_steps"] >= 1 and learner["alpha"] > 0 and learner["buffer_size"] >= 1000
 
 
+def test_the_reference_client_loads_each_model_once_however_many_requests_bring_it(tmp_path):
+    """SAC answers every request with the latest version, which outlasts many requests of 50
+    env steps (none is published before learning_starts): the client reloads only a new one."""
+    with running_gateway(pendulum_settings(tmp_path, env_steps_per_sample=50)) as gateway, gateway.client("tcp") as client:
+        client.request({"type": "GET_CONFIG"})
+        result = run(client, "Pendulum-v1", target_return=None, max_env_steps=1_500, seed=0, evaluation_interval=0)
+    requests = result.env_steps // 50
+    loaded, versions = result.models_loaded, result.weights_seq_no + 1
+    assert requests == 30 and 1 <= loaded <= versions < requests, (loaded, versions)
+
+
 @pytest.mark.e2e
 def test_a_thin_client_gets_actions_inside_the_box_and_sac_trains_on_its_episodes(tmp_path):
     settings = pendulum_settings(tmp_path, sac=FAST_SAC.model_copy(update={"learning_starts": 200}))

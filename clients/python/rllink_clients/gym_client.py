@@ -92,6 +92,7 @@ class RunResult:
     reached_target: bool = False
     evaluations: list[tuple[int, float]] = field(default_factory=list)  # (policy version, return) of each evaluation episode
     evaluation_interval: int = 0  # every Nth episode is an evaluation one (0: none)
+    models_loaded: int = 0  # SET_STATE models loaded: each new one once, none that it already runs
 
     @property
     def mean_return(self) -> float:
@@ -153,7 +154,8 @@ class OnnxPolicy:
         distribution: str | None = None,
         mask_input: str | None = None,
     ):
-        model = gzip.decompress(base64.b64decode(set_state["onnx_file"]))
+        self.onnx_file = set_state["onnx_file"]  # as sent: a SET_STATE with the same one needs no reload
+        model = gzip.decompress(base64.b64decode(self.onnx_file))
         self.session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         outputs = [output.name for output in self.session.get_outputs()]
         # A gSDE actor's exploring model: the mode (explore False) is played from its noise-free output.
@@ -334,6 +336,7 @@ def run(
     mask_input = config.get("onnx_action_mask_input_name")
     policy_of = lambda state: OnnxPolicy(state, input_name, action_space, rng, distribution, mask_input)  # noqa: E731
     policy = policy_of(client.request({"type": "GET_STATE"}))
+    result.models_loaded = 1
     interval = 0 if plain else int(config.get("evaluation_interval", 0) if evaluation_interval is None else evaluation_interval)
     result.evaluation_interval = interval
 
@@ -376,7 +379,9 @@ def run(
         reply = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": steps_per_sample})
         if reply.get("type") != "SET_STATE":
             raise RuntimeError(f"the gateway answered {reply}")
-        policy = policy_of(reply)
+        if reply["onnx_file"] != policy.onnx_file:  # an off-policy learner's version outlasts many requests
+            policy = policy_of(reply)
+            result.models_loaded += 1
         result.weights_seq_no = policy.weights_seq_no
         result.seconds = time.monotonic() - started
         result.log_progress()
