@@ -454,7 +454,7 @@ def test_mlp_policy_runtime_computes_what_onnxruntime_computes(kit, tmp_path, na
 
 
 def test_mlp_policy_runtime_plays_a_gsde_models_noise_free_output_when_asked(kit, tmp_path):
-    """SAC's gSDE exploring model (its default exploration): output 0 carries this version's
+    """SAC's gSDE exploring model (`sac.exploration: gsde`): output 0 carries this version's
     noise, action_dist_inputs_noise_free not; an evaluation episode plays the latter's mode
     (AgentSession sets PlayNoiseFree), every other step output 0, as onnxruntime computes them."""
     import torch

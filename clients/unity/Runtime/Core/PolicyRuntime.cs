@@ -74,7 +74,7 @@ namespace RLlink
 
     /// <summary>
     /// A runtime that can play a gSDE actor's model without this version's exploration noise.
-    /// The gateway's SAC with <c>sac.exploration: gsde</c> (its default) sends a model whose
+    /// The gateway's SAC with <c>sac.exploration: gsde</c> (not its default) sends a model whose
     /// output 0 carries the noise drawn for this version, and whose second output,
     /// <c>action_dist_inputs_noise_free</c>, is the same without it: evaluation episodes play
     /// that output's mode (RLLINK.md, "Evaluation episodes"). MlpPolicyRuntime has it.
