@@ -205,8 +205,12 @@ namespace RLlink.Example
                         break;
                     }
                 }
-                if (progress.Episode(episodeReturn, env.Steps, session.WeightsSeqNo, session.Reconnects)) return true;
-                if (progress.BudgetSpent()) return false;
+                bool reached = progress.Episode(episodeReturn, env.Steps, session.WeightsSeqNo, session.Reconnects);
+                if (reached || progress.BudgetSpent())
+                {
+                    if (mode == InferenceMode.Local) Console.WriteLine("models loaded " + session.ModelsLoaded + ", the last version " + session.WeightsSeqNo);
+                    return reached;
+                }
             }
         }
 

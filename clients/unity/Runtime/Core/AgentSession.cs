@@ -82,6 +82,9 @@ namespace RLlink
         public long EnvSteps { get; private set; }
         public int Episodes { get; private set; }
         public int Reconnects { get; private set; }
+        /// <summary>Local mode: the SET_STATE models loaded into the runtime. A model it already
+        /// runs is not loaded again (an off-policy learner's version outlasts many requests).</summary>
+        public int ModelsLoaded { get; private set; }
         public ModuleInfo Module { get; private set; }
         /// <summary>The episode is an evaluation one (the gateway's evaluation_interval): played
         /// with the distribution's mode, never trained on, its return reported apart. Set at an
@@ -106,6 +109,7 @@ namespace RLlink
         readonly List<Dictionary<string, object>> finished = new List<Dictionary<string, object>>();
         int stepsSinceSample;
         bool modelLoaded;
+        string loadedFile;            // the SET_STATE model (base64 of its gzip) the runtime runs
         string localEpisodeId;
         float[] state;                // a recurrent module's state before the next step (null: none)
 
@@ -404,7 +408,14 @@ namespace RLlink
         void Load(PolicyState state)
         {
             string moduleId = Module.ModuleId;
-            byte[] model = state.OnnxFiles.Count > 0 && state.OnnxFiles.ContainsKey(moduleId) ? state.OnnxModel(moduleId) : state.OnnxModel();
+            bool own = state.OnnxFiles.Count > 0 && state.OnnxFiles.ContainsKey(moduleId);
+            string packed = own ? state.OnnxFiles[moduleId] : state.OnnxFile;
+            if (modelLoaded && packed == loadedFile)
+            {
+                WeightsSeqNo = state.WeightsSeqNo; // the same model: nothing to load
+                return;
+            }
+            byte[] model = own ? state.OnnxModel(moduleId) : state.OnnxModel();
             if (Module.Recurrent)
             {
                 var recurrent = runtime as IRecurrentPolicyRuntime;
@@ -428,6 +439,8 @@ namespace RLlink
             }
             else runtime.Load(model, Module.OnnxInputName, Module.OnnxOutputNames, Module.ObservationSpace.Shape);
             modelLoaded = true;
+            loadedFile = packed;
+            ModelsLoaded++;
             WeightsSeqNo = state.WeightsSeqNo;
             if (PolicyUpdated != null) PolicyUpdated(WeightsSeqNo);
         }
