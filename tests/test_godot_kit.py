@@ -174,6 +174,22 @@ def test_the_godot_cartpole_trains_in_thin_mode_over_tcp(project, tmp_path):
     assert after["errors"] == {} and after["connections_total"] == {"tcp": 1}
 
 
+def test_local_inference_loads_each_model_once_however_many_requests_bring_it(project, tmp_path):
+    """SAC answers every request with its latest version, which outlasts many requests of 50
+    env steps (none comes before learning_starts): the addon loads only a model it does not run
+    (a 256x256 SAC model takes it 18 ms to load)."""
+    sac = {"hidden_sizes": [32, 32], "learning_starts": 1000}
+    settings = gateway_settings(tmp_path, algorithm="sac", env_steps_per_sample=50, evaluation_interval=0, sac=sac)
+    with running_gateway(settings) as gateway:
+        result = cartpole(project, gateway.tcp_port, "--inference", "local", "--max-env-steps", "1500", target=1e9)
+        sent = metrics(gateway)["num_env_steps_sampled_lifetime"]
+    assert "SCRIPT ERROR" not in result.stderr, result.stderr
+    line = [line for line in result.stdout.splitlines() if line.startswith("models loaded ")][-1]
+    loaded, last_version = (int(word.strip(",")) for word in line.split() if word.strip(",").isdigit())
+    requests = sent // 50
+    assert requests >= 29 and 1 <= loaded <= last_version + 1 < requests, (loaded, last_version, requests)
+
+
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_the_godot_cartpole_trains_with_local_inference(project, tmp_path):

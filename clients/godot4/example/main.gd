@@ -283,6 +283,11 @@ func _finish(code: int) -> void:
 			decisions += agent.env.total_steps
 			forbidden += agent.env.forbidden_taken
 		print("masked-pick: %d decisions, %d forbidden actions taken" % [decisions, forbidden])
+	if options.inference == "local":
+		var loaded := 0
+		for agent in agents:
+			loaded += agent.session.models_loaded if agent.session != null else 0
+		print("models loaded %d, the last version %d" % [loaded, agents[0].weights_seq_no])
 	for agent in agents:
 		agent.close()  # stops it, and closes its demonstrations file
 	if client != null:

@@ -600,12 +600,16 @@ func module_for(agent_id := "", module_id := "") -> Dictionary:
 
 # The plain ONNX bytes of a SET_STATE (the module's from onnx_files, else onnx_file):
 # base64, then gzip.
-static func decode_onnx(set_state: Dictionary, module_id := "") -> PoolByteArray:
-	var encoded = str(set_state.get("onnx_file", ""))
+# A SET_STATE's model for a module as sent (base64 of its gzip): onnx_files' entry, else onnx_file.
+static func packed_onnx(set_state: Dictionary, module_id := "") -> String:
 	var files = set_state.get("onnx_files", {})
 	if module_id != "" and typeof(files) == TYPE_DICTIONARY and files.has(module_id):
-		encoded = str(files[module_id])
-	var gz = Marshalls.base64_to_raw(encoded)
+		return str(files[module_id])
+	return str(set_state.get("onnx_file", ""))
+
+
+static func decode_onnx(set_state: Dictionary, module_id := "") -> PoolByteArray:
+	var gz = Marshalls.base64_to_raw(packed_onnx(set_state, module_id))
 	if gz.size() < 18:
 		return PoolByteArray()
 	var n = gz.size()

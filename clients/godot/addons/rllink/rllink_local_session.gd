@@ -42,6 +42,7 @@ var weights_seq_no = -1
 var env_steps = 0
 var reconnects = 0
 var episodes_played = 0         # episodes finished (evaluation_interval counts them)
+var models_loaded = 0           # SET_STATE models loaded: one the runtime already runs is not loaded again
 var state_size = 0              # the module's recurrent state's floats (SET_CONFIG's state_size); 0: no memory
 var state = []                  # a recurrent module's state, fed with the next observation
 
@@ -57,6 +58,7 @@ var _state_request = null
 var _retries = 0
 var _retry_when_ready = false
 var _lost = null
+var _loaded_file = ""           # the SET_STATE model (base64 of its gzip) the runtime runs
 
 
 func _init(rllink_client, seed_value := 0) -> void:
@@ -247,6 +249,10 @@ func _new_chunk(first_obs) -> Dictionary:
 # it cannot be run here.
 func _load(set_state: Dictionary):
 	module = client.module_for(agent_id, module_id)
+	var packed = client.packed_onnx(set_state, module.module_id)
+	if policy.is_loaded() and packed == _loaded_file:  # an off-policy learner's version outlasts many requests
+		weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
+		return null
 	var model = client.decode_onnx(set_state, module.module_id)
 	var outputs = module.get("onnx_output_names", [])
 	var shape = module.get("observation_space", {}).get("shape", [])
@@ -267,5 +273,7 @@ func _load(set_state: Dictionary):
 	if policy.state_size != state_size or state.size() != state_size:  # a new model version keeps the state
 		state_size = policy.state_size
 		state = policy.zero_state()
+	_loaded_file = packed
+	models_loaded += 1
 	weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
 	return null

@@ -29,6 +29,7 @@ extends "res://addons/rllink/rllink_session.gd"
 const PolicyRunner = preload("res://addons/rllink/rllink_policy_runner.gd")
 
 var runner
+var models_loaded := 0  # SET_STATE models loaded: one the runner already runs is not loaded again
 
 var _chunk = null  # the open episode's current chunk
 var _finished: Array = []  # chunks not yet acknowledged by a SET_STATE
@@ -43,6 +44,7 @@ var _state_request = null
 var _retries := 0
 var _retry_when_ready := false
 var _lost = null
+var _loaded_file := ""  # the SET_STATE model (base64 of its gzip) the runner runs
 
 
 func _init(rllink_client, seed_value := 0) -> void:
@@ -219,6 +221,11 @@ static func is_evaluation_episode(played: int, interval: int) -> bool:
 # it cannot be run here.
 func _load(set_state: Dictionary):
 	var module: Dictionary = client.module_for(agent_id, module_id)
+	var packed := RLlinkClient.packed_onnx(set_state, module.module_id)
+	# An off-policy learner's version outlasts many requests: the same model is not loaded again.
+	if runner.is_loaded() and packed == _loaded_file:
+		weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
+		return null
 	var model: PackedByteArray = RLlinkClient.decode_onnx(set_state, module.module_id)
 	var problem: String = runner.load_model(model, module)
 	if problem != "":
@@ -226,5 +233,7 @@ func _load(set_state: Dictionary):
 		if text.find("thin mode") < 0:
 			text += " (use thin mode)"
 		return error_info("model_error", text, _state_message.type)
+	_loaded_file = packed
+	models_loaded += 1
 	weights_seq_no = int(set_state.get("weights_seq_no", weights_seq_no))
 	return null
