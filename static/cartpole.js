@@ -19,7 +19,7 @@
  *   #status  (always)        JSON: phase, weights_seq_no, env_steps (evaluation steps too),
  *                            episodes (training ones), first_mean_return, recent_mean_return,
  *                            best_return, evaluation_episodes, evaluation_mean_return, state_size,
- *                            evaluation_episode (the one playing now is), seconds, ...
+ *                            evaluation_episode (the one playing now is), models_loaded, seconds, ...
  *   #result  (once, at end)  JSON: the final status plus `reason` ('target', 'max_env_steps',
  *                            'max_seconds', 'stopped') and `reached_target`
  *   #error   (once, on failure) the error's message
@@ -81,6 +81,7 @@ class Progress {
       evaluation_episodes: 0,
       evaluation_mean_return: null, // of the last `window` evaluation episodes
       state_size: null, // SET_CONFIG's (local inference): > 0, a recurrent policy whose state the page carries
+      models_loaded: 0, // SET_STATE models loaded (local inference): one the page already runs is not loaded again
       seconds: 0,
     };
   }
@@ -121,6 +122,7 @@ class DemoPage {
     this.random = createRandom(options.seed);
     this.env = new CartPole(this.random);
     this.policy = null;
+    this.loadedOnnxFile = null; // SET_STATE's onnx_file of the policy the page runs
     this.chart = null;
     this.stopper = new AbortController();
     this.stopReason = null;
@@ -230,21 +232,25 @@ class DemoPage {
   }
 
   async loadPolicy(OnnxPolicy, state, config) {
-    const onnxBytes = await decodeOnnxFile(state.onnx_file);
-    const policy = await OnnxPolicy.create(onnxBytes, {
-      inputName: config.onnx_input_name ?? 'onnx::Gemm_0', // RLlib's name when the config gives none
-      actionSpace: config.action_space ?? { type: 'discrete' },
-      weightsSeqNo: state.weights_seq_no,
-      random: this.random,
-      stateSize: config.state_size ?? 0, // > 0: a recurrent module (model.use_lstm); the Sampler carries its state
-    });
-    this.policy?.release();
-    this.policy = policy;
     const { status } = this.progress;
+    if (state.onnx_file !== this.loadedOnnxFile) { // an off-policy learner's version outlasts many requests
+      const onnxBytes = await decodeOnnxFile(state.onnx_file);
+      const policy = await OnnxPolicy.create(onnxBytes, {
+        inputName: config.onnx_input_name ?? 'onnx::Gemm_0', // RLlib's name when the config gives none
+        actionSpace: config.action_space ?? { type: 'discrete' },
+        weightsSeqNo: state.weights_seq_no,
+        random: this.random,
+        stateSize: config.state_size ?? 0, // > 0: a recurrent module (model.use_lstm); the Sampler carries its state
+      });
+      this.policy?.release();
+      this.policy = policy;
+      this.loadedOnnxFile = state.onnx_file;
+      status.models_loaded += 1;
+    }
     status.weights_seq_no = state.weights_seq_no;
     status.env_steps_per_sample = config.env_steps_per_sample;
     status.evaluation_interval = config.evaluation_interval ?? 0;
-    status.state_size = policy.stateSize;
+    status.state_size = this.policy.stateSize;
     this.logProgress();
     this.render();
     const reason = this.progress.finishReason();

@@ -144,6 +144,21 @@ REPLAY_IN_JS = """async (episodes) => {
 }"""
 
 
+def test_the_page_loads_each_model_once_however_many_requests_bring_it(browser, tmp_path):
+    """SAC answers every request with its latest version, which outlasts many requests of 50
+    env steps (none comes before learning_starts): the page loads only a model it does not run."""
+    sac = {"hidden_sizes": [32, 32], "learning_starts": 1000}
+    settings = gateway_settings(tmp_path, algorithm="sac", env_steps_per_sample=50, evaluation_interval=0, sac=sac)
+    query = "seed=1&target=1e9&max_env_steps=1500"
+    with running_gateway(settings) as gateway, open_page(browser, f"{gateway.base_url}/static/cartpole.html?{query}") as demo:
+        result = demo.demo_result(timeout_s=120)
+        sent = httpx.get(f"{gateway.base_url}/api/metrics").raise_for_status().json()["num_env_steps_sampled_lifetime"]
+    requests = sent // 50
+    loaded, versions = result["models_loaded"], result["weights_seq_no"] + 1
+    assert result["reason"] == "max_env_steps" and requests >= 29, result
+    assert 1 <= loaded <= versions < requests, (loaded, versions, requests)
+
+
 def test_cartpole_in_javascript_steps_like_gymnasium(browser, tmp_path):
     episodes = [_gymnasium_episode(seed, balance=seed == 0) for seed in range(6)]
     assert episodes[0]["truncated"][-1] and len(episodes[0]["actions"]) == 500  # the time limit is covered
