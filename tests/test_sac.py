@@ -386,6 +386,39 @@ def test_gsde_clients_get_a_new_noise_draw_each_version_and_rest_serves_the_nois
         assert np.abs(noises[a] - noises[b]).mean() > 1e-4  # a new draw each version
 
 
+@pytest.mark.e2e
+def test_a_thin_clients_exploring_steps_play_the_versions_gsde_noise_as_a_local_client_does(tmp_path):
+    """The gateway plays a thin client's exploring steps with the SET_STATE model a local client
+    runs (this version's noise features(s) @ theta in the mean, log std LOG_STD_MIN), not white
+    noise of gSDE's std, and its evaluation steps with the policy's mode."""
+    sac = FAST_SAC.model_copy(update={"exploration": "gsde", "learning_starts": 1_000_000})
+    obs = np.random.default_rng(0).normal(size=(32, 3)).astype(np.float32)
+    settings = pendulum_settings(tmp_path, sac=sac, env_steps_per_sample=1000, evaluation_interval=0)
+    with running_gateway(settings) as gateway, gateway.client("tcp", timeout=60) as client:
+        client.request({"type": "GET_CONFIG"})
+        rng = np.random.default_rng(1)  # a chunk, for a version with drawn noise (version 0 has none)
+        chunk = {"obs": rng.normal(size=(21, 3)).tolist(), "actions": rng.uniform(-2, 2, (20, 1)).tolist(), "rewards": [0.0] * 20}
+        client.send({"type": "EPISODES", "episodes": [{**chunk, "is_terminated": True, "is_truncated": False}]})
+        wait_until(lambda: gateway.service.current_state().weights_seq_no > 0, 60, "a version with noise")
+        state = client.request({"type": "GET_STATE"})
+        ids = [client.request({"type": "START_EPISODE"})["episode_id"] for _ in obs]
+        replies = {
+            explore: client.request({"type": "GET_ACTION", "batch": [
+                {"episode_id": i, "obs": o.tolist(), "explore": explore} for i, o in zip(ids, obs)
+            ]})
+            for explore in (True, False)
+        }
+        served = httpx.get(f"{gateway.base_url}/api/model.onnx").content
+    assert {reply["weights_seq_no"] for reply in replies.values()} == {state["weights_seq_no"]}
+    exploring_mean, _ = mean_and_log_std(load_payload(state["onnx_file"]).SerializeToString(), obs)
+    clean_mean, clean_log_std = mean_and_log_std(served, obs)
+    explored, greedy = (np.array(replies[explore]["actions"]) for explore in (True, False))
+    assert np.abs(2.0 * np.tanh(exploring_mean) - 2.0 * np.tanh(clean_mean)).mean() > 0.1  # the noise shows
+    assert clean_log_std.min() > -2  # white noise of gSDE's own std would be far from the exploring mean
+    np.testing.assert_allclose(explored, 2.0 * np.tanh(exploring_mean), atol=0.08)  # std exp(LOG_STD_MIN): 0.007
+    np.testing.assert_allclose(greedy, 2.0 * np.tanh(clean_mean), rtol=1e-5, atol=1e-5)
+
+
 # learn_suite's MountainCarContinuous-v0 settings (bench/learn_suite.py), 64x64 networks as there.
 SPARSE_SAC = SACConfig(
     hidden_sizes=(64, 64),

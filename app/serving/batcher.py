@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 from app.settings.policies import Module
 from app.spaces.models import ActionSpace, BoxSpace, MultiDiscreteSpace
-from app.spaces.onnx_names import ACTION_MASK_INPUT, STATE_INPUT, STATE_OUTPUT
+from app.spaces.onnx_names import ACTION_MASK_INPUT, OUTPUT_NAME, STATE_INPUT, STATE_OUTPUT
 from app.training.policy_state import PolicyState
 from app.training.policy_store import PolicySetState
 from rllink.action_dists import actions_logp, sample_actions
@@ -51,13 +51,17 @@ class _Pending:
 
 
 class _Runner:
-    """onnxruntime's session of one module's published model."""
+    """onnxruntime's session of one module's published model (and of a gSDE actor's exploring
+    model, which exploring steps play, as a client running the SET_STATE model would)."""
 
     def __init__(self, state: PolicyState) -> None:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1  # the learner has the other core
         self.state = state
         self.session = ort.InferenceSession(state.onnx_bytes, options, providers=["CPUExecutionProvider"])
+        self.exploring = None
+        if state.exploring_onnx_bytes is not None:
+            self.exploring = ort.InferenceSession(state.exploring_onnx_bytes, options, providers=["CPUExecutionProvider"])
         self.obs_name = self.session.get_inputs()[0].name
         self.recurrent = any(model_input.name == STATE_INPUT for model_input in self.session.get_inputs())
         # named: onnxruntime then skips listing them per run
@@ -72,6 +76,16 @@ class _Runner:
             feed[STATE_INPUT] = state
         outputs = self.session.run(self.output_names, feed)
         return outputs[0].astype(np.float64), outputs[1] if self.recurrent else None
+
+    def explored(self, dist_inputs: np.ndarray, obs: np.ndarray, explore: np.ndarray) -> np.ndarray:
+        """`dist_inputs` (changed in place) with the exploring rows' from the exploring model, if
+        there is one (gSDE: this version's noise in the mean, consistent from step to step, not
+        white noise); the other rows, the mode's and LOG_ACTION's, stay the policy's."""
+        if self.exploring is None or not explore.any():
+            return dist_inputs
+        (exploring,) = self.exploring.run([OUTPUT_NAME], {self.obs_name: obs[explore]})
+        dist_inputs[explore] = exploring
+        return dist_inputs
 
 
 class ActionBatcher:
@@ -152,12 +166,14 @@ class ActionBatcher:
         for module_id, requests in by_module.items():
             try:
                 module = requests[0].module
-                dist_inputs, state_out = self._runner(module_id, published.modules[module_id]).run(
-                    _joined([request.obs for request in requests]),
+                runner, obs = self._runner(module_id, published.modules[module_id]), _joined([request.obs for request in requests])
+                dist_inputs, state_out = runner.run(
+                    obs,
                     _joined([request.mask for request in requests]) if module.action_masking else None,
                     None if requests[0].state is None else _joined([request.state for request in requests]),
                 )
-                actions, logp = self._sample(module, dist_inputs, _joined([request.explore for request in requests]))
+                explore = _joined([request.explore for request in requests])
+                actions, logp = self._sample(module, runner.explored(dist_inputs, obs, explore), explore)
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
                 for request in requests:
                     if not request.future.done():

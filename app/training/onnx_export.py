@@ -265,8 +265,10 @@ def policy_state(actor: OnnxActor, weights_seq_no: int, input_name: str, played:
     """Export the actor and pack it for SET_STATE; with `played` (a gSDE actor with its drawn
     noise), SET_STATE carries that exploring model and `onnx_bytes` stays the noise-free policy."""
     onnx_bytes = export_onnx(actor, weights_seq_no, input_name)
-    exploring = onnx_bytes if played is None else export_onnx(played, weights_seq_no, input_name)
-    return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(exploring))
+    if played is None:
+        return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(onnx_bytes))
+    exploring = export_onnx(played, weights_seq_no, input_name)
+    return PolicyState(weights_seq_no, onnx_bytes, set_state_payload(exploring), exploring)
 
 
 def load_payload(onnx_file: str) -> onnx.ModelProto:

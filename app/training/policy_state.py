@@ -20,6 +20,7 @@ class PolicyState:
     weights_seq_no: int
     onnx_bytes: bytes  # the policy: REST, model files, thin clients, snapshots
     onnx_gzip_b64: str  # SET_STATE's `onnx_file`: the same model, or a gSDE actor's exploring one
+    exploring_onnx_bytes: bytes | None = None  # a gSDE actor's exploring model: what thin clients' exploring steps play
 
 
 def set_state_payload(onnx_bytes: bytes) -> str:
