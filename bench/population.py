@@ -13,8 +13,9 @@ has, and its figure is the gateway's total env steps sampled then (all clients).
 population each client plays one member, so the first to reach it is the best member's.
 
 Variants: `population` (the module with `population: {size: 4}`, everything else the
-defaults), `defaults`, `lr` (learning rate 1e-3), `gamma` (0.999). Target: the population
-in no more total env steps than the best of the three.
+defaults: its members share experience), `population_apart` (the same, each member training
+on its own clients' chunks only), `defaults`, `lr` (learning rate 1e-3), `gamma` (0.999).
+Target: the population in no more total env steps than the best of the three single settings.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ SPACES = {  # declared, so that a population's members are built at start
 }
 VARIANTS = {
     "population": lambda env: ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4}}})],
+    "population_apart": lambda env: [
+        "--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, "share_experience": False}}})
+    ],
     "defaults": lambda env: [],
     "lr": lambda env: ["--ppo.learning-rate", "1e-3"],
     "gamma": lambda env: ["--ppo.gamma", "0.999"],
