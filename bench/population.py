@@ -37,11 +37,17 @@ SPACES = {  # declared, so that a population's members are built at start
     "CartPole-v1": {"observation_space": {"type": "box", "shape": [4]}, "action_space": {"type": "discrete", "n": 2}},
     "Acrobot-v1": {"observation_space": {"type": "box", "shape": [6]}, "action_space": {"type": "discrete", "n": 3}},
 }
+
+
+def population_flags(env: str, **population: object) -> list[str]:
+    """The gateway's flags for a population of 4 on `env` (with POPULATION_EXTRA, --population)."""
+    return ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, **population, **POPULATION_EXTRA}}})]
+
+
+POPULATION_EXTRA: dict = {}  # more population settings for both population variants (--population)
 VARIANTS = {
-    "population": lambda env: ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4}}})],
-    "population_apart": lambda env: [
-        "--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, "share_experience": False}}})
-    ],
+    "population": lambda env: population_flags(env),
+    "population_apart": lambda env: population_flags(env, share_experience=False),
     "defaults": lambda env: [],
     "lr": lambda env: ["--ppo.learning-rate", "1e-3"],
     "gamma": lambda env: ["--ppo.gamma", "0.999"],
@@ -109,7 +115,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--max-env-steps", type=int, default=1_000_000, help="per client")
+    parser.add_argument("--population", type=json.loads, default={}, help="more population settings (a JSON object)")
     args = parser.parse_args()
+    POPULATION_EXTRA.update(args.population)
     runs = []
     for seed in args.seeds:
         for variant in args.variants:
@@ -121,7 +129,8 @@ def main() -> None:
         f"{r['total_env_steps']:,} total env steps, {r['seconds']:.0f} s"
         for r in runs
     ]
-    emit("population", lines, {"env": args.env, "target": args.target, "clients": args.clients, "runs": runs})
+    settings = {"env": args.env, "target": args.target, "clients": args.clients, "population": args.population}
+    emit("population", lines, {**settings, "runs": runs})
 
 
 if __name__ == "__main__":
