@@ -12,10 +12,9 @@ the reference client's rule); a variant has reached the target when its first cl
 has, and its figure is the gateway's total env steps sampled then (all clients). With a
 population each client plays one member, so the first to reach it is the best member's.
 
-Variants: `population` (the module with `population: {size: 4}`, everything else the
-defaults: its members share experience), `population_apart` (the same, each member training
-on its own clients' chunks only), `defaults`, `lr` (learning rate 1e-3), `gamma` (0.999).
-Target: the population in no more total env steps than the best of the three single settings.
+Variants: `population` (the module with `population: {size: 4}` and `--population`'s
+settings, everything else the defaults), `defaults`, `lr` (learning rate 1e-3), `gamma`
+(0.999). Target: the population in no more total env steps than the best of the three.
 """
 
 from __future__ import annotations
@@ -39,15 +38,14 @@ SPACES = {  # declared, so that a population's members are built at start
 }
 
 
-def population_flags(env: str, **population: object) -> list[str]:
-    """The gateway's flags for a population of 4 on `env` (with POPULATION_EXTRA, --population)."""
-    return ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, **population, **POPULATION_EXTRA}}})]
+def population_flags(env: str) -> list[str]:
+    """The gateway's flags for a population of 4 on `env`, with POPULATION_EXTRA's settings."""
+    return ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, **POPULATION_EXTRA}}})]
 
 
-POPULATION_EXTRA: dict = {}  # more population settings for both population variants (--population)
+POPULATION_EXTRA: dict = {}  # more population settings (--population)
 VARIANTS = {
     "population": lambda env: population_flags(env),
-    "population_apart": lambda env: population_flags(env, share_experience=False),
     "defaults": lambda env: [],
     "lr": lambda env: ["--ppo.learning-rate", "1e-3"],
     "gamma": lambda env: ["--ppo.gamma", "0.999"],
@@ -115,7 +113,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--max-env-steps", type=int, default=1_000_000, help="per client")
-    parser.add_argument("--population", type=json.loads, default={}, help="more population settings (a JSON object)")
+    parser.add_argument("--population", type=json.loads, default={}, help="more settings of the population variant (a JSON object)")
     args = parser.parse_args()
     POPULATION_EXTRA.update(args.population)
     runs = []

@@ -169,65 +169,6 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
         np.testing.assert_allclose(restarted_models[member], final_models[member], atol=1e-6)
 
 
-def bandit_client(gateway, paid: bool, versions: int, out: dict, connected: threading.Event, errors: list) -> None:
-    """A client of the two-armed bandit: paid 1 for action 0 (0 for action 1) if `paid`, else 0
-    whatever it does; `out["p0"]`: its member's probability of action 0 at the end."""
-    try:
-        rng = np.random.default_rng(int(paid))
-        with gateway.client("tcp", timeout=60) as client:
-            connected.set()
-            config = client.request({"type": "GET_CONFIG"})
-            state = client.request({"type": "GET_STATE"})
-            for _ in range(versions):
-                policy = OnnxPolicy(state, config["onnx_input_name"], config["action_space"], rng)
-                actions, logps = policy.act_batch(np.array([OBS] * 100, np.float32))
-                chunks = [
-                    {"obs": [OBS, OBS], "actions": [int(a)], "rewards": [float(paid and a == 0)], "action_logp": [float(lp)],
-                     "is_terminated": True, "is_truncated": False}
-                    for a, lp in zip(actions, logps)
-                ]  # fmt: skip
-                state = client.request({"type": "EPISODES_AND_GET_STATE", "episodes": chunks, "timesteps": len(chunks)})
-            logits = OnnxPolicy(state, config["onnx_input_name"], config["action_space"], rng).dist_inputs(PROBES[:1])[0]
-            out["p0"] = float(np.exp(logits[0]) / np.exp(logits).sum())
-    except Exception as exc:  # noqa: BLE001 -- reported by the test's thread
-        errors.append(exc)
-        connected.set()
-
-
-@pytest.mark.parametrize("share", [True, False])
-def test_a_member_learns_from_the_chunks_of_the_others_when_they_share_experience(tmp_path: Path, share: bool) -> None:
-    """Slot 0's client is paid for action 0, slot 1's for nothing: sharing, p.1 trains on p.0's
-    chunks too (weighed by the log-probs p.0 played them with) and learns action 0 from them;
-    not sharing, its own chunks tell it nothing (every return 0) and it stays where it began."""
-    settings = gateway_settings(
-        tmp_path,
-        policies=population(size=2, ready_env_steps=1_000_000, share_experience=share),
-        train_batch_size=200,  # neither client's 100 steps alone: the members train together, when both wait
-        env_steps_per_sample=100,
-    )
-    with running_gateway(settings) as gateway:
-        outs: list[dict] = [{}, {}]
-        errors: list[Exception] = []
-        threads = []
-        for slot, paid in enumerate((True, False)):
-            connected = threading.Event()
-            threads.append(threading.Thread(target=bandit_client, args=(gateway, paid, 15, outs[slot], connected, errors)))
-            threads[-1].start()
-            assert connected.wait(30)  # the first connects first: slot 0
-        for thread in threads:
-            thread.join(timeout=120)
-            assert not thread.is_alive()
-        assert not errors, errors
-        learner = httpx.get(f"{gateway.base_url}/api/metrics").json()["policies"]["p.1"]["learner"]
-    assert outs[0]["p0"] > 0.9  # the paid member learns action 0 either way
-    if share:
-        assert learner["shared_env_steps"] == 100  # p.0's 100 steps, beside its own
-        assert outs[1]["p0"] > 0.9, outs
-    else:
-        assert "shared_env_steps" not in learner
-        assert 0.2 < outs[1]["p0"] < 0.8, outs
-
-
 def test_thin_clients_are_spread_over_the_members_and_served_by_them(tmp_path: Path) -> None:
     settings = gateway_settings(tmp_path, policies=population(size=2), evaluation_interval=0)
     with running_gateway(settings) as gateway:

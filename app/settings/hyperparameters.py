@@ -234,12 +234,6 @@ class PopulationConfig(BaseModel):
     resample_probability: float = Field(
         0.25, ge=0, le=1, description="Chance that a hyperparameter is drawn afresh in its range instead of perturbed."
     )
-    share_experience: bool = Field(
-        True,
-        description="Each member trains on the chunks of every member that trains in the same step, not only its own "
-        "clients' (PPO weighs another member's steps by the ratio to the log-probs that played them, clipped): a "
-        "member learns from all the clients, as a single module would; false: only from its share of them.",
-    )
     hyperparameters: dict[str, HyperparameterRange] = Field(
         default_factory=_default_ranges,
         description="The hyperparameters the members vary, with their ranges (PPO: learning_rate, ent_coef, clip_coef, "

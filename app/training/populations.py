@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.experience import ChunkBlock
 from app.settings.config import Settings
 from app.settings.policies import PolicySet
 from app.training.checkpoints import load_json, save_json
@@ -83,19 +82,6 @@ class Populations:
         """The member whose model the population's module serves (its best by return)."""
         return self.by_module[module_id].best
 
-    def shared_batches(self, by_module: dict[str, list[ChunkBlock]]) -> dict[str, list[ChunkBlock]]:
-        """The batches of a learner turn (`by_module`), each member of a population that shares
-        experience given the chunks of its fellow members in the turn after its own."""
-        batches = dict(by_module)
-        for population in self.by_module.values():
-            due = [member for member in population.members if member in by_module]
-            if not population.config.share_experience or len(due) < 2:
-                continue
-            for member in due:
-                others = [block.as_module(member) for other in due if other != member for block in by_module[other]]
-                batches[member] = [*by_module[member], *others]
-        return batches
-
     async def after_training(
         self, version: int, trained: dict[str, tuple[int, dict[str, float]]], exports: dict[str, PolicyState]
     ) -> None:
@@ -116,11 +102,9 @@ class Populations:
                 self._metrics.modules[exploit.member].restart_window()
                 self._recent[module_id].append({"weights_seq_no": version, **asdict(exploit)})
                 logger.info("%s", exploit.describe(module_id))
-            due = [member for member in population.members if member in trained]
-            for member in due:
-                trained[member][1].update(self.values(population, member))
-                if population.config.share_experience:  # the fellow members' steps it trained on too (shared_batches)
-                    trained[member][1]["shared_env_steps"] = float(sum(trained[other][0] for other in due if other != member))
+            for member in population.members:
+                if member in trained:
+                    trained[member][1].update(self.values(population, member))
             state = {**population.state_dict(), "values": {m: self.values(population, m) for m in population.members}}
             await self._run(save_json, self._path(module_id), state)
 

@@ -336,8 +336,7 @@ class LocalTrainingService:
         count and log it."""
         version = self._store.current.weights_seq_no + 1
         started = time.perf_counter()
-        batches = self.populations.shared_batches(by_module) if self.populations else dict(by_module)
-        results = await self._learners.call("train", batches, version)
+        results = await self._learners.call("train", dict(by_module), version)
         seconds = time.perf_counter() - started
         for module_id, (state, stats) in results.items():
             self._exports[module_id] = state
