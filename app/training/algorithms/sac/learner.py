@@ -96,15 +96,12 @@ class SACLearner(Checkpointed):
         return CategoricalHead(actor) if isinstance(actor, CategoricalActor) else SquashedGaussianHead(actor, exploration_noise)
 
     def export(self) -> PolicyState:
-        """The version as published: with gsde, SET_STATE's model plays the current theta (the
-        first published, version 0 or a restored one, draws its own from the actor as it is)."""
-        if self.exploration_noise is None:
-            self._draw_exploration_noise()
+        """The version as published: with gsde, SET_STATE's model plays the current theta."""
         played = None if self.exploration_noise is None else self._onnx_actor(self.exploration_noise)
         return policy_state(self._onnx_actor(), self.weights_seq_no, self.onnx_input_name, played)
 
     def _draw_exploration_noise(self) -> None:
-        """gsde: a new theta every `gsde_sample_every` versions (the first for version 0)."""
+        """gsde: a new theta every `gsde_sample_every` versions (the first at the first version)."""
         actor = self.sac.actor
         if not (isinstance(actor, SquashedGaussianActor) and actor.gsde):
             return
