@@ -38,17 +38,11 @@ SPACES = {  # declared, so that a population's members are built at start
 }
 
 
-def population_flags(env: str) -> list[str]:
-    """The gateway's flags for a population of 4 on `env`, with POPULATION_EXTRA's settings."""
-    return ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, **POPULATION_EXTRA}}})]
-
-
-POPULATION_EXTRA: dict = {}  # more population settings (--population)
-VARIANTS = {
-    "population": lambda env: population_flags(env),
-    "defaults": lambda env: [],
-    "lr": lambda env: ["--ppo.learning-rate", "1e-3"],
-    "gamma": lambda env: ["--ppo.gamma", "0.999"],
+VARIANTS = {  # the gateway's flags for (the env, the population's extra settings, --population)
+    "population": lambda env, extra: ["--policies", json.dumps({"default_policy": {**SPACES[env], "population": {"size": 4, **extra}}})],
+    "defaults": lambda env, extra: [],
+    "lr": lambda env, extra: ["--ppo.learning-rate", "1e-3"],
+    "gamma": lambda env, extra: ["--ppo.gamma", "0.999"],
 }
 
 
@@ -62,10 +56,10 @@ def client(port: int, env: str, target: float, max_env_steps: int, seed: int, st
     results.put({"seed": seed, "reached": result.reached_target, "env_steps": result.env_steps, "mean_return": result.mean_return})
 
 
-def one_run(env: str, target: float, variant: str, seed: int, clients: int, max_env_steps: int) -> dict:
+def one_run(env: str, target: float, variant: str, seed: int, clients: int, max_env_steps: int, population: dict) -> dict:
     context = mp.get_context("spawn")
     stop, results = context.Event(), context.Queue()
-    with running_gateway("--seed", str(seed), *VARIANTS[variant](env)) as gateway:
+    with running_gateway("--seed", str(seed), *VARIANTS[variant](env, population)) as gateway:
         base = f"http://{HOST}:{gateway.http_port}"
         started = time.monotonic()
         workers = [
@@ -115,11 +109,10 @@ def main() -> None:
     parser.add_argument("--max-env-steps", type=int, default=1_000_000, help="per client")
     parser.add_argument("--population", type=json.loads, default={}, help="more settings of the population variant (a JSON object)")
     args = parser.parse_args()
-    POPULATION_EXTRA.update(args.population)
     runs = []
     for seed in args.seeds:
         for variant in args.variants:
-            run = one_run(args.env, args.target, variant, seed, args.clients, args.max_env_steps)
+            run = one_run(args.env, args.target, variant, seed, args.clients, args.max_env_steps, args.population)
             runs.append(run)
             print(json.dumps(run), flush=True)
     lines = [

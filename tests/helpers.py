@@ -640,3 +640,17 @@ class RecordingClient(RLlinkClient):
 def recording_client(gateway: RunningGateway, transport: str = "tcp") -> RecordingClient:
     port = gateway.tcp_port if transport == "tcp" else gateway.http_port
     return RecordingClient(transport, "127.0.0.1", port)
+
+
+def one_version_many_requests_settings(tmp_path: Path) -> Settings:
+    """A SAC gateway whose versions outlast many requests of 50 env steps (none before
+    learning_starts 1,000): for tests that a kit loads a SET_STATE's model only when it is new."""
+    sac = {"hidden_sizes": [32, 32], "learning_starts": 1000}
+    return gateway_settings(tmp_path, algorithm="sac", env_steps_per_sample=50, evaluation_interval=0, sac=sac)
+
+
+def models_loaded_line(stdout: str) -> tuple[int, int]:
+    """The example games' last "models loaded N, the last version V" line: (N, V)."""
+    line = [line for line in stdout.splitlines() if line.startswith("models loaded ")][-1]
+    loaded, last_version = (int(word.strip(",")) for word in line.split() if word.strip(",").isdigit())
+    return loaded, last_version

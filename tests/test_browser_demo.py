@@ -34,7 +34,7 @@ from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.learner import PPOLearner
 
 from .browser import NEEDS_BROWSER, gateway_policy_acts, module_page, open_page, start_training
-from .helpers import gateway_settings, running_gateway
+from .helpers import gateway_settings, one_version_many_requests_settings, running_gateway
 
 pytestmark = NEEDS_BROWSER
 
@@ -147,8 +147,7 @@ REPLAY_IN_JS = """async (episodes) => {
 def test_the_page_loads_each_model_once_however_many_requests_bring_it(browser, tmp_path):
     """SAC answers every request with its latest version, which outlasts many requests of 50
     env steps (none comes before learning_starts): the page loads only a model it does not run."""
-    sac = {"hidden_sizes": [32, 32], "learning_starts": 1000}
-    settings = gateway_settings(tmp_path, algorithm="sac", env_steps_per_sample=50, evaluation_interval=0, sac=sac)
+    settings = one_version_many_requests_settings(tmp_path)
     query = "seed=1&target=1e9&max_env_steps=1500"
     with running_gateway(settings) as gateway, open_page(browser, f"{gateway.base_url}/static/cartpole.html?{query}") as demo:
         result = demo.demo_result(timeout_s=120)

@@ -83,7 +83,17 @@ from app.training.onnx_export import tempered_policy
 from app.training.policy import ActorCritic
 
 from .gateway_process import gateway_process
-from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, load_script, running_gateway, wait_until
+from .helpers import (
+    CARTPOLE,
+    RunningGateway,
+    TcpProxy,
+    gateway_settings,
+    load_script,
+    models_loaded_line,
+    one_version_many_requests_settings,
+    running_gateway,
+    wait_until,
+)
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "csharp"
 PACKAGE = KIT.parent / "unity"
@@ -203,13 +213,11 @@ def test_the_csharp_cartpole_trains_with_local_inference(kit, tmp_path):
 def test_local_inference_loads_each_model_once_however_many_requests_bring_it(kit, tmp_path):
     """SAC answers every request with its latest version, which outlasts many requests of 50
     env steps (none comes before learning_starts): the kit loads only a model it does not run."""
-    sac = {"hidden_sizes": [32, 32], "learning_starts": 1000}
-    settings = gateway_settings(tmp_path, algorithm="sac", env_steps_per_sample=50, evaluation_interval=0, sac=sac)
+    settings = one_version_many_requests_settings(tmp_path)
     with running_gateway(settings) as gateway:
         result = cartpole(kit, gateway.tcp_port, "--inference", "local", "--max-env-steps", "1500", target=1e9)
         sent = metrics(gateway)["num_env_steps_sampled_lifetime"]
-    line = [line for line in result.stdout.splitlines() if line.startswith("models loaded ")][-1]
-    loaded, last_version = (int(word.strip(",")) for word in line.split() if word.strip(",").isdigit())
+    loaded, last_version = models_loaded_line(result.stdout)
     requests = sent // 50
     assert requests >= 29 and 1 <= loaded <= last_version + 1 < requests, (loaded, last_version, requests)
 

@@ -65,7 +65,16 @@ from app.training.demos import load_demos
 from app.training.onnx_export import tempered_policy
 from app.training.policy import ActorCritic
 
-from .helpers import CARTPOLE, RunningGateway, TcpProxy, gateway_settings, running_gateway, wait_until
+from .helpers import (
+    CARTPOLE,
+    RunningGateway,
+    TcpProxy,
+    gateway_settings,
+    models_loaded_line,
+    one_version_many_requests_settings,
+    running_gateway,
+    wait_until,
+)
 
 KIT = Path(__file__).resolve().parent.parent / "clients" / "godot"
 GODOT = shutil.which("godot3-server")
@@ -178,14 +187,12 @@ def test_local_inference_loads_each_model_once_however_many_requests_bring_it(pr
     """SAC answers every request with its latest version, which outlasts many requests of 50
     env steps (none comes before learning_starts): the addon loads only a model it does not run
     (a 256x256 SAC model takes it 18 ms to load)."""
-    sac = {"hidden_sizes": [32, 32], "learning_starts": 1000}
-    settings = gateway_settings(tmp_path, algorithm="sac", env_steps_per_sample=50, evaluation_interval=0, sac=sac)
+    settings = one_version_many_requests_settings(tmp_path)
     with running_gateway(settings) as gateway:
         result = cartpole(project, gateway.tcp_port, "--inference", "local", "--max-env-steps", "1500", target=1e9)
         sent = metrics(gateway)["num_env_steps_sampled_lifetime"]
     assert "SCRIPT ERROR" not in result.stderr, result.stderr
-    line = [line for line in result.stdout.splitlines() if line.startswith("models loaded ")][-1]
-    loaded, last_version = (int(word.strip(",")) for word in line.split() if word.strip(",").isdigit())
+    loaded, last_version = models_loaded_line(result.stdout)
     requests = sent // 50
     assert requests >= 29 and 1 <= loaded <= last_version + 1 < requests, (loaded, last_version, requests)
 

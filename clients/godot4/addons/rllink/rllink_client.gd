@@ -669,8 +669,6 @@ func module_for(agent_id := "", module_id := "") -> Dictionary:
 	return info
 
 
-# The plain ONNX bytes of a SET_STATE (the module's from onnx_files, else onnx_file):
-# base64, then gzip.
 # A SET_STATE's model for a module as sent (base64 of its gzip): onnx_files' entry, else
 # onnx_file (the addon's sessions compare it: an unchanged model is not loaded again).
 static func packed_onnx(set_state: Dictionary, module_id := "") -> String:
@@ -680,6 +678,8 @@ static func packed_onnx(set_state: Dictionary, module_id := "") -> String:
 	return str(set_state.get("onnx_file", ""))
 
 
+# The plain ONNX bytes of a SET_STATE (the module's from onnx_files, else onnx_file):
+# base64, then gzip.
 static func decode_onnx(set_state: Dictionary, module_id := "") -> PackedByteArray:
 	var gz := Marshalls.base64_to_raw(packed_onnx(set_state, module_id))
 	if gz.size() < 18:
