@@ -109,13 +109,15 @@ def start_cluster(settings: Settings) -> Cluster:
         )
         .remote(settings)
     )
-    version = ray.get(learner.start.remote())
+    # The front-ends' processes start (and import the app) while the learner restores; they
+    # bind and serve only once it has started.
     frontends = [
         ray.remote(FrontendActor)
         .options(num_cpus=0, scheduling_strategy="SPREAD", max_concurrency=10_000, max_restarts=-1)
         .remote(frontend_settings(settings, i), learner, i)
         for i in range(settings.frontends)
     ]
+    version = ray.get(learner.start.remote())
     addresses = ray.get([frontend.start.remote() for frontend in frontends])
     serving = [frontend.serve.remote() for frontend in frontends]
     log.info("on Ray: the learner at weights_seq_no %d, %d front-ends: %s", version, len(frontends), addresses)
