@@ -530,6 +530,7 @@ class Pong(_Message):
 
 
 ActionDistribution = Literal["categorical", "multi_categorical", "gaussian", "squashed_gaussian"]
+ActionNoise = Literal["white", "pink"]
 
 
 class PolicyDescription(BaseModel):
@@ -543,6 +544,10 @@ class PolicyDescription(BaseModel):
         None, description="The model's second input, the action mask [batch, k] (1 allowed, 0 not); None: no masking."
     )
     action_distribution: ActionDistribution = Field(description="How to turn the model's output into an action.")
+    action_noise: ActionNoise = Field(
+        "white", description="A Box action's N(0, 1) draws: white (new each step) or pink (each episode's drift; the "
+        "gateway's docs, \"Exploration noise\", give the process every kit computes)."
+    )
     state_size: int = Field(
         0, description="Floats of one agent's recurrent state: the model's state_in and state_out [batch, state_size] "
         "(RLLINK.md, Recurrent policies); 0: a feed-forward model."
@@ -563,6 +568,7 @@ class SetConfig(_Message):
     onnx_output_names: list[str]
     onnx_action_mask_input_name: str | None = None
     action_distribution: ActionDistribution
+    action_noise: ActionNoise = "white"
     state_size: int = 0
     policies: dict[str, PolicyDescription] = Field(description="Every module, by module_id.")
     policy_mapping: dict[str, str] = Field(description="agent_id glob -> module_id; the first glob that matches wins.")

@@ -25,7 +25,7 @@ from app.training.algorithms.sac.onnx_head import GSDE_EXPLORING_NOTE, export_on
 from app.training.checkpoints import CheckpointMismatch
 from app.training.onnx_export import load_payload
 from app.training.service import LocalTrainingService
-from rllink.action_dists import sample_squashed_gaussian, squashed_gaussian_logp
+from rllink.action_dists import PinkNoise, sample_squashed_gaussian, squashed_gaussian_logp
 from rllink_clients.gym_client import OnnxPolicy, run
 from rllink_clients.thin_client import run_thin
 
@@ -454,4 +454,66 @@ def test_gsde_reaches_the_sparse_reward_of_mountain_car_that_white_noise_never_f
     )
     with running_gateway(settings) as gateway, gateway.client("tcp", timeout=120) as client:
         result = run(client, "MountainCarContinuous-v0", target_return=None, max_env_steps=6_000, seed=0)
+    assert max(result.recent_returns) > 50, list(result.recent_returns)  # without the flag: at most 0
+
+
+def lag_correlation(series: np.ndarray, lag: int) -> float:
+    """The correlation of a series [steps, ...] with itself `lag` steps later, over every column."""
+    return float(np.corrcoef(series[:-lag].ravel(), series[lag:].ravel())[0, 1])
+
+
+def test_pink_noise_draws_are_standard_normal_each_step_and_drift_over_many():
+    """rllink.action_dists.PinkNoise: each draw N(0, 1), as white noise's, so the sample's
+    distribution is the policy's; neighbouring draws close, draws 64 steps apart still alike."""
+    rng = np.random.default_rng(0)
+    processes = PinkNoise.start(rng, 4, 2)
+    draws = np.stack([PinkNoise.step(processes, rng) for _ in range(50_000)])  # [steps, episodes, dims]
+    assert abs(draws.mean()) < 0.05 and 0.95 < draws.std() < 1.05
+    assert lag_correlation(draws, 1) > 0.75 and lag_correlation(draws, 64) > 0.25
+    episodes_apart = np.corrcoef(draws[:, 0, 0], draws[:, 1, 0])[0, 1]
+    assert abs(episodes_apart) < 0.1  # each episode's processes are its own
+
+
+@pytest.mark.parametrize("exploration, noise", [("pink", "pink"), ("gaussian", "white")])
+def test_a_thin_clients_exploring_actions_drift_with_pink_noise_where_sac_explores_so(tmp_path, exploration, noise):
+    """SET_CONFIG's action_noise says how a module's clients sample; the gateway samples a thin
+    client's episodes that way itself: with pink noise (the default), an episode's pre-squash
+    noise drifts from step to step and two episodes' do not move together; with white, neither."""
+    sac = FAST_SAC.model_copy(update={"exploration": exploration, "learning_starts": 1_000_000})  # one version throughout
+    obs = [0.1, -0.2, 0.3]
+    with running_gateway(pendulum_settings(tmp_path, sac=sac, evaluation_interval=0)) as gateway, \
+            gateway.client("tcp", timeout=60) as client:
+        config = client.request({"type": "GET_CONFIG"})
+        ids = [client.request({"type": "START_EPISODE"})["episode_id"] for _ in range(2)]
+        actions = np.array([
+            client.request({"type": "GET_ACTION", "batch": [{"episode_id": i, "obs": obs} for i in ids]})["actions"]
+            for _ in range(400)
+        ])[:, :, 0]  # [steps, episodes]
+        served = httpx.get(f"{gateway.base_url}/api/model.onnx").content
+        (listed,) = httpx.get(f"{gateway.base_url}/api/policies").json()
+    assert config["action_noise"] == config["policies"]["default_policy"]["action_noise"] == listed["action_noise"] == noise
+    mean, log_std = mean_and_log_std(served, np.array([obs], np.float32))
+    unit = (np.arctanh(np.clip(actions / 2.0, -0.999999, 0.999999)) - mean[0, 0]) / np.exp(log_std[0, 0])
+    assert 0.7 < unit.std() < 1.3  # each step's draw is N(0, 1) either way
+    if noise == "pink":
+        assert lag_correlation(unit, 1) > 0.6, lag_correlation(unit, 1)
+        assert abs(np.corrcoef(unit[:, 0], unit[:, 1])[0, 1]) < 0.3
+    else:
+        assert abs(lag_correlation(unit, 1)) < 0.2, lag_correlation(unit, 1)
+
+
+@pytest.mark.e2e
+def test_sacs_default_pink_noise_finds_mountain_cars_flag_in_its_first_episodes(tmp_path):
+    """MountainCarContinuous-v0 pays +100 at the flag; white noise never finds it (the test
+    above). SAC's defaults, pink noise in the reference client, get there in the first few
+    episodes: its best training episode of at most 4 is over 50."""
+    settings = gateway_settings(
+        tmp_path,
+        algorithm="sac",
+        observation_space=BoxSpace(shape=(2,)),
+        action_space=BoxSpace(shape=(1,), low=-1.0, high=1.0),
+        sac=SACConfig(hidden_sizes=(64, 64)),  # the defaults, smaller networks: the test is about exploring
+    )
+    with running_gateway(settings) as gateway, gateway.client("tcp", timeout=120) as client:
+        result = run(client, "MountainCarContinuous-v0", target_return=None, max_env_steps=4_000, seed=0, evaluation_interval=0)
     assert max(result.recent_returns) > 50, list(result.recent_returns)  # without the flag: at most 0

@@ -163,6 +163,7 @@ class Application:
                 onnx_output_names=status.onnx_output_names,
                 onnx_action_mask_input_name=ACTION_MASK_INPUT if module.action_masking else None,
                 action_distribution=module.action_distribution,
+                action_noise=module.action_noise,
                 state_size=module.state_size,
                 trainable=module.trainable,
             )

@@ -307,6 +307,7 @@ async def list_policies(gateway: Gateway = Depends(get_gateway)) -> list[Policy]
             Policy(
                 module_id=module.module_id,
                 action_distribution=module.action_distribution,
+                action_noise=module.action_noise,
                 **module_training(gateway.settings, status, module),
                 self_play=SelfPlayStatus(**league.summary(), exploiter=status.exploiters.get(module.module_id))
                 if league is not None

@@ -385,6 +385,7 @@ class Policy(PolicyMetrics):
     observation_space: ObservationSpace
     action_space: Space
     action_distribution: str
+    action_noise: str = Field(description="A Box action's N(0, 1) draws as clients sample them: white or pink (SET_CONFIG's).")
     trainable: bool = Field(description="False for a frozen self-play opponent.")
     opponent_of: str | None = Field(description="For a self-play opponent: the module whose snapshots it plays.")
     algorithm: Algorithm = Field(description="How it trains (an opponent: as its learner).")

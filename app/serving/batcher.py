@@ -48,6 +48,7 @@ class _Pending:
     given: np.ndarray | None  # actions the client chose (LOG_ACTION): their log-probs, no sampling
     state: np.ndarray | None  # [n, state_size] a recurrent model's state_in
     future: asyncio.Future[Actions]
+    noise: np.ndarray | None = None  # [n, d] a Box's N(0, 1) draws, pink ones; None: white
 
 
 class _Runner:
@@ -115,13 +116,20 @@ class ActionBatcher:
     # level of coroutines is crossed twice per request (suspending, resuming).
 
     def act(
-        self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None = None, state: np.ndarray | None = None
+        self,
+        module: Module,
+        obs: np.ndarray,
+        explore: np.ndarray,
+        mask: np.ndarray | None = None,
+        state: np.ndarray | None = None,
+        noise: np.ndarray | None = None,
     ) -> asyncio.Future[Actions]:
         """An action for each observation of `obs` [n, *obs_shape] under `module`'s current
         model: sampled, or the most likely one (the mean) where `explore` [n] is False;
         never one `mask` [n, k] forbids (given for a module with action_masking, else None);
-        `state` [n, state_size]: a recurrent module's state_in (its state_out comes back)."""
-        return self._queue(module, obs, explore, mask, None, state)
+        `state` [n, state_size]: a recurrent module's state_in (its state_out comes back);
+        `noise` [n, d]: a Box's N(0, 1) draws (pink ones) instead of white."""
+        return self._queue(module, obs, explore, mask, None, state, noise)
 
     def log_prob(
         self, module: Module, obs: np.ndarray, actions: np.ndarray, mask: np.ndarray | None = None, state: np.ndarray | None = None
@@ -131,12 +139,12 @@ class ActionBatcher:
 
     def _queue(
         self, module: Module, obs: np.ndarray, explore: np.ndarray, mask: np.ndarray | None, given: np.ndarray | None,
-        state: np.ndarray | None,
+        state: np.ndarray | None, noise: np.ndarray | None = None,
     ) -> asyncio.Future[Actions]:
         if self._loop is None:  # noted once: get_running_loop() makes a getpid() system call each time
             self._loop = asyncio.get_running_loop()
         future = self._loop.create_future()
-        self._pending.append(_Pending(module, obs, explore, mask, given, state, future))
+        self._pending.append(_Pending(module, obs, explore, mask, given, state, future, noise))
         self._pending_rows += len(obs)
         if self._pending_rows >= self.max_batch:
             self._run_pending()
@@ -173,7 +181,7 @@ class ActionBatcher:
                     None if requests[0].state is None else _joined([request.state for request in requests]),
                 )
                 explore = _joined([request.explore for request in requests])
-                actions, logp = self._sample(module, runner.explored(dist_inputs, obs, explore), explore)
+                actions, logp = self._sample(module, runner.explored(dist_inputs, obs, explore), explore, _noise(requests))
             except Exception as exc:  # a bug of ours: those requests fail, the next pass runs
                 for request in requests:
                     if not request.future.done():
@@ -195,10 +203,12 @@ class ActionBatcher:
         if self._on_pass is not None:
             self._on_pass(rows)
 
-    def _sample(self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _sample(
+        self, module: Module, dist_inputs: np.ndarray, explore: np.ndarray, noise: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Actions from the model's (already masked) outputs, shaped as the space's."""
         space = module.action_space
-        actions, logp = sample_actions(module.action_distribution, dist_inputs, self._rng, explore, **_parameters(space))
+        actions, logp = sample_actions(module.action_distribution, dist_inputs, self._rng, explore, noise=noise, **_parameters(space))
         if isinstance(space, BoxSpace):
             actions = actions.reshape(len(actions), *space.shape)
         return actions, logp
@@ -220,6 +230,15 @@ class ActionBatcher:
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     """The requests' rows one after the other (a lone request's own array: no copy)."""
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _noise(requests: list[_Pending]) -> np.ndarray | None:
+    """The requests' pink noise draws [rows, d] (zeros for a LOG_ACTION's rows, which do not
+    sample), or None where none brings any: white noise."""
+    given = next((request.noise for request in requests if request.noise is not None), None)
+    if given is None:
+        return None
+    return _joined([np.zeros((len(r.obs), given.shape[1])) if r.noise is None else r.noise for r in requests])
 
 
 def _parameters(space: ActionSpace) -> dict:

@@ -7,7 +7,7 @@ import numpy as np
 
 from app.numeric_checks import check_action_mask, check_image_values
 from app.schemas import ActionRequests
-from app.settings.policies import Module
+from app.settings.policies import Module, PolicySet
 from app.spaces.models import DiscreteSpace, MultiDiscreteSpace, num_logits
 from rllink.errors import ErrorCode, ProtocolError
 
@@ -15,6 +15,23 @@ from rllink.errors import ErrorCode, ProtocolError
 def refusal(message: str, code: ErrorCode = ErrorCode.INVALID_MESSAGE) -> ProtocolError:
     """The error a request gets (`invalid_message` unless said otherwise); the episode goes on."""
     return ProtocolError(code, message)
+
+
+def check_playable(policies: PolicySet, module: Module) -> None:
+    """A self-play opponent whose league draws scripted references is refused: a client
+    plays those itself, and the gateway, which has only a stand-in model (uniformly
+    random), would serve it in their place while its games counted against them."""
+    if module.opponent_of is None:
+        return
+    league = policies.modules[module.opponent_of].self_play
+    drawn = sorted(name for name, reference in (league.scripted_references if league else {}).items() if reference.play_ratio > 0)
+    if drawn:
+        raise refusal(
+            f"module {module.module_id!r} is the self-play opponent of {module.opponent_of!r}, whose league draws the "
+            f"scripted references {', '.join(map(repr, drawn))}: a client plays those itself, so a thin client cannot "
+            "play this module; play it with local inference and those players (docs/multi-agent.md, scripted "
+            "references), or set their play_ratio to 0"
+        )
 
 
 def check_obs(module: Module, obs: np.ndarray, what: str = "obs") -> None:

@@ -39,11 +39,22 @@ from app.schemas import (
     StartEpisode,
 )
 from app.serving.batcher import ActionBatcher
-from app.serving.checks import check_mask, check_obs, env_actions, group_masks, group_obs, logged_action, refusal, stack_masks
+from app.serving.checks import (
+    check_mask,
+    check_obs,
+    check_playable,
+    env_actions,
+    group_masks,
+    group_obs,
+    logged_action,
+    refusal,
+    stack_masks,
+)
 from app.serving.metrics import ServingMetrics
 from app.serving.step_table import StepTable
 from app.settings.config import Settings
 from app.settings.policies import Module, PolicySet, UnknownModule, indices_by_module
+from app.spaces.models import BoxSpace
 from app.training.interface import TrainingService
 from app.training.registry import ClientInfo
 from rllink.errors import ErrorCode
@@ -81,6 +92,7 @@ class ServingService:
             rng=np.random.default_rng(seed),
             on_pass=self.metrics.record_pass,
         )
+        self._noise_rng = np.random.default_rng([seed, 2])  # pink noise's draws, apart from the batcher's
         self._episodes: dict[int, dict[str, ServedEpisode]] = {}  # client id -> episode id -> episode
         self._tables: dict[str, StepTable] = {}  # module id -> its open episodes' steps
         self._clients: dict[int, ClientInfo] = {}
@@ -113,7 +125,7 @@ class ServingService:
             named = self.policies.module_to_play(request.agent_id, request.module_id)
         except UnknownModule as exc:
             raise refusal(str(exc)) from None
-        self._check_playable(named)
+        check_playable(self.policies, named)
         # A population's: the member the client plays; a self-play learner's on an exploiter's slot, the
         # exploiter, and its opponent's there, the learner's latest weights (played, never trained on here).
         module = self.policies.member_for(named, client.slot)
@@ -135,7 +147,7 @@ class ServingService:
         turn = named.trainable and not request.evaluation and self._evaluation_turn(client, request)
         evaluation = named.trainable and (request.evaluation or turn)
         training = request.training_enabled and named.trainable and not evaluation
-        steps = self._tables.setdefault(module.module_id, StepTable(module.state_size))
+        steps = self._tables.setdefault(module.module_id, step_table(module, self._noise_rng))
         episodes[episode_id] = ServedEpisode(
             episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation, turn
         )
@@ -152,22 +164,6 @@ class ServingService:
             return False
         started = self._trained_starts[client.id] = self._trained_starts.get(client.id, 0) + 1
         return started % interval == 0
-
-    def _check_playable(self, module: Module) -> None:
-        """A self-play opponent whose league draws scripted references is refused: a client
-        plays those itself, and the gateway, which has only a stand-in model (uniformly
-        random), would serve it in their place while its games counted against them."""
-        if module.opponent_of is None:
-            return
-        league = self.policies.modules[module.opponent_of].self_play
-        drawn = sorted(name for name, reference in (league.scripted_references if league else {}).items() if reference.play_ratio > 0)
-        if drawn:
-            raise refusal(
-                f"module {module.module_id!r} is the self-play opponent of {module.opponent_of!r}, whose league draws the "
-                f"scripted references {', '.join(map(repr, drawn))}: a client plays those itself, so a thin client cannot "
-                "play this module; play it with local inference and those players (docs/multi-agent.md, scripted "
-                "references), or set their play_ratio to 0"
-            )
 
     async def get_action(self, client: ClientInfo, request: GetAction, received_at: float) -> Action:
         requests = request.requests
@@ -189,8 +185,10 @@ class ServingService:
         for module, indices, obs, group_explore, masks in groups:
             group = [episodes[i] for i in indices]
             steps = group[0].steps
-            states = None if steps.state is None else steps.state[[episode.slot for episode in group]]  # a recurrent module's
-            chosen = await self.batcher.act(module, obs, group_explore, masks, states)
+            slots = [episode.slot for episode in group]
+            states = None if steps.state is None else steps.state[slots]  # a recurrent module's
+            noise = None if steps.noise is None else steps.pink_noise(slots)  # a module whose clients explore with pink noise
+            chosen = await self.batcher.act(module, obs, group_explore, masks, states, noise)
             version = chosen.weights_seq_no
             # the chunks record the actions as sampled; the client gets them clipped to a box
             self._record(client, group, obs, chosen.actions, chosen.logp, version, masks, chosen.state_out)
@@ -367,3 +365,10 @@ class ServingService:
                         log.info("thin-client episode %r of client #%d idle for %gs: ended as truncated", episode_id, client_id, timeout)
                         self._end(self._clients[client_id], episode_id, False, True, "timeout")
 
+
+def step_table(module: Module, rng: np.random.Generator) -> StepTable:
+    """A table for a module's thin-client episodes: with its recurrent state, and its pink noise
+    processes where its clients explore so (SET_CONFIG's action_noise)."""
+    space = module.action_space
+    pink_dim = int(np.prod(space.shape)) if module.action_noise == "pink" and isinstance(space, BoxSpace) else 0
+    return StepTable(module.state_size, pink_dim, rng)

@@ -17,6 +17,9 @@ A recurrent module's table also holds each slot's state (RLLINK.md "Recurrent po
 `state`, the one to feed with the slot's latest observation (zeros when its episode
 opens; the caller puts each step's state_out there after it acts), and the state its
 unsent chunk began from, which the chunk carries as `state_in`.
+
+A module whose clients sample with pink noise (SET_CONFIG's `action_noise`) also holds
+each slot's noise processes (rllink.action_dists.PinkNoise), new when its episode opens.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from app.numeric_checks import FLOAT32_MAX
+from rllink.action_dists import PinkNoise
 
 INITIAL_SLOTS = 8
 INITIAL_STEPS = 16  # actions a slot has room for before the table grows (doubling)
@@ -46,7 +50,7 @@ class StepTable:
     `observe`): `version` holds it, per slot.
     """
 
-    def __init__(self, state_size: int = 0) -> None:
+    def __init__(self, state_size: int = 0, pink_noise_dim: int = 0, rng: np.random.Generator | None = None) -> None:
         self._columns: dict[str, np.ndarray] = {}
         self._slots, self._steps = INITIAL_SLOTS, INITIAL_STEPS
         self.num_obs = np.zeros(self._slots, np.int64)
@@ -56,6 +60,9 @@ class StepTable:
         # A recurrent module's: each slot's state now, and at its unsent chunk's first observation.
         self.state = np.zeros((self._slots, state_size), np.float32) if state_size else None
         self._chunk_state = np.zeros((self._slots, state_size), np.float32) if state_size else None
+        # Pink noise's: each slot's processes [slots, 6, d], drawn from `rng`.
+        self.noise = np.zeros((self._slots, len(PinkNoise.TIME_CONSTANTS), pink_noise_dim)) if pink_noise_dim else None
+        self._rng = rng if rng is not None else np.random.default_rng()
 
     # -- Slots ----------------------------------------------------------------------
 
@@ -67,7 +74,17 @@ class StepTable:
         self.num_obs[slot] = self.num_actions[slot] = 0
         if self.state is not None and self._chunk_state is not None:
             self.state[slot] = self._chunk_state[slot] = 0.0  # a new episode starts with no memory
+        if self.noise is not None:
+            self.noise[slot] = PinkNoise.start(self._rng, 1, self.noise.shape[2])[0]
         return slot
+
+    def pink_noise(self, slots: list[int]) -> np.ndarray:
+        """The next pink N(0, 1) draws [len(slots), d] of those slots' episodes (a module with action_noise pink)."""
+        assert self.noise is not None
+        processes = self.noise[slots]
+        draws = PinkNoise.step(processes, self._rng)
+        self.noise[slots] = processes
+        return draws
 
     def close(self, slot: int) -> dict[str, Any] | None:
         """The episode ended: its complete steps as a chunk (as `take_chunk`; an action still
@@ -200,5 +217,7 @@ class StepTable:
             if self.state is not None and self._chunk_state is not None:
                 more = np.zeros((self._slots - old_slots, self.state.shape[1]), np.float32)
                 self.state, self._chunk_state = np.concatenate([self.state, more]), np.concatenate([self._chunk_state, more])
+            if self.noise is not None:
+                self.noise = np.concatenate([self.noise, np.zeros((self._slots - old_slots, *self.noise.shape[1:]))])
             self._free.extend(range(self._slots - 1, old_slots - 1, -1))
 

@@ -212,6 +212,14 @@ class Module:
         return ALGORITHMS[self.algorithm].box_distribution
 
 
+    @property
+    def action_noise(self) -> str:
+        """The N(0, 1) draws clients sample a Box action with: "pink" for a SAC module that
+        explores so (its `exploration`), else "white" (the docs' "Exploration noise")."""
+        pink = getattr(self.config, "exploration", None) == "pink" and isinstance(self.action_space, BoxSpace)
+        return "pink" if pink else "white"
+
+
 def _bounded_box(space: ActionSpace) -> bool:
     return (
         isinstance(space, BoxSpace)

@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 import onnxruntime as ort
 
-from rllink.action_dists import sample_actions
+from rllink.action_dists import PinkNoise, sample_actions
 from rllink_clients.demos import DemoWriter
 from rllink_clients.rllink_client import RLlinkClient
 
@@ -190,22 +190,25 @@ class OnnxPolicy:
         state = {"onnx_file": onnx_file, "weights_seq_no": weights_seq_no}
         return cls(state, input_name, action_space, rng, distribution, mask_input)
 
-    def act(self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = True) -> tuple[Any, float, list[float]]:
-        """Sample one action (among those `mask` allows; `explore` False: the mode); return it,
-        its log-prob and the raw policy outputs."""
+    def act(
+        self, obs: np.ndarray, mask: np.ndarray | None = None, explore: bool = True, noise: np.ndarray | None = None
+    ) -> tuple[Any, float, list[float]]:
+        """Sample one action (among those `mask` allows; `explore` False: the mode; `noise`: a
+        Box's N(0, 1) draws [1, d], pink ones, instead of white); return it, its log-prob and
+        the raw policy outputs."""
         dist_inputs = self.dist_inputs(np.asarray(obs)[None], None if mask is None else np.asarray(mask)[None], explore)
-        actions, logps = self.sample(dist_inputs, explore)
+        actions, logps = self.sample(dist_inputs, explore, noise=noise)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), dist_inputs[0].tolist()
 
     def step(
-        self, obs: np.ndarray, state: np.ndarray, mask: np.ndarray | None = None, explore: bool = True
+        self, obs: np.ndarray, state: np.ndarray, mask: np.ndarray | None = None, explore: bool = True, noise: np.ndarray | None = None
     ) -> tuple[Any, float, np.ndarray]:
         """`act` for a recurrent model: `state` goes in as its state_in; the action, its
         log-prob and the state_out to feed with the next observation."""
         mask_batch = None if mask is None else np.asarray(mask)[None]
         dist_inputs, state_out = self.dist_inputs_and_state(np.asarray(obs)[None], np.asarray(state)[None], mask_batch, explore)
-        actions, logps = self.sample(dist_inputs, explore)
+        actions, logps = self.sample(dist_inputs, explore, noise=noise)
         action = int(actions[0]) if self.action_space["type"] == "discrete" else actions[0].ravel().tolist()
         return action, float(logps[0]), state_out[0]
 
@@ -239,14 +242,15 @@ class OnnxPolicy:
         return feed
 
     def sample(
-        self, dist_inputs: np.ndarray, explore: bool = True, mask: np.ndarray | None = None
+        self, dist_inputs: np.ndarray, explore: bool = True, mask: np.ndarray | None = None, noise: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Actions and their log-probs: ints [N] (or [N, len(nvec)]) from logits, or floats
         [N, *shape] from a mean and log std (unclipped for `gaussian`, in the box for
-        `squashed_gaussian`); `explore` False: the distribution's mode (greedy play)."""
+        `squashed_gaussian`); `explore` False: the distribution's mode (greedy play); `noise`:
+        a Box's N(0, 1) draws, pink ones, instead of white."""
         space = self.action_space
         actions, logps = sample_actions(
-            self.distribution, dist_inputs, self.rng, explore, space.get("low"), space.get("high"), space.get("nvec"), mask
+            self.distribution, dist_inputs, self.rng, explore, space.get("low"), space.get("high"), space.get("nvec"), mask, noise
         )
         if space["type"] in ("discrete", "multi_discrete"):
             return actions, logps
@@ -342,6 +346,10 @@ def run(
 
     state_size = int(config.get("state_size", 0))  # a recurrent module's: its state goes from step to step
     state = np.zeros(state_size, np.float32)
+    # SET_CONFIG's action_noise "pink" (a SAC module's default): each episode's noise drifts, new at its start.
+    pink = config.get("action_noise") == "pink" and action_space["type"] == "box"
+    action_dim = int(np.prod(action_space.get("shape") or [1])) if pink else 0
+    noise = PinkNoise.start(rng, 1, action_dim) if pink else None
 
     obs, info = env.reset(seed=seed)
     episode_id, episode_return, episodes_played = uuid.uuid4().hex, 0.0, 0
@@ -350,10 +358,11 @@ def run(
         chunks, chunk = [], _new_chunk(obs, evaluating, state if state_size else None)
         for _ in range(steps_per_sample):
             mask = np.asarray(info["action_mask"], np.float32) if mask_input is not None else None
+            draws = None if noise is None else PinkNoise.step(noise, rng)
             if state_size:
-                action, logp, state = policy.step(flat_observation(obs), state, mask, explore=not evaluating)
+                action, logp, state = policy.step(flat_observation(obs), state, mask, not evaluating, draws)
             else:
-                action, logp, _dist = policy.act(flat_observation(obs), mask, explore=not evaluating)
+                action, logp, _dist = policy.act(flat_observation(obs), mask, not evaluating, draws)
             obs, reward, terminated, truncated, info = env.step(env_action(action, action_space))
             _add_step(chunk, action, float(reward), logp, obs, mask)
             episode_return += float(reward)
@@ -368,6 +377,7 @@ def run(
                 episodes_played += 1
                 evaluating = is_evaluation_episode(episodes_played, interval)
                 state = np.zeros(state_size, np.float32)  # a new episode starts with no memory
+                noise = PinkNoise.start(rng, 1, action_dim) if pink else None
                 episode_id, episode_return = uuid.uuid4().hex, 0.0
                 chunk = _new_chunk(obs, evaluating, state if state_size else None)
         if chunk["actions"]:

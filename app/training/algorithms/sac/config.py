@@ -56,9 +56,12 @@ class SACConfig(BaseModel):
         "0.89, which made alpha and Q diverge on CartPole).",
     )
     hidden_sizes: tuple[int, ...] = Field((256, 256), min_length=1, description="MLP layer widths (actor and Q).")
-    exploration: Literal["gaussian", "gsde"] = Field(
-        "gaussian",
-        description="Box actions: how clients explore. gaussian: white noise each step from the actor's log std. "
+    exploration: Literal["pink", "gaussian", "gsde"] = Field(
+        "pink",
+        description="Box actions: how clients explore. pink: the actor's Gaussian sampled with pink noise (Eberhard "
+        "et al. 2023; SET_CONFIG's action_noise): each step's draw N(0, 1), drifting over tens of steps, so a rare "
+        "reward far away is found (MountainCarContinuous) where white noise finds none. "
+        "gaussian: white noise each step from the actor's log std. "
         "gsde: generalized state-dependent exploration (Raffin et al. 2022), noise features(s) @ theta with theta "
         "drawn every `gsde_sample_every` versions and baked into the mean of the ONNX clients train with: smooth, "
         "consistent exploration for sparse rewards (MountainCarContinuous); fixed at start.",
