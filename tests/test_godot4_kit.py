@@ -29,6 +29,11 @@ what runs everywhere is static:
   and Slice form of the gateway's recurrent export, and the local and model_file sessions
   carry each agent's state (zeros at an episode's start, state_out fed back, kept across
   model versions, every local chunk's `state_in`).
+- exploration noise (SET_CONFIG's `action_noise` "pink", the docs' "Exploration noise"):
+  the kit reads the gateway's field, its pink noise has the Python reference's time
+  constants and update (the same as the Godot 3 kit's, which tests/test_godot_kit.py runs),
+  each episode's is drawn anew and advanced before every action into the sampler, and the
+  README says it was never run in Godot 4.
 
 With a Godot 4 binary (`godot4` on PATH, or `GODOT4` naming it) the example trains
 CartPole headless against a real gateway in thin mode, masked-pick with action masks, the
@@ -309,7 +314,7 @@ def test_the_local_session_plays_the_python_clients_evaluation_turn_with_the_mod
             assert gdscript == is_evaluation_episode(played, interval), (played, interval)
     act = gd_function(local, "_act")
     decided = act.index("if _chunk == null:  # a new episode")
-    assert decided < act.index("runner.act(") and "runner.act(_obs, _mask, explore and not evaluating, _state)" in act
+    assert decided < act.index("runner.act(") and "runner.act(_obs, _mask, explore and not evaluating, _state, draws)" in act
     assert "training_enabled and is_evaluation_episode(_episodes_played, interval)" in act
     assert "_episodes_played += 1" in gd_function(local, "end_episode")
 
@@ -424,7 +429,7 @@ def test_the_local_and_model_file_sessions_carry_each_agents_state():
     act = gd_function(local, "_act")
     new_episode = act.index("if _chunk == null:  # a new episode")
     zeros = act.index("_state = runner.zero_state()  # a new episode starts with no memory")
-    fed = act.index("runner.act(_obs, _mask, explore and not evaluating, _state)")
+    fed = act.index("runner.act(_obs, _mask, explore and not evaluating, _state, draws)")
     chunk = act.index("_chunk = _new_chunk(_obs)")
     back = act.index("_state = decided.state")
     assert new_episode < zeros < fed < chunk < back  # the chunk's state_in is the state fed with its first obs
@@ -441,7 +446,7 @@ def test_the_local_and_model_file_sessions_carry_each_agents_state():
     assert "_state = []" in gd_function(model_file, "end_episode")
     runner = read(ADDON / "rllink_policy_runner.gd")
     act = gd_function(runner, "act")
-    assert act.startswith("func act(obs, mask: Array, explore: bool, state := []) -> Dictionary:")
+    assert act.startswith("func act(obs, mask: Array, explore: bool, state := [], noise := []) -> Dictionary:")
     assert "policy.step(obs, state, mask, not explore)" in act and '"state": stepped.state' in act
 
 
@@ -453,6 +458,63 @@ def test_the_readme_says_memory_was_never_run_in_godot4():
         assert f"`{name}`" in memory, name
     assert "**local**" in memory and "**model_file**" in memory and "**thin**" in memory
     assert "never run in a Godot 4" in memory
+
+
+# -- Exploration noise (SET_CONFIG's action_noise) ----------------------------------------------
+
+
+def test_the_kits_pink_noise_is_the_reference_process_read_from_the_gateways_field():
+    """rllink_pink_noise.gd (both kits): the Python reference's time constants, each process
+    drawn N(0, 1) when made, x <- a x + sqrt(1 - a^2) e with a = exp(-1 / tau), the draw
+    their sum / sqrt(6); for a module whose SET_CONFIG entry says action_noise "pink" and
+    whose distribution draws N(0, 1) (gaussian, squashed_gaussian)."""
+    from rllink.action_dists import PinkNoise
+
+    assert "action_noise" in SetConfig.model_fields and "action_noise" in PolicyDescription.model_fields
+    for kit in (KIT, ROOT / "clients" / "godot"):
+        pink = read(kit / "addons" / "rllink" / "rllink_pink_noise.gd")
+        constants = re.search(r"^const TIME_CONSTANTS = \[(.*)\]$", pink, flags=re.M)
+        assert constants and tuple(float(x) for x in constants.group(1).split(",")) == PinkNoise.TIME_CONSTANTS, kit
+        assert "Pink Noise Is All You Need" in pink
+        assert "\t\t_processes.append(rng.randfn(0.0, 1.0))" in gd_function(pink, "_init")
+        step = gd_function(pink, "step")
+        for line in (
+            "exp(-1.0 / TIME_CONSTANTS[k])",
+            "sqrt(1.0 - decay * decay)",
+            "_processes[j] = decay * _processes[j] + innovation * _rng.randfn(0.0, 1.0)",
+            "draws[i] += _processes[j]",
+            "draws[i] /= sqrt(TIME_CONSTANTS.size())",
+        ):
+            assert line in step, (kit, line)
+        pink_dim = gd_function(pink, "pink_dim")
+        assert 'module.get("action_noise", "white")) != "pink"' in pink_dim
+        assert '["gaussian", "squashed_gaussian"]' in pink_dim
+        client = gd_function(read(kit / "addons" / "rllink" / "rllink_client.gd"), "module_for")
+        assert '"action_noise"' in client  # the top-level field, for a gateway without policies
+
+
+def test_the_local_session_draws_pink_noise_anew_each_episode_and_steps_it_before_every_action():
+    local = read(ADDON / "rllink_local_session.gd")
+    act = gd_function(local, "_act")
+    new_episode = act.index("if _chunk == null:  # a new episode")
+    started = act.index("_noise = runner.new_noise()")
+    stepped = act.index("var draws: Array = _noise.step() if _noise != null else []")
+    fed = act.index("runner.act(_obs, _mask, explore and not evaluating, _state, draws)")
+    assert new_episode < started < stepped < fed
+    assert act.count("_noise.step()") == 1 and "explore" not in act[stepped : act.index("\n", stepped)]  # every step
+    assert "_noise = null" in gd_function(local, "end_episode")
+    runner = read(ADDON / "rllink_policy_runner.gd")
+    assert "return PinkNoise.new(sampler.rng, dim) if dim > 0 else null" in gd_function(runner, "new_noise")
+    assert "sampler.sample(outputs, distribution, space, explore, noise)" in gd_function(runner, "act")
+    sampler = read(ADDON / "rllink_action_sampler.gd")
+    gaussian = sampler[sampler.index("func _gaussian(") : sampler.index("\nstatic func mask_error(")]
+    assert "\t\tif explore:\n\t\t\tnoise = draws[i] if not draws.is_empty() else rng.randfn(0.0, 1.0)\n" in gaussian
+    # A bundled model has no SET_CONFIG: it samples white noise where it explores at all.
+    model_file = read(ADDON / "rllink_model_file_session.gd")
+    assert "new_noise" not in model_file and "runner.act(_obs, _mask, explore, _state)" in model_file
+    readme = read(KIT / "README.md")
+    noise = readme[readme.index("\n**Exploration noise** (") :].split("\n\n")[0]
+    assert "`action_noise`" in noise and "never run in a Godot 4" in noise
 
 
 # -- In a real Godot 4 (skipped without one) ------------------------------------------------------

@@ -25,6 +25,13 @@
   onnxruntime does over an episode's steps, the state fed back; local inference trains
   CartPole with it, every chunk carrying state_in (zeros at an episode's start, the state
   carried on across samples and model versions).
+- Exploration noise (SET_CONFIG's action_noise; tools/noise_run.gd plays the local session
+  against a canned gateway, a Box model whose samples are their N(0, 1) draws): "pink"
+  draws stay N(0, 1) but drift over an episode (lag-1 correlation above 0.75, still
+  related 100 steps on), are drawn anew at each episode's start, and go on through steps
+  played with the mode; "white" draws are new each step and, as before, none is drawn for
+  a step played with the mode; the chunks' log-probs are the samples' (gaussian and
+  squashed_gaussian).
 - Action masks (RLlinkAgent.get_action_mask()): the example's masked-pick game, where
   half the items are forbidden each step and taking one ends the run, learns in thin
   and local mode with no forbidden action taken; the masks travel in GET_ACTION (thin)
@@ -57,6 +64,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from app.schemas import SetConfig
 from app.settings.policies import Module, PolicySet
 from app.spaces.models import BoxSpace, DictSpace, DiscreteSpace, MultiDiscreteSpace
 from app.training.algorithms.ppo.config import PPOConfig
@@ -64,6 +72,7 @@ from app.training.algorithms.ppo.onnx_head import export_onnx
 from app.training.demos import load_demos
 from app.training.onnx_export import tempered_policy
 from app.training.policy import ActorCritic
+from app.training.policy_state import set_state_payload
 
 from .helpers import (
     CARTPOLE,
@@ -590,6 +599,128 @@ def test_local_inference_trains_a_recurrent_cartpole_carrying_the_state(project,
     assert all(c["state_in"] == [0.0] * 16 for c in starting)
     # An episode open at a sample's end goes on in a chunk that starts from its carried state.
     assert continuing and all(np.abs(c["state_in"]).max() > 0 for c in continuing)
+
+
+# -- Exploration noise (SET_CONFIG's action_noise) ------------------------------------------------
+
+LOG_SQRT_2PI = 0.5 * np.log(2 * np.pi)
+NOISE_DIM = 4  # a Box of 4 values: 4 series of draws per episode
+
+
+def noise_gateway(tmp_path: Path, distribution: str, action_noise: str) -> Path:
+    """A canned gateway for tools/noise_run.gd (SET_CONFIG and the SET_STATE every GET_STATE
+    gets): one Box module, whose model gives mean 0 and log std 0 on any observation, so
+    that every sample is its step's N(0, 1) draw (gaussian, PPO's) or that draw's tanh
+    times 2 (squashed_gaussian in [-2, 2], SAC's)."""
+    import torch
+
+    from app.training.algorithms.sac.networks import LOG_STD_MAX, LOG_STD_MIN, SquashedGaussianActor
+    from app.training.algorithms.sac.onnx_head import export_onnx as export_sac_onnx
+
+    observations, box = BoxSpace(shape=(3,)), BoxSpace(shape=(NOISE_DIM,), low=-2.0, high=2.0)
+    if distribution == "gaussian":
+        policy = ActorCritic(observations, box, (8,))
+        with torch.no_grad():
+            for parameter in policy.parameters():
+                parameter.zero_()
+        model = export_onnx(policy, 1)
+    else:
+        actor = SquashedGaussianActor(observations, box, (8,))
+        with torch.no_grad():
+            for parameter in actor.parameters():
+                parameter.zero_()
+            actor.fc_logstd.bias.fill_(float(np.arctanh(-2 * LOG_STD_MIN / (LOG_STD_MAX - LOG_STD_MIN) - 1)))  # log std 0
+        model = export_sac_onnx(actor, 1)
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    dist_inputs = session.run(None, {"obs": np.zeros((1, 3), np.float32)})[0]
+    np.testing.assert_allclose(dist_inputs, np.zeros((1, 2 * NOISE_DIM)), atol=1e-6)
+    module = {
+        "observation_space": {"type": "box", "shape": [3]},
+        "action_space": {"type": "box", "shape": [NOISE_DIM], "low": -2.0, "high": 2.0},
+        "onnx_input_name": "obs",
+        "onnx_output_names": [o.name for o in session.get_outputs()],
+        "action_distribution": distribution,
+        "action_noise": action_noise,
+        "state_size": 0,
+    }
+    set_config = {"type": "SET_CONFIG", "env_steps_per_sample": 500, "force_on_policy": True, **module,
+                  "policies": {"default_policy": {**module, "trainable": True}}, "policy_mapping": {},
+                  "default_module_id": "default_policy"}
+    SetConfig.model_validate(set_config)  # the gateway's message, as it sends it
+    set_state = {"type": "SET_STATE", "onnx_file": set_state_payload(model), "weights_seq_no": 1}
+    path = tmp_path / f"{distribution}_{action_noise}.json"
+    path.write_text(json.dumps({"set_config": set_config, "set_state": set_state}))
+    return path
+
+
+def play_noise(project: Path, gateway: Path, episodes: int, steps: int, *greedy: int) -> tuple[np.ndarray, np.ndarray]:
+    """tools/noise_run.gd: the actions as sampled [episodes, steps, NOISE_DIM] and their log-probs [episodes, steps]."""
+    command = [GODOT, "--path", str(project), "-s", "res://tools/noise_run.gd", "--", str(gateway), str(episodes), str(steps),
+               *map(str, greedy)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=godot_env(project))
+    assert result.returncode == 0 and "SCRIPT ERROR" not in result.stderr, result.stdout[-2000:] + result.stderr
+    rows = [line.split(" ", 3)[1:] for line in result.stdout.splitlines() if line.startswith("STEP ")]
+    assert [(int(e), int(t)) for e, t, _ in rows] == [(e, t) for e in range(episodes) for t in range(steps)]
+    sampled = [rest.rsplit(" ", 1) for _, _, rest in rows]
+    actions = np.array([json.loads(action) for action, _ in sampled]).reshape(episodes, steps, NOISE_DIM)
+    return actions, np.array([float(logp) for _, logp in sampled]).reshape(episodes, steps)
+
+
+def unit_draws(distribution: str, actions: np.ndarray, logps: np.ndarray) -> np.ndarray:
+    """Each sample's N(0, 1) draws (mean 0, log std 0: the sample itself, before the squash),
+    checked against the log-prob the chunk carries (the formula white noise has)."""
+    squashed = distribution == "squashed_gaussian"
+    draws = np.arctanh(actions / 2) if squashed else actions
+    logp = np.sum(-0.5 * draws**2 - LOG_SQRT_2PI, axis=-1)
+    if squashed:
+        logp -= np.sum(np.log(2 * (1 - (actions / 2) ** 2) + 1e-6), axis=-1)
+    np.testing.assert_allclose(logps, logp, rtol=1e-5, atol=1e-4)
+    return draws
+
+
+def lag_correlation(series: np.ndarray, lag: int) -> float:
+    """The correlation of the draws [episodes, steps, d] with those `lag` steps later in the same episode (about mean 0)."""
+    return float(np.sum(series[:, lag:] * series[:, :-lag]) / np.sqrt(np.sum(series[:, lag:] ** 2) * np.sum(series[:, :-lag] ** 2)))
+
+
+@pytest.mark.parametrize("distribution", ["gaussian", "squashed_gaussian"])
+def test_pink_noise_drifts_over_an_episode_and_white_noise_does_not(project, tmp_path, distribution):
+    """action_noise "pink" (the docs' "Exploration noise"; Eberhard et al. 2023): over
+    2,000-step episodes of the local session, each draw is still N(0, 1) (mean square 1),
+    but a draw is close to the step before's (lag-1 correlation 0.84 for the six processes)
+    and still related 100 steps on (0.30); "white": each step's is new (0)."""
+    pink = unit_draws(distribution, *play_noise(project, noise_gateway(tmp_path, distribution, "pink"), 3, 2000))
+    white = unit_draws(distribution, *play_noise(project, noise_gateway(tmp_path, distribution, "white"), 1, 2000))
+    assert 0.7 < np.mean(pink**2) < 1.3 and 0.9 < np.mean(white**2) < 1.1 and abs(np.mean(white)) < 0.05
+    assert lag_correlation(pink, 1) > 0.75 and lag_correlation(pink, 100) > 0.1
+    assert abs(lag_correlation(white, 1)) < 0.05 and abs(lag_correlation(white, 100)) < 0.05
+
+
+def test_each_episode_draws_its_pink_noise_anew(project, tmp_path):
+    """At an episode's start every process is drawn N(0, 1) again: over 400 episodes of 4
+    steps, the first draws are N(0, 1) (not the smaller ones of processes started at 0) and
+    unrelated to the last draws of the episode before (not the same processes going on),
+    while within an episode they drift as ever."""
+    draws = unit_draws("gaussian", *play_noise(project, noise_gateway(tmp_path, "gaussian", "pink"), 400, 4))
+    first, last = draws[1:, 0], draws[:-1, -1]
+    assert 0.85 < np.mean(draws[:, 0] ** 2) < 1.15
+    assert abs(np.sum(first * last) / np.sqrt(np.sum(first**2) * np.sum(last**2))) < 0.1
+    assert lag_correlation(draws, 1) > 0.75
+
+
+@pytest.mark.parametrize("action_noise", ["pink", "white"])
+def test_pink_noise_goes_on_through_steps_that_do_not_explore(project, tmp_path, action_noise):
+    """Steps 100-149 played with explore off take the mean (0) in both; pink noise still
+    advances through them, so the steps after are the very ones of a run that explored
+    throughout (same seed); white noise draws nothing there, as before pink noise existed,
+    so the steps after are that run's from step 100 on."""
+    gateway = noise_gateway(tmp_path, "gaussian", action_noise)
+    explored, _ = play_noise(project, gateway, 1, 300)
+    paused, logps = play_noise(project, gateway, 1, 300, 100, 150)
+    assert (paused[0, 100:150] == 0).all() and np.allclose(logps[0, 100:150], -NOISE_DIM * LOG_SQRT_2PI)
+    np.testing.assert_array_equal(paused[0, :100], explored[0, :100])
+    after = explored[0, 150:] if action_noise == "pink" else explored[0, 100:250]
+    np.testing.assert_array_equal(paused[0, 150:], after)
 
 
 # -- Action masks ---------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #   squashed_gaussian  means then log stds of u -> low + (tanh(u) + 1) / 2 * (high - low)
 # A masked model's forbidden logits are about -1e8: their probability is exactly 0, so
 # they are never sampled (nor the most likely).
+# A Gaussian's N(0, 1) draws are white (this rng's, new each sample) unless the caller
+# gives its own: pink ones (rllink_pink_noise.gd, SET_CONFIG's action_noise "pink").
 extends Reference
 
 const LOG_SQRT_2PI = 0.91893853320467274178  # 0.5 * log(2 pi)
@@ -20,8 +22,9 @@ func _init(seed_value := 0) -> void:
 
 
 # {"action": int | Array, "logp": float} for one row of the model's output. space: the
-# module's action space from SET_CONFIG (nvec, low, high are read from it).
-func sample(dist_inputs: Array, distribution: String, space: Dictionary, explore := true) -> Dictionary:
+# module's action space from SET_CONFIG (nvec, low, high are read from it). noise: a
+# Box's N(0, 1) draws, one per action value (pink noise's step()); empty: white ones.
+func sample(dist_inputs: Array, distribution: String, space: Dictionary, explore := true, noise := []) -> Dictionary:
 	match distribution:
 		"categorical":
 			return _categorical(dist_inputs, explore)
@@ -36,9 +39,9 @@ func sample(dist_inputs: Array, distribution: String, space: Dictionary, explore
 				offset += int(n)
 			return {"action": actions, "logp": logp}
 		"gaussian":
-			return _gaussian(dist_inputs, explore, false, space)
+			return _gaussian(dist_inputs, explore, false, space, noise)
 		"squashed_gaussian":
-			return _gaussian(dist_inputs, explore, true, space)
+			return _gaussian(dist_inputs, explore, true, space, noise)
 	push_error("RLlink: action distribution '%s' is not one this kit samples" % distribution)
 	return {"action": 0, "logp": 0.0}
 
@@ -74,7 +77,7 @@ func _categorical(logits: Array, explore: bool) -> Dictionary:
 	return {"action": action, "logp": logits[action] - log_sum}
 
 
-func _gaussian(dist_inputs: Array, explore: bool, squashed: bool, space: Dictionary) -> Dictionary:
+func _gaussian(dist_inputs: Array, explore: bool, squashed: bool, space: Dictionary, draws: Array) -> Dictionary:
 	var d = dist_inputs.size() / 2
 	var action = []
 	var logp = 0.0
@@ -84,7 +87,9 @@ func _gaussian(dist_inputs: Array, explore: bool, squashed: bool, space: Diction
 		var scale = (high - low) / 2.0
 		var mean = dist_inputs[i]
 		var log_std = dist_inputs[d + i]
-		var noise = rng.randfn(0.0, 1.0) if explore else 0.0
+		var noise = 0.0  # explore false: the mean
+		if explore:
+			noise = draws[i] if not draws.empty() else rng.randfn(0.0, 1.0)
 		var u = mean + exp(log_std) * noise
 		logp += -0.5 * noise * noise - log_std - LOG_SQRT_2PI
 		if squashed:

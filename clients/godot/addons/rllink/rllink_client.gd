@@ -591,7 +591,7 @@ func module_for(agent_id := "", module_id := "") -> Dictionary:
 		info = policies[chosen].duplicate()
 	else:  # a gateway without the multi-policy extension: the top-level fields
 		for key in ["observation_space", "action_space", "onnx_input_name", "onnx_output_names",
-				"onnx_action_mask_input_name", "action_distribution", "state_size"]:
+				"onnx_action_mask_input_name", "action_distribution", "action_noise", "state_size"]:
 			if config.has(key):
 				info[key] = config[key]
 	info["module_id"] = chosen

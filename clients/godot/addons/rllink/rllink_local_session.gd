@@ -21,12 +21,18 @@
 # first observation (a chunk that goes on with an episode after an
 # EPISODES_AND_GET_STATE needs it: the gateway trains the LSTM from there).
 #
+# Exploration noise (SET_CONFIG's action_noise "pink", a SAC module's default): a Box
+# action's N(0, 1) draws come from this agent's pink noise (rllink_pink_noise.gd), drawn
+# anew at each episode's start like the state and advanced every step; "white" or
+# absent: the sampler's own draws, new each step.
+#
 # Same interface as rllink_thin_session.gd. A dropped connection costs nothing but
 # time: the experience not yet acknowledged is sent again once reconnected.
 extends Reference
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
 const ActionSampler = preload("res://addons/rllink/rllink_action_sampler.gd")
+const PinkNoise = preload("res://addons/rllink/rllink_pink_noise.gd")
 
 var client                      # rllink_client.gd
 var agent_id = ""
@@ -45,6 +51,7 @@ var episodes_played = 0         # episodes finished (evaluation_interval counts 
 var models_loaded = 0           # SET_STATE models loaded: one the runtime already runs is not loaded again
 var state_size = 0              # the module's recurrent state's floats (SET_CONFIG's state_size); 0: no memory
 var state = []                  # a recurrent module's state, fed with the next observation
+var noise = null                # the episode's pink noise (rllink_pink_noise.gd); null: white draws
 
 var _chunk = null               # the open episode's current chunk
 var _finished = []              # chunks not yet acknowledged by a SET_STATE
@@ -163,6 +170,7 @@ func _act() -> Dictionary:
 		_episode_id = client.new_episode_id()
 		_evaluating = _evaluation_turn()
 		state = policy.zero_state()  # a new episode starts with no memory
+		noise = _new_noise()  # and with its own pink noise
 		_chunk = _new_chunk(_obs)
 	elif not _chunk.actions.empty():
 		_chunk.obs.append(_obs)
@@ -178,7 +186,10 @@ func _act() -> Dictionary:
 	else:
 		outputs = policy.run(_obs, _mask, greedy)
 	var distribution = str(module.get("action_distribution", "categorical"))
-	var sampled = sampler.sample(outputs, distribution, space, not greedy)
+	var draws = []  # empty: the sampler draws white noise
+	if noise != null:
+		draws = noise.step()  # every step, a greedy one too: the drift goes on
+	var sampled = sampler.sample(outputs, distribution, space, not greedy, draws)
 	if policy.is_masked():
 		if not _chunk.has("action_mask"):
 			_chunk["action_mask"] = []
@@ -204,6 +215,13 @@ func _mask_error(space: Dictionary) -> String:
 	return ActionSampler.mask_error(_mask, space)
 
 
+# The pink noise of an episode starting now (its processes drawn anew), or null where
+# this agent's module samples white noise (action_noise "white" or absent, no Box).
+func _new_noise():
+	var dim = PinkNoise.pink_dim(module)
+	return PinkNoise.new(sampler.rng, dim) if dim > 0 else null
+
+
 static func _ones(count: int) -> Array:
 	var ones = []
 	for i in range(count):
@@ -226,6 +244,7 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 		episodes_played += 1
 	_chunk = null
 	_episode_id = ""
+	noise = null  # the next episode draws its own (_act)
 
 
 func _new_chunk(first_obs) -> Dictionary:

@@ -661,6 +661,7 @@ func module_for(agent_id := "", module_id := "") -> Dictionary:
 			"onnx_output_names",
 			"onnx_action_mask_input_name",
 			"action_distribution",
+			"action_noise",
 			"state_size",
 		]:
 			if config.has(key):

@@ -22,6 +22,11 @@
 # the state. Every chunk carries state_in, the state fed with its first observation,
 # so the gateway can run its LSTM from there.
 #
+# Exploration noise (SET_CONFIG's action_noise "pink", a SAC module's default): a Box
+# action's N(0, 1) draws come from this agent's pink noise (rllink_pink_noise.gd), drawn
+# anew at each episode's start like the state and advanced every step, a step played
+# with the mode too; "white" or absent: the sampler's own draws, new each step.
+#
 # A dropped connection costs nothing but time: the experience not yet acknowledged is
 # sent again once reconnected.
 extends "res://addons/rllink/rllink_session.gd"
@@ -39,6 +44,7 @@ var _episode_id := ""
 var _obs = null
 var _mask: Array = []  # the step's action mask (empty: all allowed)
 var _state: Array = []  # a recurrent module's state to feed with _obs ([]: feed-forward)
+var _noise = null  # the episode's pink noise (rllink_pink_noise.gd); null: white draws
 var _state_message = null  # GET_STATE or EPISODES_AND_GET_STATE under way
 var _state_request = null
 var _retries := 0
@@ -147,9 +153,11 @@ func _act() -> Dictionary:
 		var interval := int(client.config.get("evaluation_interval", 0))
 		evaluating = training_enabled and is_evaluation_episode(_episodes_played, interval)
 		_state = runner.zero_state()  # a new episode starts with no memory
+		_noise = runner.new_noise()  # and with its own pink noise
 	elif _state.size() != runner.state_size:  # cannot happen with one gateway's modules
 		_state = runner.zero_state()
-	var decided: Dictionary = runner.act(_obs, _mask, explore and not evaluating, _state)
+	var draws: Array = _noise.step() if _noise != null else []  # every step: the drift goes on
+	var decided: Dictionary = runner.act(_obs, _mask, explore and not evaluating, _state, draws)
 	if decided.has("error"):
 		decided.error["request"] = ""
 		return decided
@@ -187,6 +195,7 @@ func end_episode(final_obs, terminated: bool, truncated: bool) -> void:
 	_chunk = null
 	_episode_id = ""
 	_state = []  # the next episode starts from zeros (_act)
+	_noise = null  # and draws its own noise (_act)
 
 
 func _new_chunk(first_obs) -> Dictionary:

@@ -4,6 +4,9 @@
 # the gateway's export) gives its spaces and the output layout, hence the distribution.
 # A recurrent model (a state_in input) plays with its state carried: zeros at an
 # episode's start, each step's state_out fed with the next observation.
+# A Box samples white N(0, 1) draws where explore is on: a bundled model has no
+# SET_CONFIG, hence no action_noise (pink exploration is for training); a shipped game
+# plays the mode (explore off).
 extends "res://addons/rllink/rllink_session.gd"
 
 const PolicyRunner = preload("res://addons/rllink/rllink_policy_runner.gd")

@@ -2,15 +2,18 @@
 # the two modes that act in the game (local: SET_STATE's models; model_file: a bundled
 # .onnx). act() checks the game's mask as the gateway would, runs the model, samples.
 # A recurrent model (state_size > 0) takes the agent's state with each observation and
-# gives the next one back ("state" in act()'s result); the session keeps it.
+# gives the next one back ("state" in act()'s result); the session keeps it. A module with
+# SET_CONFIG's action_noise "pink" samples its Box with pink noise (new_noise() at each
+# episode's start; its step() each step, into act()); the session keeps that too.
 extends RefCounted
 
 const MlpPolicy = preload("res://addons/rllink/rllink_mlp_policy.gd")
 const ActionSampler = preload("res://addons/rllink/rllink_action_sampler.gd")
+const PinkNoise = preload("res://addons/rllink/rllink_pink_noise.gd")
 
 var policy = MlpPolicy.new()
 var sampler
-var module := {}  # {module_id, observation_space, action_space, action_distribution}
+var module := {}  # {module_id, observation_space, action_space, action_distribution, action_noise}
 var state_size := 0  # the model's recurrent state width (SET_CONFIG's state_size); 0: none
 
 
@@ -56,11 +59,20 @@ func zero_state() -> Array:
 	return policy.zero_state()
 
 
+# The pink noise of an episode starting now (its processes drawn anew, from the sampler's
+# rng), or null where the module samples white noise (action_noise "white" or absent,
+# a model_file's, or no Box).
+func new_noise():
+	var dim := PinkNoise.pink_dim(module)
+	return PinkNoise.new(sampler.rng, dim) if dim > 0 else null
+
+
 # One decision: {"action" (to act on), "sampled" (to train on), "logp", "mask" (as fed
 # to the model; [] for an unmasked one), "state" (a recurrent model's state_out, to feed
 # with the next observation; [] for a feed-forward one)} or {"error"} for a mask the
-# gateway would refuse. state: the state fed with obs (empty: zeros, an episode's start).
-func act(obs, mask: Array, explore: bool, state := []) -> Dictionary:
+# gateway would refuse. state: the state fed with obs (empty: zeros, an episode's start);
+# noise: the step's pink draws (empty: white ones).
+func act(obs, mask: Array, explore: bool, state := [], noise := []) -> Dictionary:
 	var space: Dictionary = module.get("action_space", {})
 	if not mask.is_empty():
 		var problem := ""
@@ -84,7 +96,7 @@ func act(obs, mask: Array, explore: bool, state := []) -> Dictionary:
 		return {"error": {"code": "model_error", "message": text, "details": null}}
 	var outputs: Array = stepped.output
 	var distribution := str(module.get("action_distribution", "categorical"))
-	var sampled: Dictionary = sampler.sample(outputs, distribution, space, explore)
+	var sampled: Dictionary = sampler.sample(outputs, distribution, space, explore, noise)
 	var action = sampled.action
 	if distribution == "gaussian":  # the sample is trained on, the clipped one acted on
 		action = ActionSampler.clip(action, space)
