@@ -11,7 +11,9 @@ rewards and flags, under the episode id its episode's agents share, naming the m
 that played it (`module_id`). Frozen self-play opponents (`trainable: false`) and local `opponents` are
 played, never sent. `seatings` swap who plays which seat game by game (self-play seats).
 Every Nth episode of each env (SET_CONFIG's `evaluation_interval`) is an evaluation
-episode: the modules' agents play the mode, and its chunks say `evaluation`.
+episode: the modules' agents play the mode, and its chunks say `evaluation`. A Box module
+whose `action_noise` is pink (a SAC module's default) samples each agent's actions with
+that agent episode's own pink noise (`rllink.action_dists.PinkNoise`), white otherwise.
 
     python -m rllink_clients.multi_agent --scene cartpole:8,pendulum:1 --target-return 150
     python -m rllink_clients.multi_agent --transport ws --port 8000 --scene countdown --opponent random
@@ -35,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from rllink.action_dists import PinkNoise
 from rllink_clients.games import REACH_ENV_ID, CoordinationGame, CountdownGame, random_opponent, scripted_opponent
 from rllink_clients.gym_client import RLLIB_REFERENCE_INPUT_NAME, OnnxPolicy, budget_spent, is_evaluation_episode
 from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
@@ -45,6 +48,7 @@ log = logging.getLogger("rllink_clients")
 
 DEFAULT_MODULE_ID = "default_policy"  # the one module of a gateway that announces no `policies`
 SAMPLED_DISTRIBUTIONS = ("categorical", "gaussian", "squashed_gaussian")
+BOX_DISTRIBUTIONS = ("gaussian", "squashed_gaussian")  # those whose samples take N(0, 1) draws, white or pink
 RETURN_WINDOW = 20  # episodes per module (and per agent) that `mean_return` and the target look at
 OUTCOME_WINDOW = 100  # recent outcomes per module that `outcome_counts` counts
 
@@ -67,6 +71,12 @@ class ModuleSpec:
     trainable: bool = True
     distribution: str | None = None  # SET_CONFIG's action_distribution
     mask_input: str | None = None  # SET_CONFIG's onnx_action_mask_input_name: a masked module's model takes masks
+    action_noise: str = "white"  # SET_CONFIG's: a Box sample's N(0, 1) draws, white or pink
+
+    @property
+    def pink_noise(self) -> bool:
+        """Whether its agents' Box samples draw pink noise, each agent episode its own processes."""
+        return self.action_noise == "pink" and self.distribution in BOX_DISTRIBUTIONS
 
 
 class UnmappedAgent(ValueError):
@@ -106,6 +116,7 @@ class GatewayConfig:
                 bool(policy.get("trainable", True)),
                 distribution,
                 policy.get("onnx_action_mask_input_name"),
+                policy.get("action_noise", "white"),
             )
         return cls(
             env_steps_per_sample=int(config["env_steps_per_sample"]),
@@ -285,6 +296,7 @@ class ModulePolicies:
         masks: list[Any] | None = None,
         explore: bool | Sequence[bool] = True,
         states: Sequence[Any] | None = None,
+        noises: Sequence[Any] | None = None,
     ) -> list[PlayedAction]:
         """An action for each observation, among those its mask allows (None: all), with one
         call of the module's model: sampled, or the distribution's mode unless `explore` (one
@@ -292,7 +304,9 @@ class ModulePolicies:
         The mode of a Box module: the mean (the env gets it clipped to the bounds), tanh of the
         mean scaled to the bounds (`squashed_gaussian`), from a gSDE model's noise-free output.
         A recurrent module's model is fed each agent's state (`states`; None: zeros, an
-        episode's start) and each action carries the state after it (`state_out`)."""
+        episode's start) and each action carries the state after it (`state_out`); a pink-noise
+        module's exploring agents sample with their noise processes (`noises`; None: new ones,
+        an episode's start) advanced a step, which each action carries (`noise_out`)."""
         spec = self.config.modules[module_id]
         masks = list(masks) if masks is not None else [None] * len(observations)
         if module_id in self.playing_scripted:
@@ -316,12 +330,35 @@ class ModulePolicies:
             dist_inputs = _dist_inputs(policy, batch, mask_batch, explores)
         # The mode where not exploring, among the mask's actions (as the model's logits are already masked: to be sure).
         mode_mask = None if explores.all() else mask_batch
-        actions, logps = policy.sample(dist_inputs, explores, mode_mask)
+        noise, noise_outs = self._pink_noise(spec, dist_inputs, explores, noises)
+        actions, logps = policy.sample(dist_inputs, explores, mode_mask, noise)
         version = self.weights_seq_no
         return [
-            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask, state)
-            for action, logp, mask, state in zip(actions, logps, masks, state_outs)
+            PlayedAction(_env_action(action, spec.action_space), _chunk_action(action), float(logp), version, mask, state, processes)
+            for action, logp, mask, state, processes in zip(actions, logps, masks, state_outs, noise_outs)
         ]
+
+    def _pink_noise(
+        self, spec: ModuleSpec, dist_inputs: np.ndarray, explores: np.ndarray, noises: Sequence[Any] | None
+    ) -> tuple[np.ndarray | None, list[Any]]:
+        """A pink-noise module's N(0, 1) draws [n, d] (0 in the rows that do not explore) and
+        each row's processes after them: an exploring agent's (new where None) advanced one
+        step, as the protocol's "Exploration noise" asks of every client, another's kept as
+        they are. None and no processes for a white-noise module (`sample` draws its own)."""
+        rows = len(dist_inputs)
+        given = list(noises) if noises is not None else [None] * rows
+        if not spec.pink_noise:
+            return None, [None] * rows
+        if not explores.any():
+            return None, given
+        dim = dist_inputs.shape[1] // 2  # a Box's dist inputs: the d means, then the d log stds
+        exploring = np.flatnonzero(explores)
+        processes = np.concatenate([PinkNoise.start(self.rng, 1, dim) if given[i] is None else given[i] for i in exploring])
+        draws = np.zeros((rows, dim))
+        draws[exploring] = PinkNoise.step(processes, self.rng)  # in place, in concatenate's copy: not the given arrays
+        for row, i in enumerate(exploring):
+            given[i] = processes[row : row + 1]
+        return draws, given
 
 
 def _dist_inputs(policy: OnnxPolicy, batch: np.ndarray, masks: np.ndarray | None, explores: np.ndarray) -> np.ndarray:
@@ -424,6 +461,11 @@ class SceneCollector:
     def states(self) -> dict[str, Any]:
         """The acting agents' recurrent states (None: zeros, an episode's start; feed-forward modules' too)."""
         return {agent_id: self.live[agent_id].state for agent_id in self.acting}
+
+    @property
+    def noises(self) -> dict[str, Any]:
+        """The acting agents' pink-noise processes (None: new ones, an episode's start; white-noise modules' too)."""
+        return {agent_id: self.live[agent_id].noise for agent_id in self.acting}
 
     @property
     def evaluating(self) -> set[str]:
@@ -730,12 +772,14 @@ def choose_actions(
     explore: bool = True,
     evaluating: Collection[str] = (),
     states: Mapping[str, Any] | None = None,
+    noises: Mapping[str, Any] | None = None,
 ) -> dict[str, PlayedAction]:
     """Every acting agent's action (among its mask's, if it has one): local opponents one by
     one (given the mask too, if there is one), each module in one batch (greedy unless
     `explore`; the agents in `evaluating`, of an evaluation episode, greedy anyway); a
-    recurrent module's agents fed their `states` (`SceneCollector.states`; none: zeros)."""
-    (actions,) = _choose([(acting, masks, casting, evaluating, states or {})], policies, explore)
+    recurrent module's agents fed their `states` (`SceneCollector.states`; none: zeros), a
+    pink-noise module's their noise processes (`SceneCollector.noises`; none: new ones)."""
+    (actions,) = _choose([(acting, masks, casting, evaluating, states or {}, noises or {})], policies, explore)
     return actions
 
 
@@ -744,18 +788,18 @@ def choose_actions_in(
 ) -> list[dict[str, PlayedAction]]:
     """`choose_actions` for several scenes at once: each module's agents of all of them in one
     batch, those of an evaluation episode (`SceneCollector.evaluating`) with the mode."""
-    scenes = [(c.acting, c.masks, casting, c.evaluating, c.states) for c, casting in zip(collectors, castings)]
+    scenes = [(c.acting, c.masks, casting, c.evaluating, c.states, c.noises) for c, casting in zip(collectors, castings)]
     return _choose(scenes, policies, explore)
 
 
 def _choose(
-    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting, Collection[str], Mapping[str, Any]]],
+    scenes: list[tuple[dict[str, Any], dict[str, Any], Casting, Collection[str], Mapping[str, Any], Mapping[str, Any]]],
     policies: ModulePolicies,
     explore: bool,
 ) -> list[dict[str, PlayedAction]]:
     actions: list[dict[str, PlayedAction]] = [{} for _ in scenes]
     by_module: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for k, (acting, masks, casting, _, _) in enumerate(scenes):
+    for k, (acting, masks, casting, *_) in enumerate(scenes):
         for agent_id, obs in acting.items():
             opponent = casting.opponent(agent_id)
             if opponent is None:
@@ -768,7 +812,8 @@ def _choose(
         explores = [explore and agent_id not in scenes[k][3] for k, agent_id in agents]
         masks = [scenes[k][1].get(agent_id) for k, agent_id in agents]
         states = [scenes[k][4].get(agent_id) for k, agent_id in agents]
-        played = policies.act(module_id, observations, masks, explores, states)
+        noises = [scenes[k][5].get(agent_id) for k, agent_id in agents]
+        played = policies.act(module_id, observations, masks, explores, states, noises)
         for (k, agent_id), action in zip(agents, played):
             actions[k][agent_id] = action
     return actions

@@ -16,8 +16,10 @@ INITIAL_ROWS = 16  # observations an agent's trajectory has room for before it f
 
 class PlayedAction(NamedTuple):
     """An agent's action: what the env gets (clipped), what the chunk records (as sampled),
-    the action mask it was chosen under (None: all allowed) and, for a recurrent module,
-    the model's state after the step (`state_out`, to feed with the agent's next observation)."""
+    the action mask it was chosen under (None: all allowed), for a recurrent module, the
+    model's state after the step (`state_out`, to feed with the agent's next observation)
+    and, for a module sampling pink noise, the agent's noise processes after the step
+    (`noise_out`, to advance for its next action)."""
 
     env_action: Any
     chunk_action: Any
@@ -25,6 +27,7 @@ class PlayedAction(NamedTuple):
     weights_seq_no: int
     action_mask: Any = None
     state_out: Any = None
+    noise_out: Any = None
 
 
 class AgentTrajectory:
@@ -42,6 +45,8 @@ class AgentTrajectory:
     A recurrent module's agent (RLLINK.md, "Recurrent policies"): `state` is the state to
     feed with the observation it acts on next (None: zeros, at the episode's start), and
     each chunk after the first carries the state fed with its first observation (`state_in`).
+    A module sampling pink noise (SET_CONFIG's `action_noise`): `noise` holds the agent's
+    noise processes after its last action (None: new ones, at the episode's start).
     """
 
     def __init__(self, episode_id: str, agent_id: str, obs: Any, module_id: str | None = None, *, evaluation: bool = False) -> None:
@@ -63,6 +68,7 @@ class AgentTrajectory:
         self.num_steps = 0  # actions over the whole trajectory, sent or not
         self._states: list[Any] = []  # each action's state_out (None: not recurrent)
         self._chunk_state: Any = None  # the state fed with the next chunk's first observation (None: the episode's start)
+        self.noise: Any = None  # a pink-noise module's processes, advanced one step per action (None: the episode's start)
 
     @property
     def done(self) -> bool:
@@ -93,6 +99,7 @@ class AgentTrajectory:
         self.versions.append(played.weights_seq_no)
         self.masks.append(played.action_mask)
         self._states.append(played.state_out)
+        self.noise = played.noise_out
         self.num_steps += 1
 
     def reward(self, reward: float) -> None:
