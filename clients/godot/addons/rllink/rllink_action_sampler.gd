@@ -1,5 +1,5 @@
 # Local inference: turns the model's output (action_dist_inputs) into an action and its
-# log-prob, by the gateway's rules (app/action_dists.py), so that the experience sent
+# log-prob, by the gateway's rules (rllink/action_dists.py), so that the experience sent
 # back trains as the gateway expects.
 #   categorical        k logits -> an int in 0..k-1 (explore false: the most likely)
 #   multi_categorical  the logits of each sub-action, one after the other -> [ints]

@@ -85,7 +85,7 @@ namespace RLlink
         bool PlayNoiseFree { get; set; }
     }
 
-    /// <summary>Turns the model's output into an action and its log-prob (app/action_dists.py's rules).</summary>
+    /// <summary>Turns the model's output into an action and its log-prob (rllink/action_dists.py's rules).</summary>
     public sealed class ActionSampler
     {
         readonly Random random;
@@ -149,7 +149,7 @@ namespace RLlink
             int action = 0;
             if (explore)
             {
-                // The first index whose cumulative probability exceeds u (as app/action_dists.py,
+                // The first index whose cumulative probability exceeds u (as rllink/action_dists.py,
                 // the cdf scaled to end at 1): an index of probability 0 is never drawn.
                 double u = random.NextDouble() * sum, cdf = 0;
                 action = -1;
