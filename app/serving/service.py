@@ -147,7 +147,8 @@ class ServingService:
         turn = named.trainable and not request.evaluation and self._evaluation_turn(client, request)
         evaluation = named.trainable and (request.evaluation or turn)
         training = request.training_enabled and named.trainable and not evaluation
-        steps = self._tables.setdefault(module.module_id, step_table(module, self._noise_rng))
+        if (steps := self._tables.get(module.module_id)) is None:  # made once: not at every episode's start
+            steps = self._tables[module.module_id] = step_table(module, self._noise_rng)
         episodes[episode_id] = ServedEpisode(
             episode_id, module, steps, steps.open(), training, request.agent_id, time.monotonic(), evaluation, turn
         )

@@ -305,7 +305,7 @@ class ModulePolicies:
         mean scaled to the bounds (`squashed_gaussian`), from a gSDE model's noise-free output.
         A recurrent module's model is fed each agent's state (`states`; None: zeros, an
         episode's start) and each action carries the state after it (`state_out`); a pink-noise
-        module's exploring agents sample with their noise processes (`noises`; None: new ones,
+        module's agents sample with their noise processes (`noises`; None: new ones,
         an episode's start) advanced a step, which each action carries (`noise_out`)."""
         spec = self.config.modules[module_id]
         masks = list(masks) if masks is not None else [None] * len(observations)
@@ -330,7 +330,7 @@ class ModulePolicies:
             dist_inputs = _dist_inputs(policy, batch, mask_batch, explores)
         # The mode where not exploring, among the mask's actions (as the model's logits are already masked: to be sure).
         mode_mask = None if explores.all() else mask_batch
-        noise, noise_outs = self._pink_noise(spec, dist_inputs, explores, noises)
+        noise, noise_outs = self._pink_noise(spec, dist_inputs, noises)
         actions, logps = policy.sample(dist_inputs, explores, mode_mask, noise)
         version = self.weights_seq_no
         return [
@@ -339,27 +339,20 @@ class ModulePolicies:
         ]
 
     def _pink_noise(
-        self, spec: ModuleSpec, dist_inputs: np.ndarray, explores: np.ndarray, noises: Sequence[Any] | None
+        self, spec: ModuleSpec, dist_inputs: np.ndarray, noises: Sequence[Any] | None
     ) -> tuple[np.ndarray | None, list[Any]]:
-        """A pink-noise module's N(0, 1) draws [n, d] (0 in the rows that do not explore) and
-        each row's processes after them: an exploring agent's (new where None) advanced one
-        step, as the protocol's "Exploration noise" asks of every client, another's kept as
-        they are. None and no processes for a white-noise module (`sample` draws its own)."""
+        """A pink-noise module's N(0, 1) draws [n, d] and each row's processes after them: every
+        agent's (new where None) advanced one step, as the protocol's "Exploration noise" asks
+        of every client (`sample` zeroes the rows that do not explore). None and no processes
+        for a white-noise module (`sample` draws its own)."""
         rows = len(dist_inputs)
-        given = list(noises) if noises is not None else [None] * rows
         if not spec.pink_noise:
             return None, [None] * rows
-        if not explores.any():
-            return None, given
         dim = dist_inputs.shape[1] // 2  # a Box's dist inputs: the d means, then the d log stds
-        exploring = np.flatnonzero(explores)
-        processes = np.concatenate([PinkNoise.start(self.rng, 1, dim) if given[i] is None else given[i] for i in exploring])
-        draws = np.zeros((rows, dim))
-        draws[exploring] = PinkNoise.step(processes, self.rng)  # in place, in concatenate's copy: not the given arrays
-        for row, i in enumerate(exploring):
-            given[i] = processes[row : row + 1]
-        return draws, given
-
+        given = list(noises) if noises is not None else [None] * rows
+        processes = np.concatenate([PinkNoise.start(self.rng, 1, dim) if p is None else p for p in given])
+        draws = PinkNoise.step(processes, self.rng)  # in place, in concatenate's copy: not the given arrays
+        return draws, [processes[row : row + 1] for row in range(rows)]
 
 def _dist_inputs(policy: OnnxPolicy, batch: np.ndarray, masks: np.ndarray | None, explores: np.ndarray) -> np.ndarray:
     """The model's distribution inputs for each row: a gSDE model's noise-free output (its
