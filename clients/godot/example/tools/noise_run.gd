@@ -14,6 +14,7 @@ extends SceneTree
 const LocalSession = preload("res://addons/rllink/rllink_local_session.gd")
 const Request = preload("res://addons/rllink/rllink_request.gd")
 const JsonWriter = preload("res://addons/rllink/rllink_json.gd")
+const OnnxRun = preload("res://tools/onnx_run.gd")  # its _json: numbers as the tests parse them
 
 
 # The real client's config and module lookup; every request is answered at once.
@@ -64,16 +65,9 @@ func _init() -> void:
 				_stop("no action: %s" % str(result))
 				return
 			var chunk = session._chunk  # what the gateway would train on: the sample, its log-prob
-			print("STEP %d %d %s %s" % [episode, t, _json(chunk.actions[-1]), JsonWriter.number(chunk.action_logp[-1])])
+			print("STEP %d %d %s %s" % [episode, t, OnnxRun._json(chunk.actions[-1]), JsonWriter.number(chunk.action_logp[-1])])
 		session.end_episode(obs, false, true)
 	quit(0)
-
-
-static func _json(values: Array) -> String:
-	var parts = PoolStringArray()
-	for v in values:
-		parts.append(JsonWriter.number(v))  # 9 significant digits (to_json keeps 6 decimals)
-	return "[" + parts.join(",") + "]"
 
 
 func _stop(text: String) -> void:
