@@ -186,9 +186,11 @@ class ServingService:
         for module, indices, obs, group_explore, masks in groups:
             group = [episodes[i] for i in indices]
             steps = group[0].steps
-            slots = [episode.slot for episode in group]
-            states = None if steps.state is None else steps.state[slots]  # a recurrent module's
-            noise = None if steps.noise is None else steps.pink_noise(slots)  # a module whose clients explore with pink noise
+            states = noise = None
+            if steps.state is not None or steps.noise is not None:  # a recurrent module's, one exploring with pink noise
+                slots = [episode.slot for episode in group]
+                states = None if steps.state is None else steps.state[slots]
+                noise = None if steps.noise is None else steps.pink_noise(slots)
             chosen = await self.batcher.act(module, obs, group_explore, masks, states, noise)
             version = chosen.weights_seq_no
             # the chunks record the actions as sampled; the client gets them clipped to a box
