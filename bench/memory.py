@@ -94,7 +94,23 @@ def run_side(side: str, inference: str, seed: int, args: argparse.Namespace) -> 
         "evaluation_return_mean": round(result.evaluation_return_mean, 3),
         "seconds": round(seconds, 1),
         "weights_seq_no": result.weights_seq_no,
+        **evaluation_curve([episode_return for _, episode_return in result.evaluations]),
     }
+
+
+CURVE_POINTS = 10  # the evaluation returns' means over each tenth of the run
+BEST_WINDOW = 100  # the best mean of this many consecutive evaluation episodes: like POPGym's MMER (a maximum over training)
+
+
+def evaluation_curve(returns: list[float]) -> dict[str, Any]:
+    """The run's evaluation returns as a curve (means over each tenth, in order) and their best
+    window's mean, which POPGym's MMER (the maximum of the mean return over training) compares with."""
+    if len(returns) < CURVE_POINTS:
+        return {}
+    cuts = [k * len(returns) // CURVE_POINTS for k in range(CURVE_POINTS + 1)]
+    tenths = [statistics.fmean(returns[start:end]) for start, end in zip(cuts, cuts[1:])]
+    windows = [statistics.fmean(returns[i : i + BEST_WINDOW]) for i in range(0, max(1, len(returns) - BEST_WINDOW + 1), 10)]
+    return {"evaluation_by_tenth": [round(mean, 3) for mean in tenths], f"best_evaluation_window_{BEST_WINDOW}": round(max(windows), 3)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -126,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"{name} seed {seed}: {outcome} at {r['env_steps']} env steps (last 20 training episodes "
                 f"{r['mean_return_last_20']}, evaluation {r['evaluation_return_mean']}), {r['seconds']} s, v{r['weights_seq_no']}"
             )
+            if "evaluation_by_tenth" in r:
+                lines[-1] += (f"; evaluation by tenth of the run {r['evaluation_by_tenth']}, best {BEST_WINDOW} in a row "
+                              f"{r[f'best_evaluation_window_{BEST_WINDOW}']}")
             print(lines[-1], flush=True)
         steps = [r["env_steps"] if r["reached_target"] else float("inf") for r in runs]
         median = statistics.median(steps)
