@@ -22,7 +22,9 @@ the figures); `--previous-action` adds the last action to each observation, as P
 own baselines do.
 
 Printed per seed: env steps to the target (or missed, with the last mean), wall time,
-policy versions; then the median over the seeds per side. Targets (issue 53): with the
+policy versions, the evaluation returns' means over each tenth of the run and their best
+100 in a row (POPGym's figure, MMER, is such a maximum over training); then the median
+over the seeds per side. Targets (issue 53): with the
 LSTM, a mean of 400 within 500,000 env steps, median of 3 seeds (RLlib's tuned example
 asks 350 within 2,000,000), with local and with thin clients.
 """
@@ -99,7 +101,7 @@ def run_side(side: str, inference: str, seed: int, args: argparse.Namespace) -> 
 
 
 CURVE_POINTS = 10  # the evaluation returns' means over each tenth of the run
-BEST_WINDOW = 100  # the best mean of this many consecutive evaluation episodes: like POPGym's MMER (a maximum over training)
+BEST_WINDOW = 100  # the best mean of this many consecutive evaluation episodes (windows starting every 10th): like POPGym's MMER
 
 
 def evaluation_curve(returns: list[float]) -> dict[str, Any]:
