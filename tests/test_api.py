@@ -102,6 +102,7 @@ def test_patch_config_changes_hyperparameters_live(gateway, http):
         {"ppo": {"learning_rate": "fast"}},
         {"ppo": {"hidden_sizes": [8]}},  # not safe to change live
         {"ppo": {"gamma": 2}},
+        {"ppo": {"gamma": -0.1}},
         {"ppo": {"gae_lambda": False}},  # not a number, though pydantic would take it as 0
         {"ppo": {"learning_rate": "0.1"}},
         {"ppo": {"update_epochs": 2.5}},
@@ -115,6 +116,13 @@ def test_patch_config_refuses_bad_bodies_with_422(rest, body):
     assert response.status_code == 422
     assert response.json()["detail"]
     assert rest.get("/api/config").json() == before
+
+
+def test_patch_config_takes_a_discount_of_0(rest):
+    """A quiz's answers are paid at once: gamma 0 is a valid discount (docs/training.md, Memory)."""
+    response = rest.patch("/api/config", json={"ppo": {"gamma": 0}})
+    assert response.status_code == 200, response.text
+    assert response.json()["ppo"]["gamma"] == 0 and rest.get("/api/config").json()["ppo"]["gamma"] == 0
 
 
 def test_patch_config_null_leaves_a_value_but_turns_target_kl_off(rest):

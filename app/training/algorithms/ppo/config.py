@@ -32,10 +32,12 @@ class PPOConfig(BaseModel):
     )
     gamma: float = Field(
         0.995,
-        gt=0,
+        ge=0,
         le=1,
         description="Discount factor; a self-play learner's is 0.9 unless set to another value (LunarLander-v3 reached 200 "
-        "in 148,000-156,000 env steps with 0.995 on 3 seeds, with 0.99 on 1 of them in 500,000: docs/training.md).",
+        "in 148,000-156,000 env steps with 0.995 on 3 seeds, with 0.99 on 1 of them in 500,000: docs/training.md); 0 or "
+        "near it where each step's reward answers that step's action and no action changes what comes next (a quiz: "
+        "docs/training.md, Memory).",
     )
     gae_lambda: float = Field(0.98, ge=0, le=1, description="GAE lambda (a self-play learner's: 0.95 unless set to another value).")
     clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
@@ -97,6 +99,6 @@ class PPOConfigPatch(HyperparameterPatch):
     max_grad_norm: float | None = Field(None, gt=0)
     update_epochs: int | None = Field(None, ge=1, le=100)
     minibatch_size: int | None = Field(None, ge=1, le=1_000_000)
-    gamma: float | None = Field(None, gt=0, le=1)
+    gamma: float | None = Field(None, ge=0, le=1)
     gae_lambda: float | None = Field(None, ge=0, le=1)
     target_kl: float | None = Field(None, gt=0)
