@@ -354,6 +354,7 @@ class ModulePolicies:
         draws = PinkNoise.step(processes, self.rng)  # in place, in concatenate's copy: not the given arrays
         return draws, [processes[row : row + 1] for row in range(rows)]
 
+
 def _dist_inputs(policy: OnnxPolicy, batch: np.ndarray, masks: np.ndarray | None, explores: np.ndarray) -> np.ndarray:
     """The model's distribution inputs for each row: a gSDE model's noise-free output (its
     mode, `OnnxPolicy.dist_inputs` with explore False) for the rows that do not explore,
