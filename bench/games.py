@@ -57,6 +57,10 @@ plays (lookahead_centre: the same, but its random moves favour the centre column
 evaluation is run greedily (the distribution's mode) and sampled. Win/draw/loss are
 reported per seat, each win rate with its standard error (sqrt(p (1 - p) / n): 1.5 points
 at 95% over 200 games a seat, 2.2 over 100).
+Last, the greedy policy's one-move tactics (rllink_clients.connect_four.tactics): on the
+positions of 1,000 games of lookahead and random moves, the share of wins on the board it
+takes, of single threats it blocks, and of moves it keeps from under the other player's
+winning cell.
 
 Targets (issue 35, 20 minutes): at least 95% wins against random and 70% against the
 lookahead player, in both seats (greedy). The lookahead player is in the training league
@@ -91,7 +95,7 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import HOST, emit, running_gateway  # noqa: E402
 
-from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player  # noqa: E402
+from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player, tactics  # noqa: E402
 from rllink_clients.leduc import always_call_player, always_raise_player  # noqa: E402
 from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, Opponent, SceneResult, run_scene  # noqa: E402
 from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
@@ -113,7 +117,8 @@ class GameSpec:
     symmetries: list[dict[str, list[int]]]  # the board's symmetries, given with --mirror (the default)
     no_loss: tuple[str, ...] = ()  # players whose target is the share of games not lost
     scripted: str | None = None  # "module:function" of the scripted reference the league may play
-    analysis: Callable[..., dict[str, Any]] | None = None  # (greedy player, opponent_moves=) -> figures, over the whole game
+    analysis: Callable[[Callable[[Any, Any], int]], dict[str, Any]] | None = None  # greedy player -> figures
+    analysis_lines: Callable[[dict[str, Any]], list[str]] | None = None  # figures -> what is printed of them
     chips: bool = False  # a card game: scored by the mean return a hand, its targets the mean to beat
 
 
@@ -138,6 +143,29 @@ def _square_symmetries() -> list[dict[str, list[int]]]:
     return symmetries
 
 
+def blunders_both_ways(greedy: Callable[[Any, Any], int]) -> dict[str, Any]:
+    """Tic-tac-toe's exhaustive analysis of the greedy policy: against a minimax player's lines and against any line."""
+    return {lines: blunders(greedy, opponent_moves=lines) for lines in ("best", "all")}
+
+
+def blunders_lines(analysis: dict[str, Any]) -> list[str]:
+    return [
+        f"greedy policy against {'a minimax player' if lines == 'best' else 'any player'}, every line: "
+        + "  ".join(
+            f"moving {seat} {c['blunders']} of {c['positions']} positions lose value, {c['losing']} to a loss" for seat, c in counts.items()
+        )
+        for lines, counts in analysis.items()
+    ]
+
+
+def tactics_lines(counts: dict[str, dict[str, int]]) -> list[str]:
+    """Connect Four's one-move tactics of the greedy policy (rllink_clients.connect_four.tactics)."""
+    shares = "  ".join(
+        f"{kind} {c['chosen']} of {c['positions']} ({c['chosen'] / max(1, c['positions']):.1%})" for kind, c in counts.items()
+    )
+    return [f"greedy policy's one-move tactics (positions of lookahead and random play): {shares}"]
+
+
 # The envs without PettingZoo's checking wrappers (order, bounds, illegal moves): every player here
 # moves among the legal moves, and the wrappers took about a quarter of a client's time
 # (1.25x the moves in 2 minutes without them; docs/pettingzoo.md).
@@ -146,11 +174,12 @@ GAMES = {
         "Connect Four", "pettingzoo.classic.connect_four_v3:raw_env", "c4", ROWS * COLUMNS * 2, COLUMNS,
         {"random": functools.partial(random_legal, n=COLUMNS), "lookahead": lookahead_player, "lookahead_centre": lookahead_centre_player},
         {"random": 0.95, "lookahead": 0.70}, [_mirror_c4()], scripted="rllink_clients.connect_four:lookahead_player",
+        analysis=tactics, analysis_lines=tactics_lines,
     ),
     "tictactoe": GameSpec(
         "Tic-tac-toe", "pettingzoo.classic.tictactoe_v3:raw_env", "ttt", 18, 9,
         {"random": functools.partial(random_legal, n=9), "minimax": minimax_player}, {"random": 0.95, "minimax": 1.0}, _square_symmetries(),
-        no_loss=("minimax",), analysis=blunders,
+        no_loss=("minimax",), analysis=blunders_both_ways, analysis_lines=blunders_lines,
     ),
     "leduc": GameSpec(
         "Leduc hold'em", "pettingzoo.classic.leduc_holdem_v4:raw_env", "leduc", 36, 4,
@@ -305,7 +334,7 @@ def evaluations(
     def greedy(obs: Any, mask: Any) -> int:
         return int(policies.act(game.module, [obs], [mask], explore=False)[0].env_action)
 
-    return results, {lines: game.analysis(greedy, opponent_moves=lines) for lines in ("best", "all")}
+    return results, game.analysis(greedy)
 
 
 def win_rate(counts: dict[str, int]) -> float:
@@ -448,15 +477,7 @@ def main() -> None:
             results, analysis = evaluations(game, client, args.games, args.seed, scripted, out_dir)
     file_lines = write_ratings(game, rows, out_dir)
     if analysis is not None:
-        file_lines = [
-            *(
-                f"greedy policy against {'a minimax player' if lines == 'best' else 'any player'}, every line: "
-                + "  ".join(f"moving {seat} {c['blunders']} of {c['positions']} positions lose value, {c['losing']} to a loss"
-                            for seat, c in counts.items())
-                for lines, counts in analysis.items()
-            ),
-            *file_lines,
-        ]
+        file_lines = [*game.analysis_lines(analysis), *file_lines]
 
     moves = scene.agent_steps + sum(other["agent_steps"] for other in others)
     games = scene.scene_episodes + sum(other["scene_episodes"] for other in others)

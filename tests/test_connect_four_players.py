@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from pettingzoo.classic import connect_four_v3
 
-from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player
+from rllink_clients.connect_four import COLUMNS, ROWS, lookahead_centre_player, lookahead_player, tactics
 from rllink_clients.pettingzoo import random_legal
 
 # Every line of four cells on the board: (row, column) steps right, down, down-right, down-left.
@@ -58,3 +58,14 @@ def test_lookahead_players_win_when_they_can_block_when_they_must() -> None:
                 assert move in blocks, (board.tolist(), move, blocks)
         seen["win" if wins else "block" if blocks else "free"] += 1
     assert min(seen.values()) > 100, seen  # every case came up often
+
+
+def test_tactics_counts_what_a_player_takes_and_blocks() -> None:
+    rng = np.random.default_rng(1)
+    lookahead = tactics(lambda obs, mask: lookahead_player(obs, mask, rng=rng), games=100, seed=0)
+    random = tactics(lambda obs, mask: random_legal(obs, mask, rng=rng, n=COLUMNS), games=100, seed=0)
+    assert lookahead["win"] == {"positions": random["win"]["positions"], "chosen": random["win"]["positions"]}  # same positions
+    assert lookahead["block"]["chosen"] == lookahead["block"]["positions"] > 50
+    for kind in ("win", "block"):
+        assert random[kind]["chosen"] < 0.4 * random[kind]["positions"], (kind, random)
+    assert 50 < random["safe"]["positions"] and random["safe"]["chosen"] < random["safe"]["positions"]

@@ -64,3 +64,50 @@ def _winning_or_blocking(obs: Any, legal: np.ndarray) -> int | None:
             if wins_with(pieces, rows[column], column):
                 return column
     return None
+
+
+def tactics(player: Any, *, games: int = 1000, seed: int = 0) -> dict[str, dict[str, int]]:
+    """How often `player` ((obs, mask) -> column, deterministic) makes the one-move plays the
+    lookahead player is made of, on the positions of `games` games in which each move is the
+    lookahead player's or, half the time, a uniformly random one (seeded). Per kind: positions,
+    and those where `player` chose well: "win" (a move wins now: taken), "block" (no win, and the
+    other player has one winning column: blocked), "safe" (neither, and some but not all moves
+    put a piece under a cell where the other player would win: one of the others chosen)."""
+    rng = np.random.default_rng(seed)
+    counts = {kind: {"positions": 0, "chosen": 0} for kind in ("win", "block", "safe")}
+    for _ in range(games):
+        board = np.zeros((ROWS, COLUMNS, 2), dtype=np.float32)  # channel 0: the mover's pieces
+        while True:
+            rows = landing_rows(board)
+            legal = [column for column in range(COLUMNS) if rows[column] >= 0]
+            if not legal:
+                break
+            mask = np.array([rows[column] >= 0 for column in range(COLUMNS)], dtype=np.float32)
+            kind, good = _kind_of_position(board, rows, legal)
+            if kind is not None:
+                counts[kind]["positions"] += 1
+                counts[kind]["chosen"] += int(player(board.ravel(), mask)) in good
+            if rng.random() < 0.5:
+                column = lookahead_player(board.ravel(), mask, rng=rng)
+            else:
+                column = int(rng.choice(legal))
+            if wins_with(board[:, :, 0].tolist(), rows[column], column):
+                break
+            board[rows[column], column, 0] = 1
+            board = board[:, :, ::-1].copy()  # the other player moves next
+    return counts
+
+
+def _kind_of_position(board: np.ndarray, rows: list[int], legal: list[int]) -> tuple[str | None, set[int]]:
+    """The tactics' kind of this position for the mover (None: none applies), and its good moves."""
+    mine, theirs = board[:, :, 0].tolist(), board[:, :, 1].tolist()
+    wins = {column for column in legal if wins_with(mine, rows[column], column)}
+    if wins:
+        return "win", wins
+    threats = {column for column in legal if wins_with(theirs, rows[column], column)}
+    if len(threats) == 1:
+        return "block", threats
+    if threats:
+        return None, set()  # two threats: lost whatever is played
+    safe = {column for column in legal if rows[column] == 0 or not wins_with(theirs, rows[column] - 1, column)}
+    return ("safe", safe) if safe and len(safe) < len(legal) else (None, set())
