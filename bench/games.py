@@ -149,6 +149,7 @@ def blunders_both_ways(greedy: Callable[[Any, Any], int]) -> dict[str, Any]:
 
 
 def blunders_lines(analysis: dict[str, Any]) -> list[str]:
+    """blunders_both_ways' figures, a line for each kind of opponent line."""
     return [
         f"greedy policy against {'a minimax player' if lines == 'best' else 'any player'}, every line: "
         + "  ".join(

@@ -82,7 +82,7 @@ def tactics(player: Any, *, games: int = 1000, seed: int = 0) -> dict[str, dict[
             legal = [column for column in range(COLUMNS) if rows[column] >= 0]
             if not legal:
                 break
-            mask = np.array([rows[column] >= 0 for column in range(COLUMNS)], dtype=np.float32)
+            mask = (np.asarray(rows) >= 0).astype(np.float32)
             kind, good = _kind_of_position(board, rows, legal)
             if kind is not None:
                 counts[kind]["positions"] += 1
