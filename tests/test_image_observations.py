@@ -54,15 +54,17 @@ def test_a_cnn_policy_learns_the_pixel_gridworld(tmp_path: Path, settings, env_i
         (BoxSpace(shape=(1, 48, 40), dtype="uint8"), MultiDiscreteSpace(nvec=(3, 2))),  # the Nature CNN
         (DictSpace(spaces={"v": BoxSpace(shape=(5,)), "cam": BoxSpace(shape=(2, 7, 9), dtype="uint8"), "w": BoxSpace(shape=(2, 2))}),
          BoxSpace(shape=(2,), low=-1, high=1)),
+        (BoxSpace(shape=(6, 7, 2)), DiscreteSpace(n=7)),  # a board: channels last
+        (DictSpace(spaces={"board": BoxSpace(shape=(3, 3, 2)), "turn": BoxSpace(shape=(1,))}), DiscreteSpace(n=9)),
     ],
-    ids=["small-image", "nature-image", "dict"],
+    ids=["small-image", "nature-image", "dict", "grid", "dict-grid"],
 )
 def test_the_cnn_onnx_matches_torch(observation_space, action_space) -> None:
     torch.manual_seed(0)
     policy = ActorCritic(observation_space, action_space, (64, 64))
     model = export_onnx(policy, 3, "obs")
     ops = {node.op_type for node in onnx.load_from_string(model).graph.node}
-    assert "Conv" in ops and ops <= {"Conv", "Relu", "Mul", "Flatten", "Gemm", "Tanh", "Slice", "Reshape", "Concat"}
+    assert "Conv" in ops and ops <= {"Conv", "Relu", "Mul", "Flatten", "Gemm", "Tanh", "Slice", "Reshape", "Concat", "Transpose"}
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     assert session.get_inputs()[0].shape[1:] == list(observation_space.shape)
     rng = np.random.default_rng(0)

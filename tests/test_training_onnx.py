@@ -21,7 +21,7 @@ SPACES = {
     "discrete": (BoxSpace(shape=(4,)), DiscreteSpace(n=2)),
     "box": (BoxSpace(shape=(3,)), BoxSpace(shape=(1,), low=-2, high=2)),
     "image-like obs, 2-d box actions": (BoxSpace(shape=(2, 3)), BoxSpace(shape=(2,))),
-    "image-like obs, discrete": (BoxSpace(shape=(2, 2, 2)), DiscreteSpace(n=5)),
+    "4-d obs (flattened: not a grid), discrete": (BoxSpace(shape=(2, 1, 2, 2)), DiscreteSpace(n=5)),
 }
 ENGINE_OPS = {"Gemm", "Tanh", "Flatten"}  # all in Unity Sentis' and onnxruntime-web's lists
 

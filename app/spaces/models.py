@@ -3,8 +3,9 @@
 Matching gymnasium's `Box`, `Discrete`, `MultiDiscrete` and (for observations) `Dict`;
 serialisable as JSON so they can ride in `SET_CONFIG`, the REST config and the ONNX
 metadata. A `uint8` box is a camera image [C, H, W] of values 0..255 (the policy scales
-them). A dict observation travels flat: its keys' values, each flattened, one after the
-other in the order the space declares them.
+them); a float box of three dimensions is a grid [H, W, C], channels last (a board, a grid
+sensor: PettingZoo's, RLlib's and ML-Agents' layout). A dict observation travels flat: its
+keys' values, each flattened, one after the other in the order the space declares them.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ IMAGE_MAX = 255  # a uint8 box's values lie in 0..255
 
 
 class BoxSpace(BaseModel):
-    """A box of float32 values, `low`/`high` scalars (`None` means unbounded); or, with
-    dtype `uint8`, an image [C, H, W] of integers 0..255."""
+    """A box of float32 values, `low`/`high` scalars (`None` means unbounded), of three
+    dimensions a grid [H, W, C]; or, with dtype `uint8`, an image [C, H, W] of integers 0..255."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -54,6 +55,11 @@ class BoxSpace(BaseModel):
     def is_image(self) -> bool:
         return self.dtype == "uint8"
 
+    @property
+    def is_grid(self) -> bool:
+        """A float box [H, W, C]: a board or a grid sensor, which the policy reads with a CNN."""
+        return self.dtype == "float32" and len(self.shape) == 3
+
 
 class ObservationPart(NamedTuple):
     """One key of a dict observation (or a whole box): where its values lie in the flat observation."""
@@ -87,6 +93,10 @@ class DictSpace(BaseModel):
 
     @property
     def is_image(self) -> bool:
+        return False
+
+    @property
+    def is_grid(self) -> bool:
         return False
 
 
@@ -124,6 +134,11 @@ def observation_parts(space: BoxSpace | DictSpace) -> list[ObservationPart]:
 def has_images(space: BoxSpace | DictSpace) -> bool:
     """Some part is a uint8 image: the policy encodes it with a CNN."""
     return any(part.space.is_image for part in observation_parts(space))
+
+
+def has_cnn_parts(space: BoxSpace | DictSpace) -> bool:
+    """Some part is an image or a float grid [H, W, C]: PPO's policy encodes it with a CNN."""
+    return any(part.space.is_image or part.space.is_grid for part in observation_parts(space))
 
 
 class DiscreteSpace(BaseModel):
@@ -179,6 +194,7 @@ def dist_inputs_layout(action_space: ActionSpace) -> str:
     if isinstance(action_space, MultiDiscreteSpace):
         return f"{num_logits(action_space)} logits, each sub-action's in turn, for MultiDiscrete({list(action_space.nvec)})"
     return f"a mean and a log_std for each of the Box's {action_space.flat_dim} dimensions"
+
 
 CARTPOLE_OBSERVATION_SPACE = BoxSpace(shape=(4,))
 CARTPOLE_ACTION_SPACE = DiscreteSpace(n=2)

@@ -25,7 +25,7 @@ from torch import nn
 
 from app.spaces.models import IMAGE_MAX, ActionSpace, BoxSpace, DictSpace
 from app.spaces.onnx_names import ACTION_MASK_INPUT, INTERNAL_PREFIX, NOISE_FREE_OUTPUT, OUTPUT_NAME, STATE_INPUT, STATE_OUTPUT
-from app.training.encoders import ImageEncoder, ObservationEncoder
+from app.training.encoders import ConvEncoder, ObservationEncoder
 from app.training.policy_state import PolicyState, set_state_payload
 from rllink.action_dists import MASK_PENALTY
 
@@ -89,9 +89,8 @@ class OnnxGraph:
         return self.node("Gemm", [x, w, b], output, transB=1)
 
 
-def _image(graph: OnnxGraph, x: str, encoder: ImageEncoder, name: str) -> str:
-    """Scale to 0..1, Conv-Relu layers, Flatten, Gemm-Relu: the image's features."""
-    x = graph.node("Mul", [x, graph.constant(np.array(1 / IMAGE_MAX), f"{name}_scale")], f"{name}_scaled")
+def _convolutions(graph: OnnxGraph, x: str, encoder: ConvEncoder, name: str) -> str:
+    """Conv-Relu layers, Flatten, Gemm-Relu: a CNN's features of x [batch, C, H, W]."""
     for i, conv in enumerate(m for m in encoder.convs if isinstance(m, nn.Conv2d)):
         weight, bias = (graph.constant(t.detach().cpu().numpy(), f"{name}_conv{i}_{k}") for t, k in ((conv.weight, "W"), (conv.bias, "b")))
         pad = conv.padding[0]
@@ -110,7 +109,8 @@ def _image(graph: OnnxGraph, x: str, encoder: ImageEncoder, name: str) -> str:
 
 def encoder_features(graph: OnnxGraph, flat: str, encoder: ObservationEncoder) -> str:
     """The encoder's features from the flat observation: each part sliced out, images
-    reshaped to [batch, C, H, W] and through their CNN, all concatenated in order."""
+    reshaped to [batch, C, H, W] and scaled to 0..1, grids reshaped to [batch, H, W, C] and
+    transposed to [batch, C, H, W], each through its CNN, all concatenated in order."""
     features = []
     for i, part in enumerate(encoder.parts):
         x = flat
@@ -127,7 +127,12 @@ def encoder_features(graph: OnnxGraph, flat: str, encoder: ObservationEncoder) -
             )
         if part.space.is_image:
             x = graph.node("Reshape", [x, graph.ints([-1, *part.space.shape], f"part{i}_shape")], f"part{i}_image")
-            x = _image(graph, x, encoder.images[str(i)], f"image{i}")
+            x = graph.node("Mul", [x, graph.constant(np.array(1 / IMAGE_MAX), f"image{i}_scale")], f"image{i}_scaled")
+            x = _convolutions(graph, x, encoder.images[str(i)], f"image{i}")
+        elif part.space.is_grid:
+            x = graph.node("Reshape", [x, graph.ints([-1, *part.space.shape], f"part{i}_shape")], f"part{i}_grid")
+            x = graph.node("Transpose", [x], f"part{i}_channels_first", perm=[0, 3, 1, 2])
+            x = _convolutions(graph, x, encoder.images[str(i)], f"grid{i}")
         features.append(x)
     return features[0] if len(features) == 1 else graph.node("Concat", features, "features", axis=1)
 
@@ -235,9 +240,11 @@ def uniform_policy(onnx_bytes: bytes, scripted_reference: str | None = None) -> 
         uniform, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="rllink-gateway", ir_version=IR_VERSION
     )
     props = {prop.key: prop.value for prop in model.metadata_props}
-    named = {"reference": "uniform_random"} if scripted_reference is None else {
-        "reference": scripted_reference, "scripted_reference": scripted_reference
-    }
+    named = (
+        {"reference": "uniform_random"}
+        if scripted_reference is None
+        else {"reference": scripted_reference, "scripted_reference": scripted_reference}
+    )
     helper.set_model_props(result, {**props, "weights_seq_no": "0", **named})
     return result.SerializeToString()
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.distributions import Categorical, Distribution, Independent, Normal
 
-from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_images, is_discrete, num_dist_inputs, num_logits
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, MultiDiscreteSpace, has_cnn_parts, is_discrete, num_dist_inputs, num_logits
 from app.training.encoders import ObservationEncoder
 from rllink.action_dists import MASK_PENALTY
 
@@ -140,9 +140,9 @@ class ActorCritic(nn.Module):
         self.observation_space = observation_space
         self.action_space = action_space
         self.hidden_sizes = tuple(hidden_sizes)
-        self.encoder = ObservationEncoder(observation_space) if has_images(observation_space) else None
+        self.encoder = ObservationEncoder(observation_space) if has_cnn_parts(observation_space) else None
         if self.encoder is not None and normalize_obs:
-            raise ValueError("normalize_obs is for vector observations; images are scaled to 0..1 instead: turn it off")
+            raise ValueError("normalize_obs is for vector observations; images are scaled to 0..1, grids read as they are: turn it off")
         obs_dim = observation_space.flat_dim if self.encoder is None else self.encoder.features_dim
         self.obs_norm = RunningNormalizer(obs_dim, min_std=OBS_MIN_STD) if normalize_obs else None
         self.lstm = nn.LSTM(obs_dim, lstm_cell_size, batch_first=True) if lstm_cell_size else None
@@ -245,7 +245,7 @@ class ActorCritic(nn.Module):
         return self.critic(self.features(obs)).squeeze(-1)
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """What the MLPs take: the flat observations, normalised (if normalising) or encoded (images)."""
+        """What the MLPs take: the flat observations, normalised (if normalising) or encoded (images, grids)."""
         flat = obs.flatten(start_dim=1)
         if self.encoder is not None:
             return self.encoder(flat)

@@ -20,7 +20,7 @@ import torch
 from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
 from app.settings.hyperparameters import ModelConfig, Symmetry
-from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_images
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_cnn_parts, has_images
 from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.loss import ppo_update
 from app.training.algorithms.ppo.onnx_head import policy_state
@@ -60,8 +60,8 @@ class PPOLearner(Checkpointed):
         self.action_masking = action_masking
         torch.manual_seed(seed)
         normalize_obs = cfg.normalize_obs
-        if normalize_obs is None:  # on, but not for images (scaled to 0..1 instead)
-            normalize_obs = not has_images(observation_space)
+        if normalize_obs is None:  # on, but not for images (scaled to 0..1 instead) nor grids (read as they are)
+            normalize_obs = not has_cnn_parts(observation_space)
         lstm_cell_size = self.model.lstm_cell_size if self.model.use_lstm else 0
         self.policy = ActorCritic(observation_space, action_space, cfg.hidden_sizes, normalize_obs, lstm_cell_size).to(device)
         self.symmetries = Symmetries(symmetries, device)
