@@ -22,7 +22,7 @@ seats alternating, and its score p gives its fixed rating, 1000 + 400 log10(p / 
 Then a fresh gateway (`python -m app`, its embedded defaults but for one module) in a
 subprocess:
 
-    --policies '{"c4": {"observation_space": {"type": "box", "shape": [84]},
+    --policies '{"c4": {"observation_space": {"type": "box", "shape": [6, 7, 2]},
                         "action_space": {"type": "discrete", "n": 7},
                         "action_masking": true,
                         "ppo": {"entropy_floor": 0, "gamma": 0.9, "learning_rate": 0.001},
@@ -39,7 +39,7 @@ played at temperature 2, and the random reference, an entropy floor of 0.1: the 
 client (`rllink_clients.pettingzoo`, what
 `python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 8
 --scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,
-playing `connect_four_v3` (6x7x2 board flattened to 84 floats, the legal-move mask sent)
+playing `connect_four_v3` (the board [6, 7, 2], a grid the gateway's PPO reads with a CNN; the legal-move mask sent)
 with seats swapped each game against the opponent the league draws for each version, for
 `--minutes`, and by default one more such client beside it (`--clients 2`): `--clients N`
 runs N-1 of them, each a process of its own (`python -m rllink_clients.pettingzoo ...
@@ -110,7 +110,7 @@ class GameSpec:
     title: str
     env: str
     module: str
-    observation_size: int
+    observation_shape: tuple[int, ...]  # the env's own: a board is a grid [H, W, C]
     actions: int
     players: dict[str, Callable[..., int]]  # the fixed players the final policy is evaluated against (each takes rng=)
     targets: dict[str, float]  # greedy win rate (or no-loss rate, for the names in `no_loss`) per player, both seats
@@ -172,18 +172,18 @@ def tactics_lines(counts: dict[str, dict[str, int]]) -> list[str]:
 # (1.25x the moves in 2 minutes without them; docs/pettingzoo.md).
 GAMES = {
     "connect_four": GameSpec(
-        "Connect Four", "pettingzoo.classic.connect_four_v3:raw_env", "c4", ROWS * COLUMNS * 2, COLUMNS,
+        "Connect Four", "pettingzoo.classic.connect_four_v3:raw_env", "c4", (ROWS, COLUMNS, 2), COLUMNS,
         {"random": functools.partial(random_legal, n=COLUMNS), "lookahead": lookahead_player, "lookahead_centre": lookahead_centre_player},
         {"random": 0.95, "lookahead": 0.70}, [_mirror_c4()], scripted="rllink_clients.connect_four:lookahead_player",
         analysis=tactics, analysis_lines=tactics_lines,
     ),
     "tictactoe": GameSpec(
-        "Tic-tac-toe", "pettingzoo.classic.tictactoe_v3:raw_env", "ttt", 18, 9,
+        "Tic-tac-toe", "pettingzoo.classic.tictactoe_v3:raw_env", "ttt", (3, 3, 2), 9,
         {"random": functools.partial(random_legal, n=9), "minimax": minimax_player}, {"random": 0.95, "minimax": 1.0}, _square_symmetries(),
         no_loss=("minimax",), analysis=blunders_both_ways, analysis_lines=blunders_lines,
     ),
     "leduc": GameSpec(
-        "Leduc hold'em", "pettingzoo.classic.leduc_holdem_v4:raw_env", "leduc", 36, 4,
+        "Leduc hold'em", "pettingzoo.classic.leduc_holdem_v4:raw_env", "leduc", (36,), 4,
         {"random": functools.partial(random_legal, n=4), "always_raise": always_raise_player, "always_call": always_call_player},
         {"always_raise": 0.0, "always_call": 0.0}, [], chips=True,
     ),
@@ -433,7 +433,7 @@ def main() -> None:
     module = game.module
     policy = {
         module: {
-            "observation_space": {"type": "box", "shape": [game.observation_size]},
+            "observation_space": {"type": "box", "shape": list(game.observation_shape)},
             "action_space": {"type": "discrete", "n": game.actions},
             "action_masking": True,
             "self_play": {},

@@ -29,15 +29,15 @@ from rllink_clients.trajectory import PlayedAction
 
 from .helpers import RunningGateway, gateway_settings, recording_client, running_gateway
 
-TICTACTOE = {"observation_space": {"type": "box", "shape": [18]}, "action_space": {"type": "discrete", "n": 9}}
-CONNECT_FOUR = {"observation_space": {"type": "box", "shape": [84]}, "action_space": {"type": "discrete", "n": 7}}
+TICTACTOE = {"observation_space": {"type": "box", "shape": [3, 3, 2]}, "action_space": {"type": "discrete", "n": 9}}
+CONNECT_FOUR = {"observation_space": {"type": "box", "shape": [6, 7, 2]}, "action_space": {"type": "discrete", "n": 7}}
 SEATS = ["player_1", "player_2"]  # tic-tac-toe's agents in pettingzoo 1.27
 FIVE_MOVES = [0, 3, 1, 4, 2]  # player_1 takes squares 0, 1, 2 and wins on the 5th move
 
 
-def board(env, agent: str) -> list[float]:
-    """What `env.observe(agent)` shows, as the client flattens it (float32, C order)."""
-    return env.observe(agent)["observation"].astype(np.float32).ravel().tolist()
+def board(env, agent: str) -> list:
+    """What `env.observe(agent)` shows, as the client sends it (float32, the board's shape)."""
+    return env.observe(agent)["observation"].astype(np.float32).tolist()
 
 
 # --- The turn-based chunk rules ------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_the_documented_five_move_game_gives_each_player_its_own_chunk() -> None
     assert first["actions"] == [0, 1, 2] and second["actions"] == [3, 4]
     assert first["rewards"] == [0.0, 0.0, 1.0] and second["rewards"] == [0.0, -1.0]  # each on its own last move
     assert first["obs"] == seen["player_1"] and second["obs"] == seen["player_2"]  # the final ones included
-    assert len(first["obs"][0]) == 18
+    assert np.asarray(first["obs"][0]).shape == (3, 3, 2)  # the board, a grid
     assert first["outcome"] == "win" and second["outcome"] == "loss"
     assert first["is_terminated"] and second["is_terminated"] and not first["is_truncated"]
     assert first["action_mask"] == masks[0::2] and second["action_mask"] == masks[1::2]
@@ -83,15 +83,15 @@ def test_outcomes_come_from_final_rewards_of_two_player_zero_sum_games_only() ->
     assert zero_sum_outcomes({"a": 1.0, "b": -0.5, "c": -0.5}, ["a", "b", "c"]) == {}
 
 
-def test_connect_four_observations_flatten_to_84_floats_in_c_order() -> None:
+def test_connect_four_observations_keep_the_board_s_shape() -> None:
     env = connect_four_v3.env()
     env.reset(seed=0)
     env.step(3)
     observation, reward, terminated, truncated, info = env.last()
-    flat, mask = split_observation(observation, info)
-    assert flat.dtype == np.float32 and flat.shape == (84,)
-    assert flat.tolist() == observation["observation"].reshape(-1).astype(np.float32).tolist()
-    assert flat.reshape(6, 7, 2)[5, 3, 1] == 1.0  # the other player's piece, bottom of column 3
+    board, mask = split_observation(observation, info)
+    assert board.dtype == np.float32 and board.shape == (6, 7, 2)  # a grid: the gateway's PPO reads it with a CNN
+    assert board.tolist() == observation["observation"].astype(np.float32).tolist()
+    assert board[5, 3, 1] == 1.0  # the other player's piece, bottom of column 3
     assert np.asarray(mask).tolist() == [1] * 7
     assert gateway_spaces(env) == CONNECT_FOUR | {"action_masking": True}
 
@@ -193,7 +193,7 @@ def test_connect_four_plays_whole_games_against_the_local_random_player_over_web
     # (the 10th game, were there one, an evaluation one: the gateway's evaluation_interval)
     assert sum(c4["games"][k] for k in ("win", "draw", "loss")) == result.scene_episodes - result.evaluation_scene_episodes
     assert c4["num_evaluation_episodes_lifetime"] == result.evaluation_scene_episodes
-    # only the learner's moves: 84-float chunks
+    # only the learner's moves: chunks of [6, 7, 2] boards
     assert c4["num_env_steps_sampled_lifetime"] + c4["num_env_steps_evaluated_lifetime"] == result.sent_steps
     assert result.sent_steps < result.agent_steps  # the random player's moves are not sent
     assert set(result.seat_outcomes["c4"]) == set(scene.possible_agents) and metrics["errors"] == {}

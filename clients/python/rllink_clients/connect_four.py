@@ -1,8 +1,9 @@
 """Connect Four players for PettingZoo's `connect_four_v3`, to evaluate against or to put in
 a self-play league as a scripted reference (`--scripted lookahead=rllink_clients.connect_four:lookahead_player`).
 
-The observation is the env's 6x7x2 board (as the PettingZoo client sends it, 84 floats in
-C order): channel 0 the mover's pieces, channel 1 the other player's; row 0 is the top.
+The observation is the env's board [6, 7, 2] (as the PettingZoo client sends it; its 84
+floats in C order are read the same): channel 0 the mover's pieces, channel 1 the other
+player's; row 0 is the top.
 """
 
 from __future__ import annotations
@@ -86,9 +87,9 @@ def tactics(player: Any, *, games: int = 1000, seed: int = 0) -> dict[str, dict[
             kind, good = _kind_of_position(board, rows, legal)
             if kind is not None:
                 counts[kind]["positions"] += 1
-                counts[kind]["chosen"] += int(player(board.ravel(), mask)) in good
+                counts[kind]["chosen"] += int(player(board, mask)) in good
             if rng.random() < 0.5:
-                column = lookahead_player(board.ravel(), mask, rng=rng)
+                column = lookahead_player(board, mask, rng=rng)
             else:
                 column = int(rng.choice(legal))
             if wins_with(board[:, :, 0].tolist(), rows[column], column):

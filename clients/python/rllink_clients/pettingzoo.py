@@ -14,9 +14,10 @@ in each observation dict). Turn-based rules:
   each agent's final chunk from the sign of its final reward: win (> 0), draw (0), loss (< 0).
 
 Observations: a dict `{"observation", "action_mask"}` (PettingZoo's classic convention)
-is sent as its `observation` flattened to float32 in C (row-major) order (tic-tac-toe's
-3x3x2 board: 18 floats), and the mask goes to the masked module's model and into the
-chunk's `action_mask`; a mask in `info["action_mask"]` is used the same way.
+is sent as its `observation` in float32, in its own shape (tic-tac-toe's board [3, 3, 2]:
+a grid, which the gateway's PPO reads with a CNN), and the mask goes to the masked
+module's model and into the chunk's `action_mask`; a mask in `info["action_mask"]` is
+used the same way.
 
 Seats: with a self-play module on the gateway (a `trainable: false` opponent module) the
 learner plays the first seat in even games and the second in odd ones, its frozen opponent
@@ -119,8 +120,8 @@ def load_env(spec: str, kwargs: dict[str, Any] | None = None) -> Any:
 
 
 def split_observation(obs: Any, info: dict | None = None) -> tuple[np.ndarray, Any]:
-    """The observation as the gateway takes it (float32, flattened in C order) and its action
-    mask: a dict's `action_mask`, else `info["action_mask"]`, else None."""
+    """The observation as the gateway takes it (float32, in its own shape: a board stays a
+    grid [H, W, C]) and its action mask: a dict's `action_mask`, else `info["action_mask"]`, else None."""
     mask = (info or {}).get("action_mask")
     if isinstance(obs, dict):
         if "observation" not in obs:
@@ -130,7 +131,7 @@ def split_observation(obs: Any, info: dict | None = None) -> tuple[np.ndarray, A
             )
         mask = obs.get("action_mask", mask)
         obs = obs["observation"]
-    return np.asarray(obs, np.float32).ravel(), mask
+    return np.atleast_1d(np.asarray(obs, np.float32)), mask
 
 
 def gateway_spaces(env: Any) -> dict[str, dict[str, Any]]:
@@ -146,7 +147,7 @@ def gateway_spaces(env: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(action, spaces.Discrete):
         raise EnvError(f"{agent}'s action space is {action}: this client plays Discrete actions")
     entry = {
-        "observation_space": {"type": "box", "shape": [int(np.prod(observation.shape))]},
+        "observation_space": {"type": "box", "shape": [int(d) for d in observation.shape] or [1]},
         "action_space": {"type": "discrete", "n": int(action.n)},
     }
     return entry | ({"action_masking": True} if masked else {})

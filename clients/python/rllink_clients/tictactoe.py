@@ -2,9 +2,9 @@
 policy against: minimax over the whole game tree, drawing at random among the moves
 whose value is the best (so that it plays every optimal line, not one).
 
-The observation is the env's 3x3x2 board (as the PettingZoo client sends it, 18 floats
-in C order): channel 0 the mover's marks, channel 1 the other player's; cell (r, c) is
-action 3r + c.
+The observation is the env's board [3, 3, 2] (as the PettingZoo client sends it; its 18
+floats in C order are read the same): channel 0 the mover's marks, channel 1 the other
+player's; cell (r, c) is action 3r + c.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def minimax_player(obs: Any, mask: Any = None, *, rng: np.random.Generator) -> i
 
 
 def observation(cells: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The mover's observation (18 floats, as the PettingZoo client sends it) and legal-move mask of `cells`."""
-    board = np.array([[cell == 1, cell == 2] for cell in cells], dtype=np.float32).ravel()
+    """The mover's observation (the board [3, 3, 2], as the PettingZoo client sends it) and legal-move mask of `cells`."""
+    board = np.array([[cell == 1, cell == 2] for cell in cells], dtype=np.float32).reshape(3, 3, 2)
     return board, np.array([cell == 0 for cell in cells], dtype=np.int8)
 
 
