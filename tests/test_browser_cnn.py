@@ -1,7 +1,8 @@
-"""Camera-image and dict observations in onnx_policy.js, in a real browser against a real gateway.
+"""Camera-image, grid and dict observations in onnx_policy.js, in a real browser against a real gateway.
 
 For an image space (3x10x10 uint8, the small CNN), the Nature-CNN size (1x48x40 uint8,
-MultiDiscrete actions) and a dict of an image and a vector, the page gets SET_CONFIG and
+MultiDiscrete actions), a grid (a 6x7x2 board, channels last: Reshape and Transpose before
+its CNN) and a dict of an image and a vector, the page gets SET_CONFIG and
 the model (SET_STATE) over the gateway's WebSocket as the demo does, and runs it with
 onnxruntime-web (Conv, Relu, Mul, Flatten, Gemm, Tanh; Slice, Reshape, Concat for the
 dict). On a few fixed random observations (integers 0..255 for the image parts, sent as
@@ -30,9 +31,11 @@ pytestmark = NEEDS_BROWSER
 NUM_OBS = 6
 CNN_OPS = {"Conv", "Relu", "Mul", "Flatten", "Gemm", "Tanh"}
 DICT_OPS = {"Slice", "Reshape", "Concat"}
+GRID_OPS = {"Conv", "Relu", "Flatten", "Gemm", "Tanh", "Reshape", "Transpose"}
 
 IMAGE_SMALL = {"type": "box", "shape": [3, 10, 10], "dtype": "uint8"}
 IMAGE_NATURE = {"type": "box", "shape": [1, 48, 40], "dtype": "uint8"}
+GRID = {"type": "box", "shape": [6, 7, 2]}
 DICT = {
     "type": "dict",
     "spaces": {"cam": {"type": "box", "shape": [2, 7, 9], "dtype": "uint8"}, "pos": {"type": "box", "shape": [3]}},
@@ -60,8 +63,9 @@ def _observations(settings: Settings, rng: np.random.Generator) -> tuple[np.ndar
         (IMAGE_SMALL, {"type": "discrete", "n": 4}, CNN_OPS),
         (IMAGE_NATURE, {"type": "multi_discrete", "nvec": [3, 2]}, CNN_OPS),
         (DICT, {"type": "discrete", "n": 3}, CNN_OPS | DICT_OPS),
+        (GRID, {"type": "discrete", "n": 7}, GRID_OPS),
     ],
-    ids=["small-image", "nature-image", "dict"],
+    ids=["small-image", "nature-image", "dict", "grid"],
 )
 def test_page_runs_the_cnn_policy_like_onnxruntime(browser, tmp_path, observation_space, action_space, ops):
     settings = gateway_settings(tmp_path, observation_space=observation_space, action_space=action_space)

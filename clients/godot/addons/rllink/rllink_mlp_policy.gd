@@ -24,7 +24,7 @@ const Protobuf = preload("res://addons/rllink/rllink_protobuf.gd")
 # version's exploration noise: the most likely action (explore off) is played from it.
 const NOISE_FREE_OUTPUT = "action_dist_inputs_noise_free"
 const SUPPORTED = ["Gemm", "Tanh", "Relu", "Sigmoid", "Flatten", "MatMul", "Add", "Sub", "Mul", "Concat", "Identity", "Slice"]
-const IMAGE_OPS = ["Conv", "Reshape"]  # an image observation's CNN (app/training/onnx_export.py)
+const IMAGE_OPS = ["Conv", "Reshape"]  # an image's or a grid's CNN (app/training/onnx_export.py)
 # A recurrent model's state (RLLINK.md "Recurrent policies"): fed in before the step, out after it.
 const STATE_INPUT = "state_in"
 const STATE_OUTPUT = "state_out"
@@ -80,7 +80,7 @@ func load_model(model: PoolByteArray, input := "", output := "", obs_shape := []
 		return false
 	for node in nodes:  # before the tensors' types: an image model's int64 shapes are not the point
 		if node.op in IMAGE_OPS:
-			error_message = ("the model has Conv nodes (a CNN, for image observations), which this GDScript runtime"
+			error_message = ("the model has Conv nodes (a CNN, for image or grid observations), which this GDScript runtime"
 				+ " does not run: use thin mode (the gateway runs the model)")
 			return false
 	for node in nodes:

@@ -41,7 +41,7 @@ const SUPPORTED = [
 	"Slice",
 	"Identity"
 ]
-# An image observation's CNN (app/training/onnx_export.py).
+# An image's or a grid's CNN (app/training/onnx_export.py).
 const IMAGE_OPS = ["Conv", "Reshape"]
 const FLOAT32 = 1  # ONNX TensorProto data types
 const INT64 = 7
@@ -73,7 +73,7 @@ static func _unsupported(nodes: Array) -> String:
 	for node in nodes:
 		if node.op in IMAGE_OPS:
 			return (
-				"the model has Conv nodes (a CNN, for image observations), which this GDScript"
+				"the model has Conv nodes (a CNN, for image or grid observations), which this GDScript"
 				+ " runtime does not run: use thin mode (the gateway runs the model)"
 			)
 	for node in nodes:

@@ -161,7 +161,7 @@ namespace RLlink
             }
             if (newNodes.Exists(node => node.OpType == "Conv"))
                 throw new NotSupportedException("MlpPolicyRuntime runs MLP policies on vector observations; this model has a Conv node"
-                    + " (a policy on camera images): train it in thin mode; a trained one bundled with the game can run with"
+                    + " (a policy on camera images or grids): train it in thin mode; a trained one bundled with the game can run with"
                     + " Unity Sentis / Inference Engine (SentisPolicyRuntime)");
             foreach (var node in newNodes)
             {
