@@ -499,7 +499,7 @@ def test_a_module_acts_on_a_batch_and_the_env_gets_clipped_actions() -> None:
     expected = -0.5 * ((sampled[:, 0] - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)
     np.testing.assert_allclose([a.logp for a in actions], expected, rtol=1e-6)
     assert config.module_for("anyone").module_id == "pend"  # no mapping, one module: every agent plays it
-    with pytest.raises(ValueError, match="observes shape \\[3\\], the env gave \\[4\\]"):
+    with pytest.raises(ValueError, match="observes shape \\[3\\], the env gave \\[4\\]: declare the module's observation_space in"):
         policies.act("pend", [np.zeros(4)])
 
 

@@ -316,7 +316,10 @@ class ModulePolicies:
         batch = np.stack([np.asarray(obs, dtype=np.float32) for obs in observations])
         expected = tuple(spec.observation_space.get("shape", batch.shape[1:]))
         if batch.shape[1:] != expected:
-            raise ValueError(f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}")
+            raise ValueError(
+                f"module {module_id!r} observes shape {list(expected)}, the env gave {list(batch.shape[1:])}: declare the "
+                "module's observation_space in the env's shape"
+            )
         mask_batch = _mask_batch(module_id, spec, masks)
         explores = np.broadcast_to(np.asarray(explore, dtype=bool), (len(observations),))
         policy = self.policies[module_id]
