@@ -55,7 +55,7 @@ def test_a_cnn_policy_learns_the_pixel_gridworld(tmp_path: Path, settings, env_i
         (DictSpace(spaces={"v": BoxSpace(shape=(5,)), "cam": BoxSpace(shape=(2, 7, 9), dtype="uint8"), "w": BoxSpace(shape=(2, 2))}),
          BoxSpace(shape=(2,), low=-1, high=1)),
         (BoxSpace(shape=(6, 7, 2)), DiscreteSpace(n=7)),  # a board: channels last
-        (DictSpace(spaces={"board": BoxSpace(shape=(3, 3, 2)), "turn": BoxSpace(shape=(1,))}), DiscreteSpace(n=9)),
+        (DictSpace(spaces={"board": BoxSpace(shape=(4, 5, 3)), "turn": BoxSpace(shape=(1,))}), DiscreteSpace(n=20)),
     ],
     ids=["small-image", "nature-image", "dict", "grid", "dict-grid"],
 )
@@ -73,6 +73,15 @@ def test_the_cnn_onnx_matches_torch(observation_space, action_space) -> None:
     with torch.no_grad():
         expected = policy(torch.from_numpy(obs)).numpy()
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_board_under_4_a_side_goes_flat_into_the_mlps() -> None:
+    # A 3x3 convolution sees tic-tac-toe's board whole at once: no pattern to share between places.
+    assert BoxSpace(shape=(4, 4, 1)).is_grid and BoxSpace(shape=(6, 7, 2)).is_grid
+    assert not BoxSpace(shape=(3, 3, 2)).is_grid and not BoxSpace(shape=(3, 8, 2)).is_grid and not BoxSpace(shape=(6, 7)).is_grid
+    flat, grid = (ActorCritic(BoxSpace(shape=shape), DiscreteSpace(n=9), (64, 64)) for shape in ((3, 3, 2), (4, 4, 2)))
+    assert flat.encoder is None and grid.encoder is not None
+    assert "Conv" not in {node.op_type for node in onnx.load_from_string(export_onnx(flat, 1, "obs")).graph.node}
 
 
 @pytest.mark.parametrize(

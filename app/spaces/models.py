@@ -3,8 +3,8 @@
 Matching gymnasium's `Box`, `Discrete`, `MultiDiscrete` and (for observations) `Dict`;
 serialisable as JSON so they can ride in `SET_CONFIG`, the REST config and the ONNX
 metadata. A `uint8` box is a camera image [C, H, W] of values 0..255 (the policy scales
-them); a float box of three dimensions is a grid [H, W, C], channels last (a board, a grid
-sensor: PettingZoo's, RLlib's and ML-Agents' layout). A dict observation travels flat: its
+them); a float box of three dimensions, 4 or more a side, is a grid [H, W, C], channels
+last (a board, a grid sensor: PettingZoo's, RLlib's and ML-Agents' layout). A dict observation travels flat: its
 keys' values, each flattened, one after the other in the order the space declares them.
 """
 
@@ -16,11 +16,15 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 IMAGE_MAX = 255  # a uint8 box's values lie in 0..255
+# A float box [H, W, C] with both sides this long or longer is a grid; a smaller one a 3x3
+# convolution sees whole at once, with no pattern to share between places (tic-tac-toe's
+# board learnt less in 10 minutes as a grid, bench/RESULTS.md): it goes flat into the MLPs.
+GRID_MIN_SIDE = 4
 
 
 class BoxSpace(BaseModel):
     """A box of float32 values, `low`/`high` scalars (`None` means unbounded), of three
-    dimensions a grid [H, W, C]; or, with dtype `uint8`, an image [C, H, W] of integers 0..255."""
+    dimensions (4 or more a side) a grid [H, W, C]; or, with dtype `uint8`, an image [C, H, W] of integers 0..255."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -57,8 +61,8 @@ class BoxSpace(BaseModel):
 
     @property
     def is_grid(self) -> bool:
-        """A float box [H, W, C]: a board or a grid sensor, which the policy reads with a CNN."""
-        return self.dtype == "float32" and len(self.shape) == 3
+        """A float box [H, W, C] of sides GRID_MIN_SIDE or more: a board or a grid sensor, which the policy reads with a CNN."""
+        return self.dtype == "float32" and len(self.shape) == 3 and min(self.shape[:2]) >= GRID_MIN_SIDE
 
 
 class ObservationPart(NamedTuple):

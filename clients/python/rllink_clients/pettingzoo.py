@@ -14,7 +14,7 @@ in each observation dict). Turn-based rules:
   each agent's final chunk from the sign of its final reward: win (> 0), draw (0), loss (< 0).
 
 Observations: a dict `{"observation", "action_mask"}` (PettingZoo's classic convention)
-is sent as its `observation` in float32, in its own shape (tic-tac-toe's board [3, 3, 2]:
+is sent as its `observation` in float32, in its own shape (Connect Four's board [6, 7, 2]:
 a grid, which the gateway's PPO reads with a CNN), and the mask goes to the masked
 module's model and into the chunk's `action_mask`; a mask in `info["action_mask"]` is
 used the same way.
