@@ -28,6 +28,7 @@ from rllink_clients.multi_agent import (
     Casting,
     GatewayConfig,
     ModulePolicies,
+    ModuleSpec,
     PlayedAction,
     SceneCollector,
     UnmappedAgent,
@@ -41,6 +42,17 @@ from rllink_clients.multi_agent_env import ALL, MultiAgentEnv, gymnasium_scene
 from .helpers import gateway_settings, recording_client, running_gateway
 
 # --- CoordinationGame ----------------------------------------------------------------------
+
+
+def test_an_observation_goes_out_in_its_module_s_shape_when_its_values_are_as_many() -> None:
+    board = np.arange(84, dtype=np.float32).reshape(6, 7, 2)
+    grid, flat = (ModuleSpec("c4", {"type": "box", "shape": shape}, {"type": "discrete", "n": 7}, "obs") for shape in ([6, 7, 2], [84]))
+    assert grid.observed(board) is board  # already its shape: untouched
+    assert flat.observed(board).shape == (84,) and flat.observed(board).tolist() == board.ravel().tolist()  # C order
+    assert grid.observed(board.ravel()).shape == (6, 7, 2) and grid.observed(board.ravel()).tolist() == board.tolist()
+    assert flat.observed(np.zeros(83)).shape == (83,)  # another size: left for the shape check to name
+    spaces = {"type": "dict", "spaces": {"a": {"type": "box", "shape": [2]}}}
+    assert ModuleSpec("d", spaces, {"type": "discrete", "n": 2}, "obs").observed([1.0, 2.0]) == [1.0, 2.0]
 
 
 def test_coordination_observations_rewards_and_end() -> None:

@@ -179,10 +179,11 @@ def test_games_side_by_side_are_each_reported_once_and_share_out_the_seats(tmp_p
     assert scored and all(0 <= s["score"] <= 1 and s["games"] > 0 for s in scored)
 
 
-def test_connect_four_plays_whole_games_against_the_local_random_player_over_websocket(tmp_path) -> None:
-    settings = gateway_settings(
-        tmp_path, policies={"c4": CONNECT_FOUR | {"action_masking": True}}, policy_mapping={"player_*": "c4"}, env_steps_per_sample=100
-    )
+@pytest.mark.parametrize("shape", [[6, 7, 2], [84]], ids=["grid", "flat"])
+def test_connect_four_plays_whole_games_against_the_local_random_player_over_websocket(tmp_path, shape) -> None:
+    # The board goes out in the module's shape: as a grid (the CNN), or flat (the MLPs alone).
+    c4 = CONNECT_FOUR | {"observation_space": {"type": "box", "shape": shape}, "action_masking": True}
+    settings = gateway_settings(tmp_path, policies={"c4": c4}, policy_mapping={"player_*": "c4"}, env_steps_per_sample=100)
     scene = AECScene(load_env("pettingzoo.classic.connect_four_v3"))
     rival = functools.partial(random_legal, rng=np.random.default_rng(1), n=7)
     with running_gateway(settings) as gateway, connect(gateway, "ws") as client:

@@ -25,6 +25,7 @@ import argparse
 import functools
 import json
 import logging
+import math
 import sys
 import threading
 import time
@@ -77,6 +78,18 @@ class ModuleSpec:
     def pink_noise(self) -> bool:
         """Whether its agents' Box samples draw pink noise, each agent episode its own processes."""
         return self.action_noise == "pink" and self.distribution in BOX_DISTRIBUTIONS
+
+    def observed(self, obs: Any) -> Any:
+        """`obs` in this module's declared shape where it has as many values in another shape
+        (a board [6, 7, 2] for a module declared flat, [84], or the other way round): the
+        module decides how its policy reads the board. Else `obs` as it is."""
+        shape = self.observation_space.get("shape")
+        if shape is None:  # a dict space: sent flat, as given
+            return obs
+        array = np.asarray(obs)
+        if array.shape == tuple(shape) or array.dtype == object or array.size != math.prod(shape):
+            return obs
+        return array.reshape(shape)
 
 
 class UnmappedAgent(ValueError):
@@ -184,6 +197,11 @@ class Casting:
 
     def sends(self, agent_id: str) -> bool:
         return self._of(agent_id)[2]
+
+    def observed(self, agent_id: str, obs: Any) -> Any:
+        """The agent's observation in its module's shape (ModuleSpec.observed); a local opponent's as it is."""
+        module = self._of(agent_id)[1]
+        return obs if module is None else module.observed(obs)
 
     def trained(self, agent_ids: Iterable[str]) -> list[str]:
         """The modules whose experience these agents send, over every seating."""
@@ -313,7 +331,7 @@ class ModulePolicies:
             play = self.scripted[self.playing_scripted[module_id]]
             chosen = [play(obs) if mask is None else play(obs, mask) for obs, mask in zip(observations, masks)]
             return [PlayedAction(a, _chunk_action(a), 0.0, self.weights_seq_no, m) for a, m in zip(chosen, masks)]
-        batch = np.stack([np.asarray(obs, dtype=np.float32) for obs in observations])
+        batch = np.stack([np.asarray(spec.observed(obs), dtype=np.float32) for obs in observations])
         expected = tuple(spec.observation_space.get("shape", batch.shape[1:]))
         if batch.shape[1:] != expected:
             raise ValueError(
@@ -439,8 +457,10 @@ class SceneCollector:
         module_of: Callable[[str], str | None] | None = None,
         on_game: Callable[[int], None] | None = None,
         evaluation_interval: int = 0,
+        observed: Callable[[str, Any], Any] | None = None,
     ) -> None:
         self.env, self.sends, self.module_of, self.on_game = env, sends, module_of, on_game
+        self.observed = observed  # (agent_id, obs) -> the obs its player takes (Casting.observed); None: as the env gives it
         self.evaluation_interval = evaluation_interval
         self.scene_steps = self.agent_steps = self.scene_episodes = 0
         self.evaluation_scene_episodes = 0  # of the scene episodes that ended, the evaluation ones
@@ -507,6 +527,8 @@ class SceneCollector:
         """File each agent's new observation; the agents not done act next."""
         self.acting, self.masks, ended = {}, {}, []
         for agent_id, ob in obs.items():
+            if self.observed is not None:
+                ob = self.observed(agent_id, ob)
             trajectory = self.live.get(agent_id)
             if trajectory is None or trajectory.done:
                 if trajectory is None:  # its first in the scene's episode
@@ -718,6 +740,7 @@ def run_scene(
         SceneCollector(
             scene, casting.sends, seed=seed + k, module_of=casting.module_id,
             on_game=lambda game, casting=casting, k=k: casting.start_game(game + k), evaluation_interval=interval,
+            observed=casting.observed,
         )
         for k, (scene, casting) in enumerate(zip(envs, castings))
     ]

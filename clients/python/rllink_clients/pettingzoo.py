@@ -15,9 +15,10 @@ in each observation dict). Turn-based rules:
 
 Observations: a dict `{"observation", "action_mask"}` (PettingZoo's classic convention)
 is sent as its `observation` in float32, in its own shape (Connect Four's board [6, 7, 2]:
-a grid, which the gateway's PPO reads with a CNN), and the mask goes to the masked
-module's model and into the chunk's `action_mask`; a mask in `info["action_mask"]` is
-used the same way.
+a grid, which the gateway's PPO reads with a CNN) or, where the module declares the same
+values flat (`[84]`: read by the MLPs alone), flat; the mask goes to the masked module's
+model and into the chunk's `action_mask`; a mask in `info["action_mask"]` is used the same
+way.
 
 Seats: with a self-play module on the gateway (a `trainable: false` opponent module) the
 learner plays the first seat in even games and the second in odd ones, its frozen opponent
@@ -239,7 +240,9 @@ def evaluate(
     `explore` False plays the distribution's mode (greedy), True samples. `returns`, if given,
     gets each game's return of the learner, by seat (a card game's chips)."""
     casting = Casting(policies.config, seatings=swapped_seatings(policies.config, scene.possible_agents, opponent))
-    collector = SceneCollector(scene, lambda agent: False, seed, module_of=casting.module_id, on_game=casting.start_game)
+    collector = SceneCollector(
+        scene, lambda agent: False, seed, module_of=casting.module_id, on_game=casting.start_game, observed=casting.observed
+    )
     counts = {seat: dict.fromkeys(OUTCOMES, 0) for seat in scene.possible_agents}
     while collector.scene_episodes < games:
         actions = choose_actions(collector.acting, collector.masks, casting, policies, explore=explore, states=collector.states)
