@@ -2,7 +2,8 @@
 
     python bench/games.py [--game connect_four|tictactoe|leduc] [--minutes 20] [--num-envs 8] [--clients 2] [--games 400]
                           [--rating-every 30] [--seed 0] [--transport tcp|ws]
-                          [--lookahead-ratio 0.8 | --no-scripted-reference] [--no-mirror] [--self-play JSON] [--ppo JSON] [--out-dir DIR]
+                          [--lookahead-ratio 0.8 | --no-scripted-reference] [--no-mirror] [--flat]
+                          [--self-play JSON] [--ppo JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
 
 `--game tictactoe` and `--game leduc` (Leduc hold'em: needs `pip install rlcard`) train with
@@ -13,7 +14,8 @@ lost), with the greedy policy's blunders counted over every line of the game; Le
 against random play, an always-raise and an always-call bot (rllink_clients.leduc),
 scored by the mean return a hand (the env's reward: chips won over the big blind).
 `--no-mirror` leaves out the board's symmetries (Connect Four's mirror, tic-tac-toe's
-rotations and reflections; Leduc has none). The model played is kept as
+rotations and reflections; Leduc has none). `--flat` declares the board flat (`[84]`: read by
+the MLPs alone) instead of in its own shape (`[6, 7, 2]`: a grid, read with a CNN). The model played is kept as
 `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
@@ -425,15 +427,19 @@ def main() -> None:
     parser.add_argument(
         "--no-mirror", dest="mirror", action="store_false", help="train on the moves as played only (default: the board's symmetries too)"
     )
+    parser.add_argument(
+        "--flat", action="store_true", help="declare the board flat: the MLPs alone (default: its own shape, a grid where 4 or more a side)"
+    )
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
     game = GAMES[args.game]
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
 
     module = game.module
+    shape = [math.prod(game.observation_shape)] if args.flat else list(game.observation_shape)
     policy = {
         module: {
-            "observation_space": {"type": "box", "shape": list(game.observation_shape)},
+            "observation_space": {"type": "box", "shape": shape},
             "action_space": {"type": "discrete", "n": game.actions},
             "action_masking": True,
             "self_play": {},
@@ -485,7 +491,7 @@ def main() -> None:
     lines = [
         f"{game.title} by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
         f"{' ' + args.gateway_args if args.gateway_args else ''}"
-        f"{', with its symmetries' if args.mirror and game.symmetries else ''}: {moves:,} moves, "
+        f"{', with its symmetries' if args.mirror and game.symmetries else ''}{', the board flat' if args.flat else ''}: {moves:,} moves, "
         f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (the first seat moves first); the learner's W/D/L",
     ]
@@ -521,6 +527,7 @@ def main() -> None:
             "league": policy[module]["self_play"],
             "ppo": policy[module]["ppo"],
             "mirror": args.mirror,
+            "observation_shape": policy[module]["observation_space"]["shape"],
             "transport": args.transport,
             "moves": moves,
             "games_played": games,
