@@ -2,7 +2,7 @@
 
     python bench/games.py [--game connect_four|tictactoe|leduc] [--minutes 20] [--num-envs 8] [--clients 2] [--games 400]
                           [--rating-every 30] [--seed 0] [--transport tcp|ws]
-                          [--lookahead-ratio 0.8 | --no-scripted-reference] [--no-mirror] [--flat]
+                          [--lookahead-ratio 0.8 | --no-scripted-reference] [--no-mirror] [--board own|flat]
                           [--self-play JSON] [--ppo JSON] [--out-dir DIR]
                           [--gateway-args "--env-steps-per-sample 2000 ..."]
 
@@ -14,8 +14,10 @@ lost), with the greedy policy's blunders counted over every line of the game; Le
 against random play, an always-raise and an always-call bot (rllink_clients.leduc),
 scored by the mean return a hand (the env's reward: chips won over the big blind).
 `--no-mirror` leaves out the board's symmetries (Connect Four's mirror, tic-tac-toe's
-rotations and reflections; Leduc has none). `--flat` declares the board flat (`[84]`: read by
-the MLPs alone) instead of in its own shape (`[6, 7, 2]`: a grid, read with a CNN). The model played is kept as
+rotations and reflections; Leduc has none). `--board flat` declares the board flat (`[84]`: read
+by the MLPs alone), `--board own` in its own shape (`[6, 7, 2]`: a grid, read with a CNN);
+by default the plain league's board is its own shape and the scripted league's flat, as
+each measured best (bench/RESULTS.md, session 43). The model played is kept as
 `<out-dir>/<module>.onnx`. What follows describes the default, Connect Four.
 
 First the one-step-lookahead player (wins when it can, blocks when it must, else random;
@@ -24,7 +26,7 @@ seats alternating, and its score p gives its fixed rating, 1000 + 400 log10(p / 
 Then a fresh gateway (`python -m app`, its embedded defaults but for one module) in a
 subprocess:
 
-    --policies '{"c4": {"observation_space": {"type": "box", "shape": [6, 7, 2]},
+    --policies '{"c4": {"observation_space": {"type": "box", "shape": [84]},
                         "action_space": {"type": "discrete", "n": 7},
                         "action_masking": true,
                         "ppo": {"entropy_floor": 0, "gamma": 0.9, "learning_rate": 0.001},
@@ -37,11 +39,12 @@ subprocess:
 entropy floor: the scripted player keeps the games varied; each move is trained on as
 played and mirrored (`--no-mirror`: as played only); measured best of the leagues tried,
 bench/RESULTS.md) or, with `--no-scripted-reference`, `"self_play": {}` (snapshots and latest weights,
-played at temperature 2, and the random reference, an entropy floor of 0.1: the defaults), and the PettingZoo reference
+played at temperature 2, and the random reference, an entropy floor of 0.1: the defaults) and the
+board in its own shape, `[6, 7, 2]` (a grid, read with a CNN), and the PettingZoo reference
 client (`rllink_clients.pettingzoo`, what
 `python -m rllink_clients.pettingzoo --env pettingzoo.classic.connect_four_v3 --num-envs 8
 --scripted lookahead=rllink_clients.connect_four:lookahead_player` runs) in this process,
-playing `connect_four_v3` (the board [6, 7, 2], a grid the gateway's PPO reads with a CNN; the legal-move mask sent)
+playing `connect_four_v3` (the board in the module's shape, the legal-move mask sent)
 with seats swapped each game against the opponent the league draws for each version, for
 `--minutes`, and by default one more such client beside it (`--clients 2`): `--clients N`
 runs N-1 of them, each a process of its own (`python -m rllink_clients.pettingzoo ...
@@ -428,7 +431,9 @@ def main() -> None:
         "--no-mirror", dest="mirror", action="store_false", help="train on the moves as played only (default: the board's symmetries too)"
     )
     parser.add_argument(
-        "--flat", action="store_true", help="declare the board flat: the MLPs alone (default: its own shape, a grid where 4 or more a side)"
+        "--board", choices=["own", "flat"],
+        help="declare the board in its own shape (a grid where 4 or more a side: a CNN) or flat (the MLPs alone); "
+        "default: own for the plain league, flat with the scripted player",
     )
     parser.add_argument("--out-dir", type=Path, help="where the CSV and PNG go (default: a new temporary directory)")
     args = parser.parse_args()
@@ -436,7 +441,9 @@ def main() -> None:
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="rllink-games-"))
 
     module = game.module
-    shape = [math.prod(game.observation_shape)] if args.flat else list(game.observation_shape)
+    scripted_league = game.scripted is not None and not args.no_scripted_reference
+    board = args.board or ("flat" if scripted_league else "own")
+    shape = [math.prod(game.observation_shape)] if board == "flat" else list(game.observation_shape)
     policy = {
         module: {
             "observation_space": {"type": "box", "shape": shape},
@@ -446,7 +453,7 @@ def main() -> None:
         }
     }
     scripted, league_line = {}, "the plain league (no scripted reference)"
-    if game.scripted and not args.no_scripted_reference:
+    if scripted_league:
         player = load_player(game.scripted)
         score = score_against_random(game, functools.partial(player, rng=np.random.default_rng(args.seed + 4)), RATING_GAMES, args.seed)
         elo = round(elo_against_random(score), 1)
@@ -491,7 +498,7 @@ def main() -> None:
     lines = [
         f"{game.title} by self-play for {args.minutes:g} min over {args.transport}, {args.clients} x {args.num_envs} boards"
         f"{' ' + args.gateway_args if args.gateway_args else ''}"
-        f"{', with its symmetries' if args.mirror and game.symmetries else ''}{', the board flat' if args.flat else ''}: {moves:,} moves, "
+        f"{', with its symmetries' if args.mirror and game.symmetries else ''}, the board {shape}: {moves:,} moves, "
         f"{games:,} games, {scene.weights_seq_no} versions, rating {rows[-1]['elo']}; {league_line}",
         f"evaluation: {args.games} games per line, seats alternating (the first seat moves first); the learner's W/D/L",
     ]
