@@ -84,6 +84,26 @@ def test_a_board_under_4_a_side_goes_flat_into_the_mlps() -> None:
     assert "Conv" not in {node.op_type for node in onnx.load_from_string(export_onnx(flat, 1, "obs")).graph.node}
 
 
+def test_a_checkpoint_from_before_grids_is_refused_naming_the_grid(tmp_path) -> None:
+    # A box [6, 7, 2] checkpointed before grids existed went flat into the MLPs: its weights do
+    # not fit the CNN, so the restart names the difference instead of failing in torch.
+    from app.training.algorithms.ppo.config import PPOConfig
+    from app.training.algorithms.ppo.learner import PPOLearner
+    from app.training.checkpoints import CHECKPOINT_FILE, CheckpointMismatch
+
+    def learner() -> PPOLearner:
+        board = BoxSpace(shape=(6, 7, 2))
+        return PPOLearner(PPOConfig(), board, DiscreteSpace(n=7), seed=0, checkpoint_dir=tmp_path, onnx_input_name="obs")
+
+    learner().save()
+    assert learner().restore() is True
+    saved = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)
+    del saved["architecture"]["grid_cnn"]  # as a gateway before grids wrote it
+    torch.save(saved, tmp_path / CHECKPOINT_FILE)
+    with pytest.raises(CheckpointMismatch, match=r"saved without grid_cnn \(its default then\) but the settings give grid_cnn=True"):
+        learner().restore()
+
+
 @pytest.mark.parametrize(
     ("settings", "pixel", "message"),
     [

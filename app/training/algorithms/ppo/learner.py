@@ -20,7 +20,7 @@ import torch
 from app.experience import ChunkBlock
 from app.schemas import EpisodeChunk
 from app.settings.hyperparameters import ModelConfig, Symmetry
-from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_cnn_parts, has_images
+from app.spaces.models import ActionSpace, BoxSpace, DictSpace, architecture_json, has_cnn_parts, has_images, observation_parts
 from app.training.algorithms.ppo.config import PPOConfig
 from app.training.algorithms.ppo.loss import ppo_update
 from app.training.algorithms.ppo.onnx_head import policy_state
@@ -90,6 +90,9 @@ class PPOLearner(Checkpointed):
             architecture["normalize_reward"] = True
         if self.policy.lstm is not None:  # absent for a feed-forward policy, as before there were others
             architecture["lstm_cell_size"] = self.policy.lstm.hidden_size
+        if any(part.space.is_grid for part in observation_parts(self.policy.observation_space)):
+            # Absent otherwise: a box [H, W, C] checkpointed before grids existed went flat into the MLPs.
+            architecture["grid_cnn"] = True
         return architecture
 
     def _parts(self) -> dict[str, object]:
