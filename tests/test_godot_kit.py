@@ -501,7 +501,7 @@ def test_the_gdscript_runtime_refuses_an_image_model_and_points_to_thin_mode(pro
     result = run_onnx(project, tmp_path, model, np.zeros((1, space.flat_dim), np.float32))
     assert result.returncode == 1, result.stdout + result.stderr
     error = next(line for line in result.stdout.splitlines() if line.startswith("ERROR "))
-    assert "Conv" in error and "image observations" in error and "use thin mode" in error
+    assert "Conv" in error and "image or grid observations" in error and "use thin mode" in error
 
 
 # -- Memory (recurrent modules) ------------------------------------------------------------
