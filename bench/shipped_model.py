@@ -3,9 +3,11 @@
     python bench/shipped_model.py [--tasks Acrobot-v1 CartPole-v1] [--seeds 0 1 2]
                                   [--episodes 20] [--max-env-steps 300000]
                                   [--evaluation-interval 10] [--past-target 0]
+                                  [--algorithm ppo|sac]
 
 Per task and seed: a fresh gateway on its defaults (`--seed N`, models in a folder of its
-own), one reference client (`rllink_clients.gym_client.run`, what `python -m
+own; `--algorithm sac` for the continuous tasks, as the docs' "Which settings" says), one
+reference client (`rllink_clients.gym_client.run`, what `python -m
 rllink_clients.gym_client` runs) until the env's target (the client's default: CartPole-v1
 450, else the registered reward_threshold: Acrobot-v1 -100, LunarLander-v3 200) or
 `--max-env-steps`; with `--past-target N`, N env steps more after it. The client plays
@@ -78,7 +80,8 @@ def run_seed(env_id: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
     from rllink_clients.rllink_client import RLlinkClient
 
     with tempfile.TemporaryDirectory(prefix="rllink-shipped-") as models:
-        flags = ["--seed", str(seed), "--models-dir", models, "--evaluation-interval", str(args.evaluation_interval)]
+        flags = ["--seed", str(seed), "--models-dir", models, "--evaluation-interval", str(args.evaluation_interval),
+                 "--algorithm", args.algorithm]
         with running_gateway(*flags) as gateway:
             config = gateway_config(gateway.base_url)
             started = time.monotonic()
@@ -124,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-env-steps", type=int, default=300_000, help="the client's budget if it misses the target")
     parser.add_argument("--evaluation-interval", type=int, default=10, help="the gateway's evaluation_interval (default 10)")
     parser.add_argument("--past-target", type=int, default=0, help="env steps trained after the target (default 0)")
+    parser.add_argument("--algorithm", choices=["ppo", "sac"], default="ppo", help="the gateway's algorithm (default ppo)")
     args = parser.parse_args(argv)
     lines, results, targets = [], {}, {}
     for env_id in args.tasks:

@@ -9,7 +9,9 @@ spread too; bad settings are refused in a line.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,6 +25,7 @@ from app.startup.export import export_model
 from app.telemetry.tensorboard import read_scalars
 from app.training.population import Population
 from rllink_clients.gym_client import OnnxPolicy
+from rllink_clients.rllink_client import RLlinkClient
 
 from .helpers import gateway_settings, running_gateway
 
@@ -67,19 +70,19 @@ def test_a_ready_member_among_the_worst_copies_one_of_the_best_and_perturbs_in_r
 # -- Over real sockets ----------------------------------------------------------------
 
 
-def play(gateway, reward: float, versions: int, seen: dict, connected: threading.Event, errors: list) -> None:
-    """A client of the bandit that is paid `reward` a step whatever it does; the model of "p"
-    it gets with each version, by version (in `seen`; what went wrong in `errors`)."""
+def play(connect: Callable[[], RLlinkClient], reward: float, versions: int, seen: dict, connected: threading.Event, errors: list) -> None:
+    """A client (`connect()`) of the bandit that is paid `reward` a step whatever it does; the
+    model of "p" it gets with each version, by version (in `seen`; what went wrong in `errors`)."""
     try:
-        _play(gateway, reward, versions, seen, connected)
+        _play(connect, reward, versions, seen, connected)
     except Exception as exc:  # noqa: BLE001 -- reported by the test's thread
         errors.append(exc)
         connected.set()
 
 
-def _play(gateway, reward: float, versions: int, seen: dict, connected: threading.Event) -> None:
+def _play(connect: Callable[[], RLlinkClient], reward: float, versions: int, seen: dict, connected: threading.Event) -> None:
     rng = np.random.default_rng(0)
-    with gateway.client("tcp", timeout=60) as client:
+    with connect() as client:
         connected.set()
         config = client.request({"type": "GET_CONFIG"})
         assert list(config["policies"]) == [MODULE]  # clients see the module, not its members
@@ -122,7 +125,8 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
         clients = []
         for slot, reward in enumerate((1.0, 0.0)):  # slot 0 plays p.0 and is paid, slot 1 plays p.1 and is not
             connected = threading.Event()
-            clients.append(threading.Thread(target=play, args=(gateway, reward, 6, seen[slot], connected, errors)))
+            connect = functools.partial(gateway.client, "tcp", timeout=60)
+            clients.append(threading.Thread(target=play, args=(connect, reward, 6, seen[slot], connected, errors)))
             clients[-1].start()
             assert connected.wait(30)  # the first connects first: slot 0
         for thread in clients:
@@ -203,7 +207,6 @@ def test_thin_clients_are_spread_over_the_members_and_served_by_them(tmp_path: P
         ({"population": {"hyperparameters": {"hidden_sizes": {"low": 1, "high": 2}}}}, {}, "cannot vary 'hidden_sizes'"),
         ({"population": {"hyperparameters": {"gamma": {"low": 0.9, "high": 1.5}}}}, {}, "1.5 is not a valid gamma"),
         ({"population": {"size": 2}, "self_play": {}}, {}, "population and self_play do not go together"),
-        ({"population": {"size": 2}}, {"ray_address": "auto"}, "populations \\(p\\) are not supported with ray_address"),
         ({"population": {"size": 3}}, {"env_path": "game", "num_envs": 2}, "3 members but 2 launched game"),
     ],
 )

@@ -3,6 +3,7 @@ learner actor and two front-end actors, real clients over real sockets."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
+import onnxruntime as ort
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -21,6 +24,8 @@ from rllink_clients.gym_client import RunResult, run  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
 from .helpers import TcpPeer, chunk, frame, wait_until  # noqa: E402
+from .test_population import PROBES, play  # noqa: E402
+from .test_population import population as population_policies  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -319,3 +324,58 @@ def test_a_recurrent_module_on_ray_serves_thin_clients_and_refuses_a_chunk_witho
             wait_until(lambda: metrics_of(cluster.addresses[0])["num_env_steps_sampled_lifetime"] == 15, 60, "15 env steps")
     finally:
         cluster.stop()
+
+
+def test_a_population_spreads_over_the_front_ends_and_its_worse_member_copies_the_better_one(ray_nodes, tmp_path: Path) -> None:
+    """A population of 2 on two front-ends: the first client of each plays a member of its own
+    (front-ends start spread over the members), served that member's model; the learner
+    compares them, and the member whose client is never paid copies the other, which both
+    front-ends' /api/policies show."""
+    settings = Settings(
+        http_port=0, tcp_port=0, checkpoint_dir=tmp_path / "checkpoints", frontends=2, decode_workers=0,
+        policies=population_policies(size=2, ready_env_steps=200, min_episodes=20, resample_probability=0.0),
+        train_batch_size=100, env_steps_per_sample=100, evaluation_interval=0,
+    )
+    cluster = start_cluster(settings)
+    try:
+        addresses = cluster.addresses
+        first = {member: member_model_at(addresses[0], member) for member in ("p.0", "p.1")}
+        assert not np.allclose(first["p.0"], first["p.1"]), "the members started with the same weights"
+        seen: list[dict[int, np.ndarray]] = [{}, {}]
+        errors: list[Exception] = []
+        threads = []
+        for index, reward in enumerate((1.0, 0.0)):  # front-end 0's client is paid, front-end 1's is not
+            connect = functools.partial(RLlinkClient, "tcp", "127.0.0.1", addresses[index]["tcp_port"], timeout=60)
+            threads.append(threading.Thread(target=play, args=(connect, reward, 6, seen[index], threading.Event(), errors)))
+            threads[-1].start()
+        for thread in threads:
+            thread.join(timeout=180)
+            assert not thread.is_alive()
+        assert not errors, errors
+        # Each front-end's client was served its own member's model at version 0.
+        np.testing.assert_allclose(seen[0][0], first["p.0"], atol=1e-6)
+        np.testing.assert_allclose(seen[1][0], first["p.1"], atol=1e-6)
+        for address in addresses:
+            policies = wait_until(
+                lambda address=address: (ps := {p["module_id"]: p for p in policies_of(address)})["p"]["population"][
+                    "exploits"] >= 1 and ps,
+                30, "the exploit on the front-end's /api/policies",
+            )
+            exploit = policies["p"]["population"]["recent_exploits"][0]
+            assert (exploit["member"], exploit["source"]) == ("p.1", "p.0")
+            assert exploit["member_return"] == 0.0 and exploit["source_return"] == 1.0
+            assert policies["p.0"]["num_env_steps_trained_lifetime"] > 0 and policies["p.1"]["num_env_steps_trained_lifetime"] > 0
+    finally:
+        cluster.stop()
+
+
+def policies_of(address: dict) -> list[dict]:
+    return httpx.get(f"http://127.0.0.1:{address['http_port']}/api/policies").json()
+
+
+def member_model_at(address: dict, member: str) -> np.ndarray:
+    """A member's current model from a front-end's REST API: its outputs on the population tests' probes."""
+    reply = httpx.get(f"http://127.0.0.1:{address['http_port']}/api/policies/{member}/model.onnx")
+    assert reply.status_code == 200, reply.text
+    session = ort.InferenceSession(reply.content, providers=["CPUExecutionProvider"])
+    return session.run(None, {"obs": PROBES})[0]

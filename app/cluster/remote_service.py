@@ -3,7 +3,8 @@
 It answers what the transports and the REST API ask the service (connect, ingest, wait
 for training, the current version, metrics) so that a front-end is an ordinary gateway:
 - clients are numbered here (front-end i in life l, as the learner counts its lives, from
-  i * 10**9 + (l - 1) % 1000 * 10**6 + 1) and announced;
+  i * 10**9 + (l - 1) % 1000 * 10**6 + 1) and announced, each with its slot (which member
+  of a population it plays: front-ends start spread over the members);
 - experience is pre-batched: queued and sent in one call once FLUSH_ENV_STEPS env steps
   are queued or the oldest has waited FLUSH_AFTER_S (several clients' chunks together),
   and at once before any other call about a client; every call is numbered, and the
@@ -38,7 +39,7 @@ from app.training.interface import LearnerUnreachable
 from app.training.metrics import MAX_OPEN_EPISODES, TrainingMetrics
 from app.training.policy_store import KEPT_VERSIONS, PolicySetState
 from app.training.recurrent_states import RecurrentEpisodes
-from app.training.registry import ClientInfo
+from app.training.registry import ClientInfo, lowest_free_slot
 from app.training.status import TrainingStatus
 
 log = logging.getLogger("app.cluster")
@@ -84,6 +85,9 @@ class RemoteTrainingService:
         self._sent_since_status = 0  # env steps ingested here since the status was asked for
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.adoption = None  # on Ray, the spaces a game declares are checked only (docs/ray.md)
+        # Front-ends number slots apart, each from its share of the longest slot cycle (a
+        # population's size): with 2 front-ends and 4 members, 0 and 2.
+        self.first_slot = frontend * self.policies.slot_cycle // settings.frontends
 
     # -- Lifecycle ---------------------------------------------------------------------
 
@@ -169,7 +173,11 @@ class RemoteTrainingService:
         return Call(self.frontend, self._epoch, next(self._calls))
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
-        client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, frontend=self.frontend)
+        """Number a new client and tell the learner. Its slot is the lowest free one from this
+        front-end's first (`first_slot`), so that one client on each front-end plays a
+        different member of a population."""
+        slot = lowest_free_slot((other.slot for other in self._here.values()), self.first_slot)
+        client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, frontend=self.frontend, slot=slot)
         self._here[client.id] = client
         self._learner.connect.remote(self._call(), client)
         return client

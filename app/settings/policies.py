@@ -357,6 +357,11 @@ class PolicySet:
                 played[opponent] = [opponent] * others + [module.module_id]
         return played
 
+    @property
+    def slot_cycle(self) -> int:
+        """After how many slots the longest of `slot_modules` comes round again (1 without any)."""
+        return max(map(len, self.slot_modules.values()), default=1)
+
     def played_by(self, module_id: str, slot: int) -> str:
         """`member_for`, by id."""
         return self.member_for(self.modules[module_id], slot).module_id

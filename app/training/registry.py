@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 
@@ -21,7 +21,14 @@ class ClientInfo:
     waiting: bool = False  # inside wait_for_training, its data not yet trained on
     last_weights_seq_no_sent: int | None = None
     frontend: int | None = None  # on Ray: the front-end it is connected to (app/cluster/)
-    slot: int = 0  # the lowest number no other connected client holds: a population's member is slot % its size
+    slot: int = 0  # the lowest number no other connected client holds (lowest_free_slot): a population's member is slot % its size
+
+
+def lowest_free_slot(taken: Iterable[int], first: int = 0) -> int:
+    """The lowest slot from `first` on that no client in `taken` holds: the clients spread
+    evenly over a population's members (or a learner's exploiters), in turn."""
+    held = set(taken)
+    return next(n for n in itertools.count(first) if n not in held)
 
 
 class ClientRegistry:
@@ -32,8 +39,7 @@ class ClientRegistry:
         self._ids = itertools.count(1)
 
     def connect(self, transport: str, peer: str) -> ClientInfo:
-        taken = {other.slot for other in self._clients.values()}
-        slot = next(n for n in itertools.count() if n not in taken)  # the clients spread evenly over members
+        slot = lowest_free_slot(other.slot for other in self._clients.values())
         client = ClientInfo(id=next(self._ids), transport=transport, peer=peer, slot=slot)
         self._clients[client.id] = client
         return client
