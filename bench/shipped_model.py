@@ -83,7 +83,6 @@ def run_seed(env_id: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
         flags = ["--seed", str(seed), "--models-dir", models, "--evaluation-interval", str(args.evaluation_interval),
                  "--algorithm", args.algorithm]
         with running_gateway(*flags) as gateway:
-            config = gateway_config(gateway.base_url)
             started = time.monotonic()
             with RLlinkClient("tcp", HOST, gateway.tcp_port, timeout=600) as client:
                 result = run(client, env_id, max_env_steps=args.max_env_steps, seed=seed)
@@ -95,6 +94,7 @@ def run_seed(env_id: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
                 client.request({"type": "PING"})
             seconds = time.monotonic() - started
             time.sleep(1.0)  # best.onnx is written off the event loop
+            config = gateway_config(gateway.base_url)  # the spaces the client declared (the gateway adopts them)
             latest = httpx.get(f"{gateway.base_url}/api/model.onnx", timeout=30).content
             module_dir = Path(models) / "default_policy"
             best_info = json.loads((module_dir / "best.json").read_text()) if (module_dir / "best.json").exists() else None
