@@ -24,6 +24,10 @@ from rllink_clients.gym_client import RunResult, run  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
 
 from .helpers import TcpPeer, chunk, frame, wait_until  # noqa: E402
+from .test_exploiter import MAPPING as EXPLOITER_MAPPING  # noqa: E402
+from .test_exploiter import SELF_PLAY as EXPLOITER_SELF_PLAY  # noqa: E402
+from .test_exploiter import SPACES as EXPLOITER_SPACES  # noqa: E402
+from .test_exploiter import assert_each_slot_trained_its_module, play_thin_game_each_seat  # noqa: E402
 from .test_population import PROBES, play  # noqa: E402
 from .test_population import population as population_policies  # noqa: E402
 
@@ -379,3 +383,24 @@ def member_model_at(address: dict, member: str) -> np.ndarray:
     assert reply.status_code == 200, reply.text
     session = ort.InferenceSession(reply.content, providers=["CPUExecutionProvider"])
     return session.run(None, {"obs": PROBES})[0]
+
+
+def test_an_exploiters_slot_is_the_second_front_ends_first_and_its_thin_games_train_the_exploiter(ray_nodes, tmp_path: Path) -> None:
+    """A self-play learner with an exploiter every 2nd slot on two front-ends: front-end 0's
+    first client plays the learner, front-end 1's the exploiter, each served by its own
+    module's model and training it (the opponent's seat nothing)."""
+    settings = Settings(
+        http_port=0, tcp_port=0, checkpoint_dir=tmp_path / "checkpoints", frontends=2, decode_workers=0,
+        policies={"duel": EXPLOITER_SPACES | {"self_play": EXPLOITER_SELF_PLAY}}, policy_mapping=EXPLOITER_MAPPING,
+        evaluation_interval=0,
+    )
+    cluster = start_cluster(settings)
+    try:
+        for address in cluster.addresses:
+            with RLlinkClient("tcp", "127.0.0.1", address["tcp_port"], timeout=60) as client:
+                play_thin_game_each_seat(client)
+        wait_until(lambda: sum(p["num_episodes_lifetime"] for p in metrics_of(cluster.addresses[1])["policies"].values()) == 2,
+                   30, "both clients' games in the learner's metrics")
+        assert_each_slot_trained_its_module(metrics_of(cluster.addresses[1])["policies"])
+    finally:
+        cluster.stop()

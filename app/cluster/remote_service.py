@@ -86,7 +86,7 @@ class RemoteTrainingService:
         self.metrics = TrainingMetrics(list(self.policies.modules))
         self.adoption = None  # on Ray, the spaces a game declares are checked only (docs/ray.md)
         # Front-ends number slots apart, each from its share of the longest slot cycle (a
-        # population's size): with 2 front-ends and 4 members, 0 and 2.
+        # population's size, an exploiter's `every`): with 2 front-ends and 4 members, 0 and 2.
         self.first_slot = frontend * self.policies.slot_cycle // settings.frontends
 
     # -- Lifecycle ---------------------------------------------------------------------

@@ -376,8 +376,6 @@ class Settings(BaseSettings):
                             f"module id {name!r} must be 1 to 64 letters, digits, '_', '.' or '-', not starting with '.' or '-'"
                         )
         policies = PolicySet.from_settings(self)
-        if (exploiting := [m for m in policies.slot_modules if m not in policies.populations]) and self.ray_address is not None:
-            raise ValueError(f"self-play exploiters ({', '.join(exploiting)}) are not supported with ray_address yet; run without Ray")
         if self.env_path is not None and (larger := [m for m, members in policies.populations.items() if len(members) > self.num_envs]):
             raise ValueError(
                 f"population of {larger[0]!r}: {len(policies.populations[larger[0]])} members but {self.num_envs} launched "
