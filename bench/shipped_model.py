@@ -40,7 +40,7 @@ import gymnasium as gym  # noqa: E402
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import HOST, emit, running_gateway  # noqa: E402
-from learn_suite import deterministic_action, gateway_config  # noqa: E402
+from learn_suite import deterministic_action, gateway_config, wait_until_settled  # noqa: E402
 
 from rllink.action_dists import sample_actions  # noqa: E402
 
@@ -93,6 +93,7 @@ def run_seed(env_id: str, seed: int, args: argparse.Namespace) -> dict[str, Any]
                     result.evaluations += more.evaluations
                 client.request({"type": "PING"})
             seconds = time.monotonic() - started
+            wait_until_settled(gateway.base_url)  # the last evaluation episodes counted (SAC trains for seconds a version)
             time.sleep(1.0)  # best.onnx is written off the event loop
             config = gateway_config(gateway.base_url)  # the spaces the client declared (the gateway adopts them)
             latest = httpx.get(f"{gateway.base_url}/api/model.onnx", timeout=30).content
