@@ -105,7 +105,7 @@ from rllink_clients.leduc import always_call_player, always_raise_player  # noqa
 from rllink_clients.multi_agent import GatewayConfig, ModulePolicies, Opponent, SceneResult, run_scene  # noqa: E402
 from rllink_clients.pettingzoo import AECScene, evaluate, load_env, random_legal, seatings_for  # noqa: E402
 from rllink_clients.rllink_client import RLlinkClient  # noqa: E402
-from rllink_clients.tictactoe import blunders, minimax_player  # noqa: E402
+from rllink_clients.tictactoe import blunders, minimax_player, most_wins_against_random  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,15 @@ def blunders_both_ways(greedy: Callable[[Any, Any], int]) -> dict[str, Any]:
 
 
 def blunders_lines(analysis: dict[str, Any]) -> list[str]:
-    """blunders_both_ways' figures, a line for each kind of opponent line."""
-    return [
+    """blunders_both_ways' figures, a line for each kind of opponent line; and the most any
+    player wins against random play (the win-rate target is reachable up to it)."""
+    first, second = most_wins_against_random("first"), most_wins_against_random("second")
+    safe = most_wins_against_random("second", never_losing=True)
+    ceiling = (
+        f"the most any player wins against random play: moving first {first:.1%}, moving second {second:.1%} "
+        f"({safe:.1%} never losing to perfect play)"
+    )
+    return [ceiling] + [
         f"greedy policy against {'a minimax player' if lines == 'best' else 'any player'}, every line: "
         + "  ".join(
             f"moving {seat} {c['blunders']} of {c['positions']} positions lose value, {c['losing']} to a loss" for seat, c in counts.items()

@@ -87,3 +87,25 @@ def blunders(player: Any, *, opponent_moves: str = "best") -> dict[str, dict[str
     seen.clear()
     visit(empty, False, "second")
     return counts
+
+
+def most_wins_against_random(seat: str, *, never_losing: bool = False) -> float:
+    """The largest share of games any player wins against a uniformly random legal player,
+    moving first or second (`seat`), exactly, over the whole game tree; `never_losing`: among
+    players that never lose to perfect play (only moves that keep the game's value). A
+    target for the win rate against random play is only reachable up to this."""
+    return _win_chance((0,) * 9, seat == "first", never_losing)
+
+
+@functools.cache
+def _win_chance(cells: tuple[int, ...], ours: bool, never_losing: bool) -> float:
+    """The chance we win from `cells` (the mover's view: 1 the mover's marks), we to move
+    (`ours`) with our best choice, or the other player at random."""
+    if _won(cells, 2):  # the player who just moved has won
+        return 0.0 if ours else 1.0
+    if 0 not in cells:
+        return 0.0
+    values = dict(move_values(cells))
+    moves = [m for m, value in values.items() if value == max(values.values())] if ours and never_losing else list(values)
+    chances = [_win_chance(tuple((3 - c) if c else 0 for c in cells[:m] + (1,) + cells[m + 1 :]), not ours, never_losing) for m in moves]
+    return max(chances) if ours else sum(chances) / len(chances)
