@@ -53,8 +53,9 @@ class Batch:
         for start in range(0, self.num_steps, minibatch_size):
             mb = b_inds[start : start + minibatch_size]
             masks = None if self.masks is None else self.masks[mb]
-            newlogprob, entropy = policy.log_prob_and_entropy(self.obs[mb], self.actions[mb], masks)
-            newvalue = policy.value(self.obs[mb])
+            features = policy.features(self.obs[mb])  # once for both heads: an encoder (images, grids) is the costly part
+            newlogprob, entropy = policy.dist_log_prob_and_entropy(policy.dist_inputs(features, masks), self.actions[mb])
+            newvalue = policy.critic(features).squeeze(-1)
             yield Minibatch(newlogprob, entropy, newvalue, self.logp[mb], self.advantages[mb], self.returns[mb], self.values[mb], masks)
 
 
