@@ -100,7 +100,8 @@ def test_a_checkpoint_from_before_grids_is_refused_naming_the_grid(tmp_path) -> 
     saved = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)
     del saved["architecture"]["grid_cnn"]  # as a gateway before grids wrote it
     torch.save(saved, tmp_path / CHECKPOINT_FILE)
-    with pytest.raises(CheckpointMismatch, match=r"saved without grid_cnn \(its default then\) but the settings give grid_cnn=True"):
+    with pytest.raises(CheckpointMismatch, match=r"saved without grid_cnn \(its default then\) but the settings give grid_cnn=True: "
+                       r"declare the observation_space flat \(one dimension of H x W x C values\)"):
         learner().restore()
 
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, ClassVar, Protocol
 
 import orjson
 import torch
@@ -51,13 +51,16 @@ class Checkpointed:
     checkpoint_dir: Path
     weights_seq_no: int
     architecture: dict[str, Any]
+    # What to do to go on with a checkpoint that differs in an architecture key no setting
+    # names (CheckpointMismatch's first remedy; for the others: set the key as it was saved).
+    architecture_remedies: ClassVar[dict[str, str]] = {}
 
     def _parts(self) -> dict[str, Stateful]:
         raise NotImplementedError
 
     def restore(self) -> bool:
         """Load the checkpoint from checkpoint_dir, if there is one."""
-        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts())
+        saved = load_checkpoint(self.checkpoint_dir, self.architecture, self._parts(), self.architecture_remedies)
         if saved is None:
             return False
         self.weights_seq_no = saved
@@ -106,10 +109,13 @@ def write_atomically(path: Path, write: Callable[[IO[bytes]], None], sync: bool 
         raise
 
 
-def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful]) -> int | None:
+def load_checkpoint(
+    directory: Path, architecture: dict[str, Any], parts: dict[str, Stateful], remedies: dict[str, str] | None = None
+) -> int | None:
     """Restore `parts` from `directory` (each onto the device it is on); returns the saved
     weights_seq_no, or None when there is no checkpoint yet. Raises CheckpointMismatch when
-    the checkpoint's architecture differs from `architecture` (a key it lacks counts as None)."""
+    the checkpoint's architecture differs from `architecture` (a key it lacks counts as None),
+    its first remedy `remedies[key]` where given, else to set the key as it was saved."""
     remove_orphaned_temporaries(directory)
     path = directory / CHECKPOINT_FILE
     if not path.exists():
@@ -122,7 +128,7 @@ def load_checkpoint(directory: Path, architecture: dict[str, Any], parts: dict[s
             given = f"no {key}" if expected is None else f"{key}={expected}"
             raise CheckpointMismatch(
                 f"checkpoint {path} was saved {was} "
-                f"but the settings give {given}: set {key} as it was saved to go on with this run, "
+                f"but the settings give {given}: {(remedies or {}).get(key, f'set {key} as it was saved')} to go on with this run, "
                 f"start with another --checkpoint-dir, or move {path.name} out of {directory} to start afresh"
             )
     for name, part in parts.items():

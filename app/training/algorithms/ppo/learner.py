@@ -38,6 +38,9 @@ class PPOLearner(Checkpointed):
 
     owed_env_steps = 0.0  # every step trains on the whole batch: nothing is left owed
     owes_updates = False
+    architecture_remedies = {  # CheckpointMismatch names this instead of "set grid_cnn" (no such setting)
+        "grid_cnn": "declare the observation_space flat (one dimension of H x W x C values), as the checkpoint read it,",
+    }
 
     def __init__(
         self,
