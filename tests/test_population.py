@@ -102,10 +102,11 @@ def _play(connect: Callable[[], RLlinkClient], reward: float, versions: int, see
             seen[state["weights_seq_no"]] = OnnxPolicy(state, config["onnx_input_name"], config["action_space"], rng).dist_inputs(PROBES)
 
 
-def member_model(gateway, member: str, version: int | None, obs: np.ndarray = PROBES) -> np.ndarray:
-    """A member's model of a kept version (None: the current one), downloaded over REST: its outputs on `obs`."""
+def member_model(base_url: str, member: str, version: int | None, obs: np.ndarray = PROBES) -> np.ndarray:
+    """A member's model of a kept version (None: the current one), downloaded over REST from the
+    gateway (or front-end) at `base_url`: its outputs on `obs`."""
     params = {} if version is None else {"version": version}
-    reply = httpx.get(f"{gateway.base_url}/api/policies/{member}/model.onnx", params=params)
+    reply = httpx.get(f"{base_url}/api/policies/{member}/model.onnx", params=params)
     assert reply.status_code == 200, reply.text
     session = ort.InferenceSession(reply.content, providers=["CPUExecutionProvider"])
     return session.run(None, {"obs": obs})[0]
@@ -137,8 +138,8 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
         status = policies[MODULE]["population"]
         assert status["exploits"] >= 1, status
         version = status["recent_exploits"][0]["weights_seq_no"]
-        models = {member: member_model(gateway, member, version) for member in ("p.0", "p.1")}
-        final_models = {member: member_model(gateway, member, None) for member in ("p.0", "p.1")}
+        models = {member: member_model(gateway.base_url, member, version) for member in ("p.0", "p.1")}
+        final_models = {member: member_model(gateway.base_url, member, None) for member in ("p.0", "p.1")}
     assert status["exploits"] >= 1, status
     exploit = status["recent_exploits"][0]
     assert (exploit["member"], exploit["source"]) == ("p.1", "p.0")
@@ -166,7 +167,7 @@ def test_the_worse_member_copies_the_better_ones_weights_and_perturbs_its_hyperp
     # A restart resumes every member where it was, hyperparameters included.
     with running_gateway(settings) as gateway:
         restarted = {p["module_id"]: p for p in httpx.get(f"{gateway.base_url}/api/policies").json()}
-        restarted_models = {member: member_model(gateway, member, None) for member in ("p.0", "p.1")}
+        restarted_models = {member: member_model(gateway.base_url, member, None) for member in ("p.0", "p.1")}
     assert restarted[MODULE]["population"]["exploits"] == status["exploits"]
     for member in ("p.0", "p.1"):
         assert restarted[MODULE]["population"]["members"][member]["hyperparameters"] == status["members"][member]["hyperparameters"]
@@ -177,12 +178,12 @@ def test_thin_clients_are_spread_over_the_members_and_served_by_them(tmp_path: P
     settings = gateway_settings(tmp_path, policies=population(size=2), evaluation_interval=0)
     with running_gateway(settings) as gateway:
         probes = np.random.default_rng(0).normal(0, 3, (200, 2)).astype(np.float32)
-        greedy = {member: member_model(gateway, member, 0, probes).argmax(axis=1) for member in ("p.0", "p.1")}
+        greedy = {member: member_model(gateway.base_url, member, 0, probes).argmax(axis=1) for member in ("p.0", "p.1")}
         telling = probes[greedy["p.0"] != greedy["p.1"]]  # where the members' greedy actions differ
         assert len(telling) >= 5
         with gateway.client("tcp", timeout=60) as first, gateway.client("tcp", timeout=60) as second:
             for member, client in (("p.0", first), ("p.1", second)):
-                expected = member_model(gateway, member, 0, telling).argmax(axis=1)
+                expected = member_model(gateway.base_url, member, 0, telling).argmax(axis=1)
                 for _ in range(3):
                     episode = client.request({"type": "START_EPISODE"})["episode_id"]
                     for obs, action in zip(telling, expected):

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -28,7 +27,7 @@ from .test_exploiter import MAPPING as EXPLOITER_MAPPING  # noqa: E402
 from .test_exploiter import SELF_PLAY as EXPLOITER_SELF_PLAY  # noqa: E402
 from .test_exploiter import SPACES as EXPLOITER_SPACES  # noqa: E402
 from .test_exploiter import assert_each_slot_trained_its_module, play_thin_game_each_seat  # noqa: E402
-from .test_population import PROBES, play  # noqa: E402
+from .test_population import member_model, play  # noqa: E402
 from .test_population import population as population_policies  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -343,7 +342,7 @@ def test_a_population_spreads_over_the_front_ends_and_its_worse_member_copies_th
     cluster = start_cluster(settings)
     try:
         addresses = cluster.addresses
-        first = {member: member_model_at(addresses[0], member) for member in ("p.0", "p.1")}
+        first = {member: member_model(f"http://127.0.0.1:{addresses[0]['http_port']}", member, None) for member in ("p.0", "p.1")}
         assert not np.allclose(first["p.0"], first["p.1"]), "the members started with the same weights"
         seen: list[dict[int, np.ndarray]] = [{}, {}]
         errors: list[Exception] = []
@@ -375,14 +374,6 @@ def test_a_population_spreads_over_the_front_ends_and_its_worse_member_copies_th
 
 def policies_of(address: dict) -> list[dict]:
     return httpx.get(f"http://127.0.0.1:{address['http_port']}/api/policies").json()
-
-
-def member_model_at(address: dict, member: str) -> np.ndarray:
-    """A member's current model from a front-end's REST API: its outputs on the population tests' probes."""
-    reply = httpx.get(f"http://127.0.0.1:{address['http_port']}/api/policies/{member}/model.onnx")
-    assert reply.status_code == 200, reply.text
-    session = ort.InferenceSession(reply.content, providers=["CPUExecutionProvider"])
-    return session.run(None, {"obs": PROBES})[0]
 
 
 def test_an_exploiters_slot_is_the_second_front_ends_first_and_its_thin_games_train_the_exploiter(ray_nodes, tmp_path: Path) -> None:

@@ -7,14 +7,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from rllink_clients.tictactoe import _win_chance, _won, most_wins_against_random
+from rllink_clients.tictactoe import _win_chance, _won, most_wins_against_random, played
 
 GAMES = 4000
-
-
-def swapped(cells: tuple[int, ...], move: int) -> tuple[int, ...]:
-    """The board after the mover plays `move`, from the next mover's view."""
-    return tuple((3 - c) if c else 0 for c in cells[:move] + (1,) + cells[move + 1 :])
 
 
 def play_out(seat: str, rng: np.random.Generator) -> float:
@@ -24,8 +19,8 @@ def play_out(seat: str, rng: np.random.Generator) -> float:
         cells, ours = (0,) * 9, seat == "first"
         while not _won(cells, 2) and 0 in cells:
             legal = [i for i, c in enumerate(cells) if c == 0]
-            move = max(legal, key=lambda m: _win_chance(swapped(cells, m), False, False)) if ours else int(rng.choice(legal))
-            cells, ours = swapped(cells, move), not ours
+            move = max(legal, key=lambda m: _win_chance(played(cells, m), False, False)) if ours else int(rng.choice(legal))
+            cells, ours = played(cells, move), not ours
         wins += _won(cells, 2) and not ours  # we made the last, winning move
     return wins / GAMES
 

@@ -126,9 +126,10 @@ def load_checkpoint(
         if saved != expected:
             was = f"without {key} (its default then)" if saved is None else f"with {key}={saved}"
             given = f"no {key}" if expected is None else f"{key}={expected}"
+            remedy = (remedies or {}).get(key) or f"set {key} as it was saved"
             raise CheckpointMismatch(
                 f"checkpoint {path} was saved {was} "
-                f"but the settings give {given}: {(remedies or {}).get(key, f'set {key} as it was saved')} to go on with this run, "
+                f"but the settings give {given}: {remedy} to go on with this run, "
                 f"start with another --checkpoint-dir, or move {path.name} out of {directory} to start afresh"
             )
     for name, part in parts.items():

@@ -21,20 +21,25 @@ def _won(cells: tuple[int, ...], player: int) -> bool:
     return any(all(cells[i] == player for i in line) for line in LINES)
 
 
+def played(cells: tuple[int, ...], move: int) -> tuple[int, ...]:
+    """The board after the mover plays `move`, as the next mover sees it (the marks swapped:
+    1 its own, 2 the player who just moved)."""
+    return tuple((3 - cell) if cell else 0 for cell in cells[:move] + (1,) + cells[move + 1 :])
+
+
 @functools.cache
 def move_values(cells: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     """Each legal move's value for the mover (1 wins, 0 draws, -1 loses with best play on
     both sides), for `cells`: 9 of 0 (empty), 1 (the mover's), 2 (the other player's)."""
     values = []
     for move in (i for i, cell in enumerate(cells) if cell == 0):
-        after = cells[:move] + (1,) + cells[move + 1 :]
-        if _won(after, 1):
+        after = played(cells, move)
+        if _won(after, 2):
             values.append((move, 1))
         elif 0 not in after:
             values.append((move, 0))
-        else:  # the other player moves next: swap the marks, its best is our worst
-            swapped = tuple((3 - cell) if cell else 0 for cell in after)
-            values.append((move, -max(value for _, value in move_values(swapped))))
+        else:  # the other player moves next: its best is our worst
+            values.append((move, -max(value for _, value in move_values(after))))
     return tuple(values)
 
 
@@ -79,8 +84,7 @@ def blunders(player: Any, *, opponent_moves: str = "best") -> dict[str, dict[str
         else:
             moves = [m for m, value in values.items() if opponent_moves == "all" or value == best]
         for move in moves:
-            after = cells[:move] + (1,) + cells[move + 1 :]
-            visit(tuple((3 - cell) if cell else 0 for cell in after), not ours, seat)
+            visit(played(cells, move), not ours, seat)
 
     empty = (0,) * 9
     visit(empty, True, "first")
@@ -106,6 +110,7 @@ def _win_chance(cells: tuple[int, ...], ours: bool, never_losing: bool) -> float
     if 0 not in cells:
         return 0.0
     values = dict(move_values(cells))
-    moves = [m for m, value in values.items() if value == max(values.values())] if ours and never_losing else list(values)
-    chances = [_win_chance(tuple((3 - c) if c else 0 for c in cells[:m] + (1,) + cells[m + 1 :]), not ours, never_losing) for m in moves]
+    best = max(values.values())
+    moves = [m for m, value in values.items() if value == best] if ours and never_losing else list(values)
+    chances = [_win_chance(played(cells, m), not ours, never_losing) for m in moves]
     return max(chances) if ours else sum(chances) / len(chances)
