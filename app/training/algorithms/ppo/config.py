@@ -10,10 +10,11 @@ from pydantic import BaseModel, Field
 from app.training.algorithms.hyperparameter_patch import HyperparameterPatch
 
 SELF_PLAY_ENTROPY_FLOOR = 0.1  # a self-play learner's entropy_floor unless set (docs/multi-agent.md)
-# A self-play learner's gamma, gae_lambda and learning_rate unless set. Gamma 0.9: a win now is worth clearly more
-# than one later, so a missed win or block costs (Connect Four's plain league, seed 0: 61.2% / 28.4% against the
-# one-step-lookahead player with 0.9 and 1e-3, 27.6% / 16.4% with 0.99 and 3e-3; docs/multi-agent.md).
-SELF_PLAY_GAMMA = 0.9
+# A self-play learner's gamma, gae_lambda and learning_rate unless set. Gamma 0.5 (a step is a move): a win now is
+# worth clearly more than one later, so a missed win or block costs (Connect Four's plain league: 27.6% / 16.4% against
+# the one-step-lookahead player with 0.99 and 3e-3, 61.2% / 28.4% with 0.9 and 1e-3; with 0.5 it takes 73% of the
+# wins on the board where 0.9 took 56-57%; docs/multi-agent.md). A real-time game, many steps a decision, sets its own.
+SELF_PLAY_GAMMA = 0.5
 SELF_PLAY_GAE_LAMBDA = 0.95
 SELF_PLAY_LEARNING_RATE = 1e-3
 
@@ -34,10 +35,10 @@ class PPOConfig(BaseModel):
         0.995,
         ge=0,
         le=1,
-        description="Discount factor; a self-play learner's is 0.9 unless set to another value (LunarLander-v3 reached 200 "
-        "in 148,000-156,000 env steps with 0.995 on 3 seeds, with 0.99 on 1 of them in 500,000: docs/training.md); 0 or "
-        "near it where each step's reward answers that step's action and no action changes what comes next (a quiz: "
-        "docs/training.md, Memory).",
+        description="Discount factor (LunarLander-v3 reached 200 in 148,000-156,000 env steps with 0.995 on 3 seeds, with "
+        "0.99 on 1 of them in 500,000: docs/training.md); a self-play learner's is 0.5 unless set to another value (a "
+        "turn-based game, a move a step; a real-time game sets its own); 0 or near it where each step's reward answers "
+        "that step's action and no action changes what comes next (a quiz: docs/training.md, Memory).",
     )
     gae_lambda: float = Field(0.98, ge=0, le=1, description="GAE lambda (a self-play learner's: 0.95 unless set to another value).")
     clip_coef: float = Field(0.2, gt=0, le=1, description="Surrogate clipping epsilon.")
