@@ -14,10 +14,12 @@ import math
 import os
 import random
 import resource
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -236,6 +238,7 @@ def running_gateway(
     `prelude` is Python run in the gateway process before the app (for experiments, e.g.
     `import sys; sys.setswitchinterval(0.001)`); the gateway itself is `python -m app`.
     """
+    _stop_on_sigterm()
     launcher = ("-m", "app")
     if prelude:
         launcher = ("-c", f"{prelude}\nimport runpy\nrunpy.run_module('app', run_name='__main__', alter_sys=True)")
@@ -245,6 +248,13 @@ def running_gateway(
             startup_s=startup_s, log_level=log_level, root=ROOT, launcher=launcher,
         ) as gateway:
             yield gateway
+
+
+def _stop_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, a queue's timeout) leave the benchmark as Ctrl-C does, through
+    `running_gateway`'s exit, so its gateway stops too rather than running on alone."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 # -- Raw clients -------------------------------------------------------------------------
