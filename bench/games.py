@@ -64,8 +64,8 @@ reported per seat, each win rate with its standard error (sqrt(p (1 - p) / n): 1
 at 95% over 200 games a seat, 2.2 over 100).
 Last, the greedy policy's one-move tactics (rllink_clients.connect_four.tactics): on the
 positions of 1,000 games of lookahead and random moves, the share of wins on the board it
-takes, of single threats it blocks, and of moves it keeps from under the other player's
-winning cell.
+takes, of single threats it blocks (each also by the kind of line: horizontal, vertical,
+diagonal), and of moves it keeps from under the other player's winning cell.
 
 Targets (issue 35, 20 minutes): at least 95% wins against random and 70% against the
 lookahead player, in both seats (greedy). The lookahead player is in the training league
@@ -171,11 +171,18 @@ def blunders_lines(analysis: dict[str, Any]) -> list[str]:
     ]
 
 
-def tactics_lines(counts: dict[str, dict[str, int]]) -> list[str]:
-    """Connect Four's one-move tactics of the greedy policy (rllink_clients.connect_four.tactics)."""
-    shares = "  ".join(
-        f"{kind} {c['chosen']} of {c['positions']} ({c['chosen'] / max(1, c['positions']):.1%})" for kind, c in counts.items()
-    )
+def tactics_lines(counts: dict[str, dict[str, Any]]) -> list[str]:
+    """Connect Four's one-move tactics of the greedy policy (rllink_clients.connect_four.tactics),
+    the wins and blocks also by the kind of line."""
+
+    def share(c: dict[str, Any]) -> str:
+        return f"{c['chosen'] / max(1, c['positions']):.1%}"
+
+    def by_line(c: dict[str, Any]) -> str:
+        lines = c.get("lines", {})
+        return "; " + ", ".join(f"{line} {share(n)} of {n['positions']}" for line, n in lines.items()) if lines else ""
+
+    shares = "  ".join(f"{kind} {c['chosen']} of {c['positions']} ({share(c)}{by_line(c)})" for kind, c in counts.items())
     return [f"greedy policy's one-move tactics (positions of lookahead and random play): {shares}"]
 
 

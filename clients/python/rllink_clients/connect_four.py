@@ -14,6 +14,7 @@ import numpy as np
 
 ROWS, COLUMNS = 6, 7
 LINES = ((0, 1), (1, 0), (1, 1), (1, -1))  # the four directions of a line: row, column steps
+LINE_KINDS = ("horizontal", "vertical", "diagonal", "diagonal")  # each direction's name in `tactics`' counts
 CENTRE_WEIGHTS = np.array([1.0, 2.0, 3.0, 4.0, 3.0, 2.0, 1.0])  # a column's weight in lookahead_centre_player's draw
 
 
@@ -24,15 +25,22 @@ def landing_rows(board: np.ndarray) -> list[int]:
 
 def wins_with(pieces: list[list[float]], row: int, column: int) -> bool:
     """Whether a piece at (row, column) completes four of `pieces` (6 rows of 7) in a line."""
-    for dr, dc in LINES:
-        count = 1
-        for sign in (1, -1):
-            r, c = row + sign * dr, column + sign * dc
-            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r][c]:
-                count, r, c = count + 1, r + sign * dr, c + sign * dc
-        if count >= 4:
-            return True
-    return False
+    return any(_line_length(pieces, row, column, dr, dc) >= 4 for dr, dc in LINES)
+
+
+def completed_lines(pieces: list[list[float]], row: int, column: int) -> set[str]:
+    """The kinds (LINE_KINDS) of the lines of four of `pieces` that a piece at (row, column) completes."""
+    return {kind for (dr, dc), kind in zip(LINES, LINE_KINDS) if _line_length(pieces, row, column, dr, dc) >= 4}
+
+
+def _line_length(pieces: list[list[float]], row: int, column: int, dr: int, dc: int) -> int:
+    """The pieces in a row through (row, column) along (dr, dc), counting one there."""
+    count = 1
+    for sign in (1, -1):
+        r, c = row + sign * dr, column + sign * dc
+        while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r][c]:
+            count, r, c = count + 1, r + sign * dr, c + sign * dc
+    return count
 
 
 def lookahead_player(obs: Any, mask: Any, *, rng: np.random.Generator) -> int:
@@ -67,15 +75,19 @@ def _winning_or_blocking(obs: Any, legal: np.ndarray) -> int | None:
     return None
 
 
-def tactics(player: Any, *, games: int = 1000, seed: int = 0) -> dict[str, dict[str, int]]:
+def tactics(player: Any, *, games: int = 1000, seed: int = 0) -> dict[str, dict[str, Any]]:
     """How often `player` ((obs, mask) -> column, deterministic) makes the one-move plays the
     lookahead player is made of, on the positions of `games` games in which each move is the
     lookahead player's or, half the time, a uniformly random one (seeded). Per kind: positions,
     and those where `player` chose well: "win" (a move wins now: taken), "block" (no win, and the
     other player has one winning column: blocked), "safe" (neither, and some but not all moves
-    put a piece under a cell where the other player would win: one of the others chosen)."""
+    put a piece under a cell where the other player would win: one of the others chosen).
+    "win" and "block" also count by the kind of line the good move completes or stops
+    (`lines`: horizontal, vertical, diagonal; a move on two kinds of line counts in both)."""
     rng = np.random.default_rng(seed)
-    counts = {kind: {"positions": 0, "chosen": 0} for kind in ("win", "block", "safe")}
+    counts: dict[str, dict[str, Any]] = {kind: {"positions": 0, "chosen": 0} for kind in ("win", "block", "safe")}
+    for kind in ("win", "block"):
+        counts[kind]["lines"] = {line: {"positions": 0, "chosen": 0} for line in dict.fromkeys(LINE_KINDS)}
     for _ in range(games):
         board = np.zeros((ROWS, COLUMNS, 2), dtype=np.float32)  # channel 0: the mover's pieces
         while True:
@@ -86,8 +98,15 @@ def tactics(player: Any, *, games: int = 1000, seed: int = 0) -> dict[str, dict[
             mask = (np.asarray(rows) >= 0).astype(np.float32)
             kind, good = _kind_of_position(board, rows, legal)
             if kind is not None:
+                chosen = int(player(board, mask)) in good
                 counts[kind]["positions"] += 1
-                counts[kind]["chosen"] += int(player(board, mask)) in good
+                counts[kind]["chosen"] += chosen
+                if kind != "safe":
+                    target = min(good)  # the column that wins or blocks (of two winning ones, the first)
+                    side = board[:, :, 0 if kind == "win" else 1].tolist()  # whose line it completes
+                    for line in completed_lines(side, rows[target], target):
+                        counts[kind]["lines"][line]["positions"] += 1
+                        counts[kind]["lines"][line]["chosen"] += chosen
             if rng.random() < 0.5:
                 column = lookahead_player(board, mask, rng=rng)
             else:
