@@ -23,24 +23,23 @@ def landing_rows(board: np.ndarray) -> list[int]:
     return (ROWS - 1 - board.any(axis=2).sum(axis=0)).tolist()
 
 
-def wins_with(pieces: list[list[float]], row: int, column: int) -> bool:
-    """Whether a piece at (row, column) completes four of `pieces` (6 rows of 7) in a line."""
-    return any(_line_length(pieces, row, column, dr, dc) >= 4 for dr, dc in LINES)
+def wins_with(pieces: list[list[float]], row: int, column: int, lines: tuple[tuple[int, int], ...] = LINES) -> bool:
+    """Whether a piece at (row, column) completes four of `pieces` (6 rows of 7) in a line
+    along one of `lines` (row, column steps; all four directions unless given)."""
+    for dr, dc in lines:
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, column + sign * dc
+            while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r][c]:
+                count, r, c = count + 1, r + sign * dr, c + sign * dc
+        if count >= 4:
+            return True
+    return False
 
 
 def completed_lines(pieces: list[list[float]], row: int, column: int) -> set[str]:
     """The kinds (LINE_KINDS) of the lines of four of `pieces` that a piece at (row, column) completes."""
-    return {kind for (dr, dc), kind in zip(LINES, LINE_KINDS) if _line_length(pieces, row, column, dr, dc) >= 4}
-
-
-def _line_length(pieces: list[list[float]], row: int, column: int, dr: int, dc: int) -> int:
-    """The pieces in a row through (row, column) along (dr, dc), counting one there."""
-    count = 1
-    for sign in (1, -1):
-        r, c = row + sign * dr, column + sign * dc
-        while 0 <= r < ROWS and 0 <= c < COLUMNS and pieces[r][c]:
-            count, r, c = count + 1, r + sign * dr, c + sign * dc
-    return count
+    return {kind for line, kind in zip(LINES, LINE_KINDS) if wins_with(pieces, row, column, (line,))}
 
 
 def lookahead_player(obs: Any, mask: Any, *, rng: np.random.Generator) -> int:
